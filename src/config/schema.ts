@@ -1,0 +1,148 @@
+/**
+ * config/schema — the providers config file (YAML): one entry per provider instance with a
+ * type-specific block. Shapes only; config/validate adds the rules a schema cannot express
+ * and turns every problem into a message naming the field path.
+ */
+import Type from 'typebox';
+
+export const PROVIDER_TYPES = ['kubernetes', 'gcp', 'kvm', 'local'] as const;
+export type ProviderType = (typeof PROVIDER_TYPES)[number];
+
+const strict = { additionalProperties: false } as const;
+
+export const KubernetesProviderConfigSchema = Type.Object(
+  {
+    namespace: Type.Optional(
+      Type.String({ description: 'Namespace for proxy Pods. Default: the operator namespace.' }),
+    ),
+    image: Type.Optional(Type.String({ description: 'Squid container image. Default ubuntu/squid.' })),
+    imagePullPolicy: Type.Optional(
+      Type.Union([Type.Literal('Always'), Type.Literal('IfNotPresent'), Type.Literal('Never')]),
+    ),
+    maxFileDescriptors: Type.Optional(Type.Integer({ minimum: 64, maximum: 1048576 })),
+    zoneLabel: Type.Optional(
+      Type.String({
+        description: 'Node label used for placement.zone. Default topology.kubernetes.io/zone.',
+      }),
+    ),
+    resourceProfiles: Type.Optional(
+      Type.Record(
+        Type.String(),
+        Type.Object(
+          {
+            cpu: Type.Optional(Type.String()),
+            memory: Type.Optional(Type.String()),
+          },
+          strict,
+        ),
+      ),
+    ),
+  },
+  strict,
+);
+export type KubernetesProviderConfig = Type.Static<typeof KubernetesProviderConfigSchema>;
+
+export const GcpProviderConfigSchema = Type.Object(
+  {
+    project: Type.String(),
+    credentialsFile: Type.Optional(Type.String()),
+    network: Type.Optional(Type.String()),
+    subnetwork: Type.Optional(Type.String()),
+    serviceAccountEmail: Type.Optional(Type.String()),
+    diskSizeGb: Type.Optional(Type.Integer({ minimum: 10, maximum: 65536 })),
+    spot: Type.Optional(Type.Boolean()),
+    images: Type.Optional(Type.Record(Type.String(), Type.String())),
+    firewall: Type.Optional(
+      Type.Object(
+        {
+          enabled: Type.Optional(Type.Boolean()),
+          sourceRanges: Type.Array(Type.String()),
+          targetTag: Type.Optional(Type.String()),
+        },
+        strict,
+      ),
+    ),
+    /** Tests: point the client at a local server. */
+    apiEndpoint: Type.Optional(Type.String()),
+  },
+  strict,
+);
+export type GcpProviderConfig = Type.Static<typeof GcpProviderConfigSchema>;
+
+export const KvmImageSchema = Type.Object(
+  {
+    url: Type.String(),
+    sha256: Type.Optional(Type.String()),
+    format: Type.Optional(Type.String()),
+    firmware: Type.Optional(Type.String()),
+  },
+  strict,
+);
+export const KvmHostSchema = Type.Object(
+  {
+    name: Type.String(),
+    address: Type.String(),
+    user: Type.String(),
+    bridge: Type.String(),
+    socket: Type.Optional(Type.String()),
+    pool: Type.Optional(Type.String()),
+  },
+  strict,
+);
+export const KvmProviderConfigSchema = Type.Object(
+  {
+    sshKeyFile: Type.String(),
+    knownHostsFile: Type.Optional(Type.String()),
+    insecureIgnoreHostKey: Type.Optional(Type.Boolean()),
+    diskSizeGb: Type.Optional(Type.Integer({ minimum: 1, maximum: 65536 })),
+    vendorData: Type.Optional(Type.String()),
+    installGuestAgent: Type.Optional(Type.Boolean()),
+    domainType: Type.Optional(Type.Union([Type.Literal('kvm'), Type.Literal('qemu')])),
+    images: Type.Optional(Type.Record(Type.String(), KvmImageSchema)),
+    machineTypes: Type.Record(
+      Type.String(),
+      Type.Object({ vcpus: Type.Integer({ minimum: 1 }), memoryMiB: Type.Integer({ minimum: 64 }) }, strict),
+    ),
+    hosts: Type.Array(KvmHostSchema),
+  },
+  strict,
+);
+export type KvmProviderConfig = Type.Static<typeof KvmProviderConfigSchema>;
+
+export const LocalProviderConfigSchema = Type.Object(
+  {
+    bindAddress: Type.Optional(
+      Type.String({ description: 'Address the proxies listen on. Default 127.0.0.1.' }),
+    ),
+    advertiseAddress: Type.Optional(
+      Type.String({ description: 'Address published in status. Default: bindAddress.' }),
+    ),
+    portRange: Type.Optional(
+      Type.Object(
+        {
+          from: Type.Integer({ minimum: 1, maximum: 65535 }),
+          to: Type.Integer({ minimum: 1, maximum: 65535 }),
+        },
+        strict,
+      ),
+    ),
+  },
+  strict,
+);
+export type LocalProviderConfig = Type.Static<typeof LocalProviderConfigSchema>;
+
+export const ProviderEntrySchema = Type.Object(
+  {
+    name: Type.String(),
+    type: Type.Union(PROVIDER_TYPES.map((t) => Type.Literal(t))),
+    kubernetes: Type.Optional(KubernetesProviderConfigSchema),
+    gcp: Type.Optional(GcpProviderConfigSchema),
+    kvm: Type.Optional(KvmProviderConfigSchema),
+    local: Type.Optional(LocalProviderConfigSchema),
+  },
+  strict,
+);
+export type ProviderEntry = Type.Static<typeof ProviderEntrySchema>;
+
+export const ProvidersConfigSchema = Type.Object({ providers: Type.Array(ProviderEntrySchema) }, strict);
+export type ProvidersConfig = Type.Static<typeof ProvidersConfigSchema>;

@@ -1,0 +1,85 @@
+/**
+ * provider/contract — what every compute backend implements. The reconciler, GC and provider
+ * health monitor only ever see these types, never a backend SDK.
+ */
+import type { Logger } from 'pino';
+import type { TargetStatus } from '../api/providerhealth.ts';
+
+export const INSTANCE_STATES = [
+  'Pending',
+  'Running',
+  'Stopping',
+  'Stopped',
+  'Terminated',
+  'Unknown',
+] as const;
+export type InstanceState = (typeof INSTANCE_STATES)[number];
+
+/** Per-call context: cancellation, logging and (implicitly, via OTel context) tracing. */
+export interface CallContext {
+  /** Every call stops promptly when this aborts. */
+  signal: AbortSignal;
+  log: Logger;
+}
+
+export interface Credentials {
+  username: string;
+  password: string;
+}
+
+export interface CreateRequest {
+  /** Deterministic instance name (see naming.ts); create is idempotent by it. */
+  name: string;
+  /** Proxy identity, stamped on the instance as labels/tags. */
+  uid: string;
+  namespace: string;
+  proxyName: string;
+  zone?: string;
+  machineType?: string;
+  image?: string;
+  /** Port the proxy listens on. */
+  port: number;
+  /** cloud-init user-data; never logged. */
+  cloudInit?: string;
+  /** Basic auth the proxy must require; never logged. */
+  credentials: Credentials;
+}
+
+export interface Instance {
+  /** Self-contained provider ID, e.g. `hosts/nas1/domains/px-…`. */
+  id: string;
+  name: string;
+  state: InstanceState;
+  address?: string;
+  /** Port clients connect to, when the backend decides it (local provider). */
+  port?: number;
+  /** Read back from the backend's labels: GC relies on them. */
+  uid?: string;
+  namespace?: string;
+  createdAt?: Date;
+}
+
+export interface Provider {
+  /** Provider name from the config (e.g. `gcp-main`). */
+  readonly name: string;
+  /** Provider type (kubernetes, gcp, kvm, local). */
+  readonly type: string;
+  create(ctx: CallContext, req: CreateRequest): Promise<Instance>;
+  /** Throws a NotFound-class error when the instance is gone. */
+  get(ctx: CallContext, providerID: string): Promise<Instance>;
+  /** Idempotent: an instance already gone is success. */
+  delete(ctx: CallContext, providerID: string): Promise<void>;
+  /** Every managed instance, for orphan GC. */
+  listByTag(ctx: CallContext): Promise<Instance[]>;
+  /** Release connections, listeners, timers. */
+  close?(): Promise<void>;
+}
+
+export interface Checker {
+  /** One verdict per backend target; never throws. */
+  check(ctx: CallContext): Promise<TargetStatus[]>;
+}
+
+export function isChecker(p: unknown): p is Checker {
+  return typeof (p as Partial<Checker> | null)?.check === 'function';
+}
