@@ -3,7 +3,7 @@
  * trace_id/span_id, human-readable when stdout is a terminal. Secrets are redacted by path
  * as a second line of defence; the first is never handing them to a logger at all.
  */
-import { trace } from '@opentelemetry/api';
+import { isSpanContextValid, trace } from '@opentelemetry/api';
 import { type Logger, pino } from 'pino';
 
 export type { Logger } from 'pino';
@@ -42,6 +42,8 @@ export function createLogger(opts: LogOptions = {}): Logger {
       const span = trace.getActiveSpan();
       if (!span) return {};
       const ctx = span.spanContext();
+      // The no-op tracer (tracing off) still activates spans, with all-zero IDs: omit those.
+      if (!isSpanContextValid(ctx)) return {};
       return { trace_id: ctx.traceId, span_id: ctx.spanId };
     },
     timestamp: pino.stdTimeFunctions.isoTime,

@@ -1,0 +1,303 @@
+/**
+ * cmd/flags — command-line parsing and validation, pure: argv in, a typed configuration or
+ * one precise error out. Nothing starts until every flag has been checked.
+ */
+import { parseArgs } from 'node:util';
+
+export type Command = 'standalone' | 'operator' | 'status' | 'help' | 'version';
+
+export interface CommonFlags {
+  discoveryBindAddress: string;
+  metricsBindAddress: string;
+  healthProbeBindAddress: string;
+  providerCheckIntervalMs: number;
+  providerCheckTimeoutMs: number;
+  gcIntervalMs: number;
+  gcMinAgeMs: number;
+  traceHealthProbes: boolean;
+  gcpWireFullPayloads: boolean;
+  egressIpUrl?: string;
+  logLevel: string;
+  logFormat: 'auto' | 'json' | 'pretty';
+  shutdownGraceMs: number;
+}
+
+export interface StandaloneFlags extends CommonFlags {
+  config: string;
+  state?: string;
+}
+
+export interface OperatorFlags extends CommonFlags {
+  providersConfig: string;
+  leaderElect: boolean;
+  leaderElectionNamespace?: string;
+  proxyNamespace?: string;
+  metricsSecure: boolean;
+  kubeconfig?: string;
+}
+
+export interface StatusFlags {
+  server: string;
+  token?: string;
+  output: 'table' | 'json';
+}
+
+export type ParsedCommand =
+  | { command: 'standalone'; flags: StandaloneFlags }
+  | { command: 'operator'; flags: OperatorFlags }
+  | { command: 'status'; flags: StatusFlags }
+  | { command: 'help'; topic?: string }
+  | { command: 'version' };
+
+export class FlagError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'FlagError';
+  }
+}
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/** Go-style durations as used by the flags: `90s`, `10m`, `1h30m`, `500ms`, `0`. */
+export function parseDuration(flag: string, text: string): number {
+  if (text === '0') return 0;
+  const re = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
+  let total = 0;
+  let consumed = 0;
+  for (const m of text.matchAll(re)) {
+    if (m.index !== consumed) break;
+    total += Number(m[1]) * (UNITS[m[2] as string] ?? 0);
+    consumed += m[0].length;
+  }
+  if (consumed !== text.length || consumed === 0) {
+    throw new FlagError(`--${flag}: "${text}" is not a duration (use e.g. 500ms, 30s, 10m, 1h)`);
+  }
+  return total;
+}
+
+/** `host:port`, `:port` (all interfaces) or `0` (disabled). */
+export function checkBindAddress(flag: string, text: string): string {
+  if (text === '0') return text;
+  const m = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$/.exec(text);
+  const port = m ? Number(m[2]) : Number.NaN;
+  if (!m || port > 65535) {
+    throw new FlagError(`--${flag}: "${text}" must be host:port, :port, or 0 to disable`);
+  }
+  return text;
+}
+
+const COMMON_OPTIONS = {
+  'discovery-bind-address': { type: 'string' },
+  'metrics-bind-address': { type: 'string' },
+  'health-probe-bind-address': { type: 'string' },
+  'provider-check-interval': { type: 'string' },
+  'provider-check-timeout': { type: 'string' },
+  'gc-interval': { type: 'string' },
+  'gc-min-age': { type: 'string' },
+  'trace-health-probes': { type: 'boolean' },
+  'gcp-wire-full-payloads': { type: 'boolean' },
+  'egress-ip-url': { type: 'string' },
+  'log-level': { type: 'string' },
+  'log-format': { type: 'string' },
+  'shutdown-grace-period': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+type Values = Record<string, string | boolean | undefined>;
+
+function common(values: Values, defaults: { discovery: string; healthProbe: string }): CommonFlags {
+  const str = (k: string) => values[k] as string | undefined;
+  const interval = parseDuration('provider-check-interval', str('provider-check-interval') ?? '1m');
+  if (interval !== 0 && interval < 10_000) {
+    throw new FlagError('--provider-check-interval: must be 0 (off) or at least 10s');
+  }
+  const timeoutText = str('provider-check-timeout') ?? '0';
+  let timeout = parseDuration('provider-check-timeout', timeoutText);
+  if (timeout === 0) timeout = Math.min(15_000, interval || 15_000);
+  else if (interval !== 0 && timeout > interval) {
+    throw new FlagError('--provider-check-timeout: must not exceed --provider-check-interval');
+  }
+  const logFormat = str('log-format') ?? 'auto';
+  if (logFormat !== 'auto' && logFormat !== 'json' && logFormat !== 'pretty') {
+    throw new FlagError(`--log-format: "${logFormat}" must be auto, json or pretty`);
+  }
+  const logLevel = str('log-level') ?? process.env.LOG_LEVEL ?? 'info';
+  if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'].includes(logLevel)) {
+    throw new FlagError(
+      `--log-level: "${logLevel}" must be one of trace, debug, info, warn, error, fatal, silent`,
+    );
+  }
+  const egressIpUrl = str('egress-ip-url');
+  if (egressIpUrl !== undefined && !/^https?:\/\/\S+$/.test(egressIpUrl)) {
+    throw new FlagError(`--egress-ip-url: "${egressIpUrl}" must be an http(s) URL`);
+  }
+  const gcInterval = parseDuration('gc-interval', str('gc-interval') ?? '10m');
+  return {
+    discoveryBindAddress: checkBindAddress(
+      'discovery-bind-address',
+      str('discovery-bind-address') ?? defaults.discovery,
+    ),
+    metricsBindAddress: checkBindAddress('metrics-bind-address', str('metrics-bind-address') ?? '0'),
+    healthProbeBindAddress: checkBindAddress(
+      'health-probe-bind-address',
+      str('health-probe-bind-address') ?? defaults.healthProbe,
+    ),
+    providerCheckIntervalMs: interval,
+    providerCheckTimeoutMs: timeout,
+    gcIntervalMs: gcInterval,
+    gcMinAgeMs: parseDuration('gc-min-age', str('gc-min-age') ?? '10m'),
+    traceHealthProbes: values['trace-health-probes'] === true,
+    gcpWireFullPayloads: values['gcp-wire-full-payloads'] === true,
+    ...(egressIpUrl ? { egressIpUrl } : {}),
+    logLevel,
+    logFormat,
+    shutdownGraceMs: parseDuration('shutdown-grace-period', str('shutdown-grace-period') ?? '30s'),
+  };
+}
+
+function parse(args: string[], options: Record<string, { type: 'string' | 'boolean'; short?: string }>) {
+  try {
+    return parseArgs({ args, options, allowPositionals: false, strict: true });
+  } catch (err) {
+    const msg = err instanceof Error ? err.message : String(err);
+    throw new FlagError(msg.replace(/^Unknown option '(.+?)'.*$/s, 'unknown flag $1 (see --help)'));
+  }
+}
+
+export function parseCommandLine(argv: string[]): ParsedCommand {
+  const [first, ...rest] = argv;
+  if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
+    return { command: 'help', ...(rest[0] ? { topic: rest[0] } : {}) };
+  }
+  if (first === '--version' || first === 'version') return { command: 'version' };
+  switch (first) {
+    case 'standalone': {
+      const { values } = parse(rest, {
+        ...COMMON_OPTIONS,
+        config: { type: 'string', short: 'c' },
+        state: { type: 'string' },
+      });
+      if (values.help) return { command: 'help', topic: 'standalone' };
+      const config = values.config as string | undefined;
+      if (!config) throw new FlagError('--config is required: a providers config file or a directory');
+      const flags: StandaloneFlags = {
+        ...common(values, { discovery: '127.0.0.1:8090', healthProbe: '127.0.0.1:8081' }),
+        config,
+        ...(values.state ? { state: values.state as string } : {}),
+      };
+      return { command: 'standalone', flags };
+    }
+    case 'operator': {
+      const { values } = parse(rest, {
+        ...COMMON_OPTIONS,
+        'providers-config': { type: 'string' },
+        'leader-elect': { type: 'boolean' },
+        'leader-election-namespace': { type: 'string' },
+        'proxy-namespace': { type: 'string' },
+        'metrics-secure': { type: 'boolean' },
+        kubeconfig: { type: 'string' },
+      });
+      if (values.help) return { command: 'help', topic: 'operator' };
+      const providersConfig = values['providers-config'] as string | undefined;
+      if (!providersConfig) throw new FlagError('--providers-config is required');
+      const str = (k: string) => values[k] as string | undefined;
+      const flags: OperatorFlags = {
+        ...common(values, { discovery: ':8090', healthProbe: ':8081' }),
+        providersConfig,
+        leaderElect: values['leader-elect'] === true,
+        metricsSecure: values['metrics-secure'] === true,
+        ...(str('leader-election-namespace')
+          ? { leaderElectionNamespace: str('leader-election-namespace') as string }
+          : {}),
+        ...(str('proxy-namespace') ? { proxyNamespace: str('proxy-namespace') as string } : {}),
+        ...(str('kubeconfig') ? { kubeconfig: str('kubeconfig') as string } : {}),
+      };
+      return { command: 'operator', flags };
+    }
+    case 'status': {
+      const { values } = parse(rest, {
+        server: { type: 'string', short: 's' },
+        token: { type: 'string' },
+        output: { type: 'string', short: 'o' },
+        help: { type: 'boolean', short: 'h' },
+      });
+      if (values.help) return { command: 'help', topic: 'status' };
+      const output = (values.output as string | undefined) ?? 'table';
+      if (output !== 'table' && output !== 'json') {
+        throw new FlagError(`--output: "${output}" must be table or json`);
+      }
+      const server = (values.server as string | undefined) ?? 'http://127.0.0.1:8090';
+      if (!/^https?:\/\/\S+$/.test(server))
+        throw new FlagError(`--server: "${server}" must be an http(s) URL`);
+      const token = (values.token as string | undefined) ?? process.env.DISCOVERY_TOKEN;
+      return { command: 'status', flags: { server, output, ...(token ? { token } : {}) } };
+    }
+    default:
+      throw new FlagError(`unknown command "${first}": use standalone, operator or status (see --help)`);
+  }
+}
+
+export const HELP: Record<string, string> = {
+  main: `egress-proxies-operator — a fleet of authenticated HTTP forward proxies, health-checked and
+leased to crawlers.
+
+Usage:
+  egress-proxies-operator standalone --config <dir|file> [--state <file>] [flags]
+  egress-proxies-operator operator --providers-config <file> [flags]
+  egress-proxies-operator status [--server http://127.0.0.1:8090] [-o table|json]
+  egress-proxies-operator --version
+
+Commands:
+  standalone   Run everything in one process, no cluster: Proxy manifests from files,
+               state in a local file. The quick start: npm start.
+  operator     Run in a Kubernetes cluster on Proxy / ProviderHealth custom resources.
+  status       Print the proxies of a running operator (phase, address, health, leases).
+
+Run 'egress-proxies-operator <command> --help' for the flags of a command.`,
+  standalone: `Usage: egress-proxies-operator standalone --config <dir|file> [flags]
+
+  -c, --config <dir|file>          A directory holding providers.yaml plus Proxy (and Secret)
+                                   manifests in any other *.yaml, or one multi-document file.
+                                   Edits take effect while running.
+      --state <file>               Where status, instance IDs and generated credentials are
+                                   kept (default: .state/standalone-state.json). One process
+                                   per state file.
+${'COMMON'}`,
+  operator: `Usage: egress-proxies-operator operator --providers-config <file> [flags]
+
+      --providers-config <file>    Providers config (required).
+      --leader-elect               Elect a leader among replicas (coordination.k8s.io Lease).
+      --leader-election-namespace  Namespace of the Lease (default: the pod's namespace).
+      --proxy-namespace <ns>       Only manage Proxies in this namespace.
+      --metrics-secure             Require a ServiceAccount token (TokenReview + SubjectAccessReview)
+                                   on the metrics endpoint.
+      --kubeconfig <file>          Default: in-cluster config, then $KUBECONFIG, then ~/.kube/config.
+${'COMMON'}`,
+  status: `Usage: egress-proxies-operator status [flags]
+
+  -s, --server <url>     Discovery API of the running operator (default http://127.0.0.1:8090).
+      --token <token>    Bearer token (default: $DISCOVERY_TOKEN).
+  -o, --output <fmt>     table (default) or json.`,
+  common: `Common flags:
+      --discovery-bind-address <addr>     Lease / discovery API (standalone 127.0.0.1:8090, operator :8090).
+      --metrics-bind-address <addr>       Prometheus /metrics; 0 = off (default 0).
+      --health-probe-bind-address <addr>  /healthz and /readyz (standalone 127.0.0.1:8081, operator :8081).
+      --provider-check-interval <dur>     Provider health checks; 0 = off, else >= 10s (default 1m).
+      --provider-check-timeout <dur>      Per round; default min(15s, interval); <= interval.
+      --gc-interval <dur>                 Orphan instance sweep (default 10m).
+      --gc-min-age <dur>                  Never collect instances younger than this (default 10m).
+      --trace-health-probes               One span per health probe (off: probes run every second).
+      --gcp-wire-full-payloads            Log full GCP request/response bodies (credentials redacted).
+      --egress-ip-url <url>               Publish each proxy's egress IP from this URL (off by default).
+      --log-level <level>                 trace|debug|info|warn|error (default info, or $LOG_LEVEL).
+      --log-format <fmt>                  auto (pretty on a terminal, JSON otherwise) | json | pretty.
+      --shutdown-grace-period <dur>       Time to drain on SIGTERM (default 30s).
+  -h, --help                              This help.
+
+Environment: DISCOVERY_TOKEN (bearer token for the discovery API), OTEL_* (tracing), LOG_LEVEL.`,
+};
+
+export function helpText(topic?: string): string {
+  const body = (topic && HELP[topic]) || HELP.main || '';
+  return body.replace('COMMON', HELP.common ?? '');
+}

@@ -1,0 +1,165 @@
+/**
+ * gc — orphan garbage collection (leader only): periodically lists every provider's managed
+ * instances and deletes those no Proxy owns any more. The last line of defence against leaked
+ * cloud VMs after crashes, manual edits or a finalizer that was removed by hand.
+ */
+import { SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
+import { Counter, type Registry } from 'prom-client';
+import type { ProxyObject } from '../api/proxy.ts';
+import { type Logger, silentLogger } from '../log/index.ts';
+import type { Instance, Provider } from '../provider/contract.ts';
+import { errorMessage } from '../provider/errors.ts';
+import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
+import type { ObjectStore } from '../runtime/store.ts';
+
+export interface GCOptions {
+  store: ObjectStore;
+  /** Decorated providers by name. */
+  providers: () => Iterable<[string, Provider]>;
+  intervalMs: number;
+  minAgeMs: number;
+  /** With --proxy-namespace, only instances labelled with this namespace are considered. */
+  proxyNamespace?: string;
+  log?: Logger;
+  registry?: Registry;
+  clock?: Clock;
+  tracer?: Tracer;
+}
+
+export interface SweepResult {
+  deleted: Record<string, string[]>;
+  failed: Record<string, string>;
+}
+
+/** What the sweep knows about the Proxies in scope, computed once per sweep. */
+export interface Owners {
+  uids: Set<string>;
+  retiring: Set<string>;
+}
+
+export function ownersOf(proxies: ProxyObject[]): Owners {
+  const uids = new Set<string>();
+  const retiring = new Set<string>();
+  for (const p of proxies) {
+    if (p.metadata.uid) uids.add(p.metadata.uid);
+    for (const id of p.status?.retiring ?? []) retiring.add(id);
+    // The current instance is owned through the UID, but a providerID in status is also
+    // protected explicitly, in case a backend reads back a different UID label.
+    if (p.status?.providerID) retiring.add(p.status.providerID);
+  }
+  return { uids, retiring };
+}
+
+/** Pure decision: may this instance be deleted as an orphan? Returns the reason it is kept. */
+export function orphanVerdict(
+  inst: Instance,
+  owners: Owners,
+  now: number,
+  minAgeMs: number,
+  proxyNamespace?: string,
+): { orphan: true } | { orphan: false; keep: string } {
+  if (!inst.uid) return { orphan: false, keep: 'no owner UID label' };
+  if (owners.uids.has(inst.uid)) return { orphan: false, keep: 'owned by a Proxy' };
+  if (owners.retiring.has(inst.id)) return { orphan: false, keep: 'retiring or current instance of a Proxy' };
+  if (proxyNamespace !== undefined && inst.namespace !== proxyNamespace) {
+    return { orphan: false, keep: 'outside --proxy-namespace' };
+  }
+  if (!inst.createdAt) return { orphan: false, keep: 'creation time unknown' };
+  if (now - inst.createdAt.getTime() < minAgeMs) return { orphan: false, keep: 'younger than --gc-min-age' };
+  return { orphan: true };
+}
+
+export class OrphanGC {
+  private readonly opts: GCOptions;
+  private readonly log: Logger;
+  private readonly clock: Clock;
+  private readonly tracer: Tracer;
+  private readonly deletedTotal: Counter<'provider'> | undefined;
+
+  constructor(opts: GCOptions) {
+    this.opts = opts;
+    this.log = opts.log ?? silentLogger();
+    this.clock = opts.clock ?? systemClock;
+    this.tracer = opts.tracer ?? trace.getTracer('egress-proxies-operator');
+    this.deletedTotal = opts.registry
+      ? new Counter({
+          name: 'proxy_operator_gc_deleted_total',
+          help: 'Orphaned instances deleted by the garbage collector.',
+          labelNames: ['provider'],
+          registers: [opts.registry],
+        })
+      : undefined;
+  }
+
+  /** One pass over every provider; a failing provider is skipped, never aborting the others. */
+  async sweep(signal: AbortSignal): Promise<SweepResult> {
+    return this.tracer.startActiveSpan('gc.sweep', async (span) => {
+      const result: SweepResult = { deleted: {}, failed: {} };
+      try {
+        await this.opts.store.proxies.synced(signal);
+        const owners = ownersOf(this.opts.store.proxies.list());
+        const ctx = { signal, log: this.log };
+        await Promise.all(
+          [...this.opts.providers()].map(async ([name, provider]) => {
+            let instances: Instance[];
+            try {
+              instances = await provider.listByTag(ctx);
+            } catch (err) {
+              result.failed[name] = errorMessage(err);
+              this.log.warn(
+                { provider: name, err: errorMessage(err) },
+                'gc: listing instances failed; skipping provider this sweep',
+              );
+              return;
+            }
+            const now = this.clock.now();
+            for (const inst of instances) {
+              if (signal.aborted) return;
+              const verdict = orphanVerdict(inst, owners, now, this.opts.minAgeMs, this.opts.proxyNamespace);
+              if (!verdict.orphan) continue;
+              try {
+                await provider.delete(ctx, inst.id);
+                result.deleted[name] = [...(result.deleted[name] ?? []), inst.id];
+                this.deletedTotal?.inc({ provider: name });
+                this.log.info(
+                  { provider: name, providerID: inst.id, uid: inst.uid },
+                  'gc: deleted orphaned instance',
+                );
+              } catch (err) {
+                result.failed[name] = errorMessage(err);
+                this.log.warn(
+                  { provider: name, providerID: inst.id, err: errorMessage(err) },
+                  'gc: delete failed',
+                );
+              }
+            }
+          }),
+        );
+        span.setAttribute('gc.deleted', Object.values(result.deleted).flat().length);
+        return result;
+      } catch (err) {
+        span.setStatus({ code: SpanStatusCode.ERROR, message: errorMessage(err) });
+        throw err;
+      } finally {
+        span.end();
+      }
+    });
+  }
+
+  /** Runnable: sweep every interval until the signal aborts. */
+  async start(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      try {
+        await this.sweep(signal);
+      } catch (err) {
+        if (signal.aborted) return;
+        this.log.warn({ err: errorMessage(err) }, 'gc: sweep failed');
+      }
+      try {
+        await sleep(this.opts.intervalMs, signal);
+      } catch {
+        return;
+      }
+    }
+  }
+}

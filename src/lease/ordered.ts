@@ -1,0 +1,138 @@
+/**
+ * lease/ordered — the two ordered containers the lease store needs so that a grant does not
+ * scan the fleet: a chunked sorted list (insert/delete O(log n + chunk), in-order walk from the
+ * front) and a binary min-heap (for lease expiries and cooldown ends).
+ */
+
+const CHUNK = 128;
+
+/**
+ * Sorted list of distinct items, stored as chunks of at most 2×CHUNK sorted items. A binary
+ * search over chunk tails finds the chunk; the splice inside it is bounded by the chunk size, so
+ * cost per operation stays nearly flat from 100 to 100,000 items.
+ */
+export class SortedList<T> {
+  private chunks: T[][] = [];
+  private count = 0;
+  private readonly cmp: (a: T, b: T) => number;
+
+  constructor(cmp: (a: T, b: T) => number) {
+    this.cmp = cmp;
+  }
+
+  get size(): number {
+    return this.count;
+  }
+
+  /** Index of the first chunk whose last item is >= item (or the last chunk). */
+  private chunkFor(item: T): number {
+    let lo = 0;
+    let hi = this.chunks.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      const chunk = this.chunks[mid]!;
+      if (this.cmp(chunk[chunk.length - 1]!, item) < 0) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  private static lowerBound<T>(arr: T[], item: T, cmp: (a: T, b: T) => number): number {
+    let lo = 0;
+    let hi = arr.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (cmp(arr[mid]!, item) < 0) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  insert(item: T): void {
+    this.count++;
+    if (this.chunks.length === 0) {
+      this.chunks.push([item]);
+      return;
+    }
+    const ci = this.chunkFor(item);
+    const chunk = this.chunks[ci]!;
+    chunk.splice(SortedList.lowerBound(chunk, item, this.cmp), 0, item);
+    if (chunk.length > 2 * CHUNK) this.chunks.splice(ci + 1, 0, chunk.splice(CHUNK));
+  }
+
+  /** Removes the item equal (cmp === 0) to `item`; false when absent. */
+  delete(item: T): boolean {
+    if (this.chunks.length === 0) return false;
+    const ci = this.chunkFor(item);
+    const chunk = this.chunks[ci]!;
+    const i = SortedList.lowerBound(chunk, item, this.cmp);
+    if (i >= chunk.length || this.cmp(chunk[i]!, item) !== 0) return false;
+    chunk.splice(i, 1);
+    this.count--;
+    if (chunk.length === 0) this.chunks.splice(ci, 1);
+    return true;
+  }
+
+  *[Symbol.iterator](): IterableIterator<T> {
+    for (const chunk of this.chunks) yield* chunk;
+  }
+
+  /** First item accepted by `pred`, walking in order; undefined when none. */
+  find(pred: (item: T) => boolean): T | undefined {
+    for (const chunk of this.chunks) {
+      for (const item of chunk) if (pred(item)) return item;
+    }
+    return undefined;
+  }
+}
+
+export class MinHeap<T> {
+  private items: T[] = [];
+  private readonly less: (a: T, b: T) => boolean;
+
+  constructor(less: (a: T, b: T) => boolean) {
+    this.less = less;
+  }
+
+  get size(): number {
+    return this.items.length;
+  }
+
+  peek(): T | undefined {
+    return this.items[0];
+  }
+
+  push(item: T): void {
+    const a = this.items;
+    a.push(item);
+    let i = a.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!this.less(a[i]!, a[p]!)) break;
+      [a[i], a[p]] = [a[p]!, a[i]!];
+      i = p;
+    }
+  }
+
+  pop(): T | undefined {
+    const a = this.items;
+    if (a.length === 0) return undefined;
+    const top = a[0];
+    const last = a.pop()!;
+    if (a.length > 0) {
+      a[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < a.length && this.less(a[l]!, a[m]!)) m = l;
+        if (r < a.length && this.less(a[r]!, a[m]!)) m = r;
+        if (m === i) break;
+        [a[i], a[m]] = [a[m]!, a[i]!];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
