@@ -5,7 +5,9 @@
  * rules as TypeScript for standalone mode, and the tests evaluate both against one table.
  */
 import Type from 'typebox';
+import { DEFAULT_PROXY_PORT } from './constants.ts';
 import { ConditionSchema, ObjectMetaSchema } from './meta.ts';
+import { CLOUD_INIT_RULES, celValidations, HEALTH_CHECK_RULES, SPEC_RULES, TYPE_RULES } from './rules.ts';
 
 const Port = (description: string) => Type.Integer({ minimum: 1, maximum: 65535, description });
 const Name = (description: string) => Type.String({ minLength: 1, maxLength: 253, description });
@@ -30,12 +32,7 @@ export const CloudInitSchema = Type.Object(
     additionalProperties: false,
     description:
       'cloud-init user-data for the instance; exactly one of inline or secretRef. A referenced Secret must carry the label crawl.example.com/cloud-init: "true".',
-    'x-kubernetes-validations': [
-      {
-        rule: 'has(self.inline) != has(self.secretRef)',
-        message: 'exactly one of inline or secretRef must be set',
-      },
-    ],
+    'x-kubernetes-validations': celValidations(CLOUD_INIT_RULES),
   },
 );
 
@@ -65,37 +62,68 @@ export const EndpointSchema = Type.Object(
 export const HealthCheckSchema = Type.Object(
   {
     url: Type.Optional(
-      Type.String({ pattern: '^https?://[^\\s/]+', maxLength: 2048, description: 'http(s) URL to fetch.' }),
+      Type.String({
+        pattern: '^https?://[^\\s/]+',
+        maxLength: 2048,
+        description: 'http(s) URL fetched through the proxy. Default: the engine-wide probe URL.',
+      }),
     ),
-    expectStatus: Type.Optional(Type.Integer({ minimum: 100, maximum: 599 })),
-    intervalSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 3600 })),
-    timeoutSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 3600 })),
-    failureThreshold: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })),
-    successThreshold: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })),
+    expectStatus: Type.Optional(
+      Type.Integer({ minimum: 100, maximum: 599, description: 'HTTP status the probe URL must answer.' }),
+    ),
+    intervalSeconds: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 3600, description: 'Seconds between probes. Default 1.' }),
+    ),
+    timeoutSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 3600,
+        description: 'Seconds before a probe counts as failed; less than intervalSeconds × failureThreshold.',
+      }),
+    ),
+    failureThreshold: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 1000,
+        description: 'Consecutive failures before the proxy is Unhealthy. Default 3.',
+      }),
+    ),
+    successThreshold: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 1000,
+        description: 'Consecutive successes before the proxy is Healthy again. Default 1.',
+      }),
+    ),
   },
   {
     additionalProperties: false,
-    'x-kubernetes-validations': [
-      {
-        rule: '!has(self.timeoutSeconds) || self.timeoutSeconds < (has(self.intervalSeconds) ? self.intervalSeconds : 1) * (has(self.failureThreshold) ? self.failureThreshold : 3)',
-        message: 'timeoutSeconds must be less than intervalSeconds × failureThreshold',
-      },
-    ],
+    description: 'Per-proxy overrides of the health engine defaults.',
+    'x-kubernetes-validations': celValidations(HEALTH_CHECK_RULES),
   },
 );
 
 export const ProxySpecSchema = Type.Object(
   {
     type: Type.Optional(
-      Type.Union([Type.Literal('Managed'), Type.Literal('External')], {
+      Type.Enum(PROXY_TYPES, {
         default: 'Managed',
-        description: 'Managed: provisioned by a provider. External: an existing proxy at spec.endpoint.',
+        description:
+          'Managed: provisioned by a provider. External: an existing proxy at spec.endpoint. Immutable.',
+        'x-kubernetes-validations': celValidations(TYPE_RULES),
       }),
     ),
     provider: Type.Optional(Name('Managed only: a provider name from the providers config.')),
     placement: Type.Optional(PlacementSchema),
     cloudInit: Type.Optional(CloudInitSchema),
-    port: Type.Optional(Port('Port the proxy listens on. Default 3128.')),
+    port: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 65535,
+        default: DEFAULT_PROXY_PORT,
+        description: `Port the proxy listens on. Default ${DEFAULT_PROXY_PORT}.`,
+      }),
+    ),
     endpoint: Type.Optional(EndpointSchema),
     credentialsSecretRef: Type.Optional(
       Type.Object({ name: Name('Secret with keys username and password.') }, { additionalProperties: false }),
@@ -106,20 +134,8 @@ export const ProxySpecSchema = Type.Object(
   },
   {
     additionalProperties: false,
-    'x-kubernetes-validations': [
-      {
-        rule: "(has(self.type) && self.type == 'External') == has(self.endpoint)",
-        message: 'endpoint is required for External proxies and forbidden for Managed ones',
-      },
-      {
-        rule: "(has(self.type) && self.type == 'External') != has(self.provider)",
-        message: 'provider is required for Managed proxies and forbidden for External ones',
-      },
-      {
-        rule: "!(has(self.type) && self.type == 'External') || (!has(self.placement) && !has(self.cloudInit))",
-        message: 'placement and cloudInit are only allowed for Managed proxies',
-      },
-    ],
+    description: 'Desired state of the Proxy.',
+    'x-kubernetes-validations': celValidations(SPEC_RULES),
   },
 );
 export type ProxySpec = Type.Static<typeof ProxySpecSchema>;
@@ -127,39 +143,64 @@ export type ProxySpec = Type.Static<typeof ProxySpecSchema>;
 export const PROXY_PHASES = ['Pending', 'Provisioning', 'Ready', 'Replacing', 'Failed', 'Deleting'] as const;
 export type ProxyPhase = (typeof PROXY_PHASES)[number];
 
-export const ProxyHealthSchema = Type.Object({
-  latencyMillis: Type.Optional(Type.Integer({ minimum: 0 })),
-  lastProbeTime: Type.Optional(Type.String({ format: 'date-time' })),
-  consecutiveFailures: Type.Optional(Type.Integer({ minimum: 0 })),
-  lastError: Type.Optional(Type.String()),
-});
+export const ProxyHealthSchema = Type.Object(
+  {
+    latencyMillis: Type.Optional(Type.Integer({ minimum: 0, description: 'Latency of the last probe.' })),
+    lastProbeTime: Type.Optional(Type.String({ format: 'date-time' })),
+    consecutiveFailures: Type.Optional(Type.Integer({ minimum: 0 })),
+    lastError: Type.Optional(Type.String({ description: 'Reason and detail of the last failed probe.' })),
+  },
+  { description: 'Health as of the last written verdict.' },
+);
 export type ProxyHealth = Type.Static<typeof ProxyHealthSchema>;
 
-export const ProxyStatusSchema = Type.Object({
-  phase: Type.Optional(Type.Union(PROXY_PHASES.map((p) => Type.Literal(p)))),
-  providerID: Type.Optional(Type.String()),
-  instanceName: Type.Optional(Type.String()),
-  address: Type.Optional(Type.String()),
-  port: Type.Optional(Type.Integer()),
-  url: Type.Optional(Type.String()),
-  retiring: Type.Optional(Type.Array(Type.String(), { 'x-kubernetes-list-type': 'set' })),
-  conditions: Type.Optional(
-    Type.Array(ConditionSchema, { 'x-kubernetes-list-type': 'map', 'x-kubernetes-list-map-keys': ['type'] }),
-  ),
-  health: Type.Optional(ProxyHealthSchema),
-  egressIP: Type.Optional(Type.String()),
-  observedGeneration: Type.Optional(Type.Integer()),
-  message: Type.Optional(Type.String()),
-});
+export const ProxyStatusSchema = Type.Object(
+  {
+    phase: Type.Optional(Type.Enum(PROXY_PHASES, { description: 'Lifecycle phase.' })),
+    providerID: Type.Optional(
+      Type.String({ description: "The provider's self-contained ID of the current instance." }),
+    ),
+    instanceName: Type.Optional(Type.String({ description: 'Deterministic name of the current instance.' })),
+    address: Type.Optional(Type.String({ description: 'Host or IP clients connect to.' })),
+    port: Type.Optional(Type.Integer({ description: 'Port clients connect to.' })),
+    url: Type.Optional(Type.String({ description: 'Proxy URL without credentials.' })),
+    retiring: Type.Optional(
+      Type.Array(Type.String(), {
+        'x-kubernetes-list-type': 'set',
+        description: 'providerIDs of replaced instances still being deleted.',
+      }),
+    ),
+    conditions: Type.Optional(
+      Type.Array(ConditionSchema, {
+        'x-kubernetes-list-type': 'map',
+        'x-kubernetes-list-map-keys': ['type'],
+        description: 'Provisioned (reconciler) and Healthy (health engine).',
+      }),
+    ),
+    health: Type.Optional(ProxyHealthSchema),
+    egressIP: Type.Optional(
+      Type.String({ description: 'Egress IP reported by the optional egress-IP check.' }),
+    ),
+    observedGeneration: Type.Optional(Type.Integer()),
+    message: Type.Optional(Type.String({ description: 'Human-readable detail of the current phase.' })),
+  },
+  { description: 'Observed state, written by the operator.' },
+);
 export type ProxyStatus = Type.Static<typeof ProxyStatusSchema>;
 
-export const ProxySchema = Type.Object({
-  apiVersion: Type.String(),
-  kind: Type.String(),
-  metadata: ObjectMetaSchema,
-  spec: ProxySpecSchema,
-  status: Type.Optional(ProxyStatusSchema),
-});
+export const ProxySchema = Type.Object(
+  {
+    apiVersion: Type.String(),
+    kind: Type.String(),
+    metadata: ObjectMetaSchema,
+    spec: ProxySpecSchema,
+    status: Type.Optional(ProxyStatusSchema),
+  },
+  {
+    description:
+      'An authenticated HTTP forward proxy: provisioned by a provider (Managed) or an existing one (External), health-checked and leased to crawlers.',
+  },
+);
 /** Named ProxyObject so it never shadows the global `Proxy`. */
 export type ProxyObject = Type.Static<typeof ProxySchema>;
 

@@ -69,15 +69,19 @@ export const GcpProviderConfigSchema = Type.Object(
 );
 export type GcpProviderConfig = Type.Static<typeof GcpProviderConfigSchema>;
 
+export const KVM_IMAGE_FORMATS = ['qcow2', 'raw'] as const;
+export const KVM_FIRMWARES = ['uefi', 'bios'] as const;
+
 export const KvmImageSchema = Type.Object(
   {
-    url: Type.String(),
-    sha256: Type.Optional(Type.String()),
-    format: Type.Optional(Type.String()),
-    firmware: Type.Optional(Type.String()),
+    url: Type.String({ description: 'http(s) URL of a cloud image (qcow2 or raw).' }),
+    sha256: Type.Optional(Type.String({ description: 'Expected digest, 64 hex characters.' })),
+    format: Type.Optional(Type.Enum(KVM_IMAGE_FORMATS, { description: 'Default qcow2.' })),
+    firmware: Type.Optional(Type.Enum(KVM_FIRMWARES, { description: 'Default uefi.' })),
   },
   strict,
 );
+export type KvmImage = Type.Static<typeof KvmImageSchema>;
 export const KvmHostSchema = Type.Object(
   {
     name: Type.String(),
@@ -89,6 +93,7 @@ export const KvmHostSchema = Type.Object(
   },
   strict,
 );
+export type KvmHost = Type.Static<typeof KvmHostSchema>;
 export const KvmProviderConfigSchema = Type.Object(
   {
     sshKeyFile: Type.String(),
@@ -134,7 +139,7 @@ export type LocalProviderConfig = Type.Static<typeof LocalProviderConfigSchema>;
 export const ProviderEntrySchema = Type.Object(
   {
     name: Type.String(),
-    type: Type.Union(PROVIDER_TYPES.map((t) => Type.Literal(t))),
+    type: Type.Enum(PROVIDER_TYPES),
     kubernetes: Type.Optional(KubernetesProviderConfigSchema),
     gcp: Type.Optional(GcpProviderConfigSchema),
     kvm: Type.Optional(KvmProviderConfigSchema),

@@ -6,7 +6,7 @@
  * Messages name hosts, ports and statuses only: never credentials.
  */
 import { isIP, type Socket, connect as tcpConnect } from 'node:net';
-import { type ConnectionOptions, connect as tlsConnect, type TLSSocket } from 'node:tls';
+import { type ConnectionOptions, type TLSSocket, connect as tlsConnect } from 'node:tls';
 
 export const PROBE_REASONS = [
   'ConnectFailed',
@@ -124,6 +124,8 @@ function statusOf(head: string): number | undefined {
   return m ? Number(m[1]) : undefined;
 }
 
+const ignore = (): void => undefined;
+
 class ProbeFailure extends Error {
   readonly reason: ProbeReason;
   readonly status: number | undefined;
@@ -182,26 +184,28 @@ function readHead(socket: Socket, onEnd: () => ProbeFailure): Promise<{ status: 
   });
 }
 
-function tcp(host: string, port: number, failure: (code: string) => ProbeFailure): Promise<Socket> {
+function tcp(
+  sockets: Set<Socket>,
+  host: string,
+  port: number,
+  failure: (code: string) => ProbeFailure,
+): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const s = tcpConnect({ host, port, noDelay: true });
-    const onError = (err: NodeJS.ErrnoException) => reject(Object.assign(failure(err.code ?? err.message), { socket: s }));
+    sockets.add(s);
+    // Late errors (after the probe settled) must not become uncaught exceptions.
+    s.on('error', ignore);
+    const onError = (err: NodeJS.ErrnoException) => reject(failure(err.code ?? err.message));
     s.once('error', onError);
     s.once('connect', () => {
       s.off('error', onError);
       resolve(s);
     });
-    track(s);
   });
 }
 
-/** Sockets opened by the probe in flight; set by `withDeadline` so it can destroy them all. */
-let currentSockets: Set<Socket> | undefined;
-function track(s: Socket): void {
-  currentSockets?.add(s);
-}
-
 function tls(
+  sockets: Set<Socket>,
   socket: Socket | undefined,
   url: ParsedUrl,
   opts: ProbeOptions,
@@ -220,13 +224,17 @@ function tls(
   if (socket) options.socket = socket;
   return new Promise((resolve, reject) => {
     const s = tlsConnect(options);
-    track(s);
+    sockets.add(s);
+    s.on('error', ignore);
     const cache = opts.tlsSessionCache;
     if (cache) s.on('session', (session: Buffer) => cache.set(cacheKey, session));
     const onError = (err: NodeJS.ErrnoException) => {
       const what = err.code ?? err.message;
       // Without a proxy a refused TCP connect is not a TLS problem.
-      if (!viaProxy && (err.code === 'ECONNREFUSED' || err.code === 'EHOSTUNREACH' || err.code === 'ENOTFOUND')) {
+      if (
+        !viaProxy &&
+        (err.code === 'ECONNREFUSED' || err.code === 'EHOSTUNREACH' || err.code === 'ENOTFOUND')
+      ) {
         reject(new ProbeFailure('ConnectFailed', `connect to ${url.authority} failed: ${what}`));
       } else {
         reject(new ProbeFailure('TLSFailed', `TLS handshake with ${url.authority} failed: ${what}`));
@@ -240,7 +248,12 @@ function tls(
   });
 }
 
-async function request(socket: Socket, url: ParsedUrl, absolute: boolean, proxyAuth?: string): Promise<number> {
+async function request(
+  socket: Socket,
+  url: ParsedUrl,
+  absolute: boolean,
+  proxyAuth?: string,
+): Promise<number> {
   let req = `GET ${absolute ? url.href : url.path} HTTP/1.1\r\nHost: ${url.authority}\r\nUser-Agent: ${USER_AGENT}\r\nAccept: */*\r\nConnection: close\r\n`;
   if (proxyAuth) req += `Proxy-Authorization: ${proxyAuth}\r\n`;
   socket.write(`${req}\r\n`);
@@ -255,7 +268,7 @@ async function request(socket: Socket, url: ParsedUrl, absolute: boolean, proxyA
 async function withDeadline(
   check: ProbeCheck,
   signal: AbortSignal | undefined,
-  body: () => Promise<number>,
+  body: (sockets: Set<Socket>) => Promise<number>,
 ): Promise<ProbeResult> {
   const start = performance.now();
   const sockets = new Set<Socket>();
@@ -274,14 +287,7 @@ async function withDeadline(
     }
   });
   stop.catch(() => undefined);
-  const prev = currentSockets;
-  currentSockets = sockets;
-  let work: Promise<number>;
-  try {
-    work = body();
-  } finally {
-    currentSockets = prev;
-  }
+  const work = body(sockets);
   try {
     const status = await Promise.race([work, stop]);
     const latencyMs = elapsed();
@@ -310,20 +316,6 @@ async function withDeadline(
   }
 }
 
-/**
- * `body` opens sockets across awaits, so tracking must follow it through them: each step
- * re-installs the probe's set before opening a socket.
- */
-function within<T>(sockets: Set<Socket>, fn: () => Promise<T>): Promise<T> {
-  const prev = currentSockets;
-  currentSockets = sockets;
-  try {
-    return fn();
-  } finally {
-    currentSockets = prev;
-  }
-}
-
 /** Probes `check.url` through the forward proxy at `target` (SPEC §5). Never throws. */
 export function probe(target: ProbeTarget, check: ProbeCheck, opts: ProbeOptions = {}): Promise<ProbeResult> {
   let url: ParsedUrl;
@@ -339,16 +331,20 @@ export function probe(target: ProbeTarget, check: ProbeCheck, opts: ProbeOptions
   }
   const proxyAuth = target.credentials ? basicAuth(target.credentials) : undefined;
   const proxyName = `${isIP(target.host) === 6 ? `[${target.host}]` : target.host}:${target.port}`;
-  const sockets = new Set<Socket>();
-  return withDeadline(check, opts.signal, async () => {
-    const raw = await within(sockets, () =>
-      tcp(
-        target.host,
-        target.port,
-        (code) => new ProbeFailure('ConnectFailed', `connect to proxy ${proxyName} failed: ${code}`),
-      ),
+  return withDeadline(check, opts.signal, async (sockets) => {
+    const raw = await tcp(
+      sockets,
+      target.host,
+      target.port,
+      (code) => new ProbeFailure('ConnectFailed', `connect to proxy ${proxyName} failed: ${code}`),
     );
-    if (!url.https) return request(raw, url, true, proxyAuth);
+    if (!url.https) {
+      const status = await request(raw, url, true, proxyAuth);
+      if (status === 407) {
+        throw new ProbeFailure('ProxyAuthRequired', `proxy ${proxyName} answered GET with 407`, status);
+      }
+      return status;
+    }
     let req = `CONNECT ${url.authority} HTTP/1.1\r\nHost: ${url.authority}\r\nUser-Agent: ${USER_AGENT}\r\n`;
     if (proxyAuth) req += `Proxy-Authorization: ${proxyAuth}\r\n`;
     raw.write(`${req}\r\n`);
@@ -366,11 +362,9 @@ export function probe(target: ProbeTarget, check: ProbeCheck, opts: ProbeOptions
         status,
       );
     }
-    const secure = await within(sockets, () => tls(raw, url, opts, true));
+    const secure = await tls(sockets, raw, url, opts, true);
     return request(secure, url, false);
-  }).finally(() => {
-    for (const s of sockets) s.destroy();
-  }) as Promise<ProbeResult>;
+  });
 }
 
 /** The control probe: fetches `check.url` without any proxy, to tell "target down" apart. */
@@ -386,21 +380,17 @@ export function probeDirect(check: ProbeCheck, opts: ProbeOptions = {}): Promise
       latencyMs: 0,
     });
   }
-  const sockets = new Set<Socket>();
-  return withDeadline(check, opts.signal, async () => {
+  return withDeadline(check, opts.signal, async (sockets) => {
     if (!url.https) {
-      const raw = await within(sockets, () =>
-        tcp(
-          url.host,
-          url.port,
-          (code) => new ProbeFailure('ConnectFailed', `connect to ${url.authority} failed: ${code}`),
-        ),
+      const raw = await tcp(
+        sockets,
+        url.host,
+        url.port,
+        (code) => new ProbeFailure('ConnectFailed', `connect to ${url.authority} failed: ${code}`),
       );
       return request(raw, url, false);
     }
-    const secure = await within(sockets, () => tls(undefined, url, opts, false));
+    const secure = await tls(sockets, undefined, url, opts, false);
     return request(secure, url, false);
-  }).finally(() => {
-    for (const s of sockets) s.destroy();
   });
 }

@@ -18,7 +18,8 @@ export class SelectorError extends Error {
   }
 }
 
-const KEY = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+const KEY =
+  /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
 const VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/;
 
 function checkKey(key: string, sel: string): string {
@@ -115,4 +116,23 @@ export function matchesSelector(selector: Selector, labels: Record<string, strin
 /** Convenience: parse and match in one go (parse errors throw). */
 export function labelsMatch(sel: string | undefined, labels: Record<string, string> | undefined): boolean {
   return matchesSelector(parseSelector(sel), labels);
+}
+
+export type FieldPredicate = (obj: { metadata: { name: string; namespace?: string } }) => boolean;
+
+const FIELDS: Record<string, (obj: { metadata: { name: string; namespace?: string } }) => string> = {
+  'metadata.name': (o) => o.metadata.name,
+  'metadata.namespace': (o) => o.metadata.namespace ?? '',
+};
+
+/** Field selectors as the apiserver supports them for every type: metadata.name and metadata.namespace. */
+export function parseFieldSelector(sel: string | undefined): FieldPredicate {
+  if (sel === undefined || sel.trim() === '') return () => true;
+  const reqs = sel.split(',').map((term) => {
+    const m = /^\s*([A-Za-z.]+)\s*(==|=|!=)\s*(.*?)\s*$/.exec(term);
+    const get = m ? FIELDS[m[1] ?? ''] : undefined;
+    if (!m || !get) throw new SelectorError(`field label not supported: "${term.trim()}"`);
+    return { get, neq: m[2] === '!=', value: m[3] ?? '' };
+  });
+  return (obj) => reqs.every((r) => (r.get(obj) === r.value) !== r.neq);
 }

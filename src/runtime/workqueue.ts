@@ -30,7 +30,7 @@ export interface RunWorkersOptions {
   concurrency: number;
   /** Aborting stops handing out keys; in-flight calls finish, then `runWorkers` resolves. */
   signal: AbortSignal;
-  process: (key: string) => Promise<ProcessResult | undefined | void>;
+  process: (key: string) => Promise<ProcessResult | undefined> | Promise<void>;
 }
 
 /**

@@ -3,8 +3,7 @@
  * propagation, OTLP export from the standard OTEL_* variables) plus the few helpers every
  * component uses to make spans without leaking secrets into them.
  */
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
+
 import {
   type Attributes,
   type Context,
@@ -17,8 +16,15 @@ import {
   type Tracer,
   trace,
 } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { defaultResource, envDetector, detectResources, resourceFromAttributes } from '@opentelemetry/resources';
+import {
+  defaultResource,
+  detectResources,
+  envDetector,
+  resourceFromAttributes,
+} from '@opentelemetry/resources';
 import {
   AlwaysOffSampler,
   AlwaysOnSampler,
@@ -73,7 +79,10 @@ export function otlpConfigured(env: Record<string, string | undefined>): boolean
  * The sampler named by OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG (the SDK 3.x no longer reads
  * them itself). Default parentbased_always_on; an unknown name falls back to it with a warning.
  */
-export function samplerFromEnv(env: Record<string, string | undefined>, log: Logger = silentLogger()): Sampler {
+export function samplerFromEnv(
+  env: Record<string, string | undefined>,
+  log: Logger = silentLogger(),
+): Sampler {
   const name = (env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on').trim().toLowerCase();
   const ratio = (): number => {
     const raw = env.OTEL_TRACES_SAMPLER_ARG;
@@ -103,6 +112,36 @@ export function samplerFromEnv(env: Record<string, string | undefined>, log: Log
   }
 }
 
+/** OTEL_BSP_* batch settings (the SDK 3.x no longer reads them itself); bad values are ignored. */
+export function batchOptionsFromEnv(
+  env: Record<string, string | undefined>,
+  log: Logger = silentLogger(),
+): {
+  scheduledDelayMillis?: number;
+  maxQueueSize?: number;
+  maxExportBatchSize?: number;
+  exportTimeoutMillis?: number;
+} {
+  const vars = {
+    scheduledDelayMillis: 'OTEL_BSP_SCHEDULE_DELAY',
+    maxQueueSize: 'OTEL_BSP_MAX_QUEUE_SIZE',
+    maxExportBatchSize: 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE',
+    exportTimeoutMillis: 'OTEL_BSP_EXPORT_TIMEOUT',
+  } as const;
+  const out: Record<string, number> = {};
+  for (const [key, name] of Object.entries(vars)) {
+    const raw = env[name]?.trim();
+    if (!raw) continue;
+    const n = Number(raw);
+    if (Number.isInteger(n) && n > 0) out[key] = n;
+    else log.warn({ variable: name, value: raw }, 'ignoring OTEL_BSP_* value: want a positive integer');
+  }
+  if (out.maxExportBatchSize !== undefined && out.maxQueueSize !== undefined) {
+    out.maxExportBatchSize = Math.min(out.maxExportBatchSize, out.maxQueueSize);
+  }
+  return out;
+}
+
 /**
  * Installs tracing for the process. Without an OTLP endpoint (or with OTEL_SDK_DISABLED=true)
  * nothing is registered: the returned tracer is the API's no-op one, which costs nothing and
@@ -119,7 +158,7 @@ export function setupTracing(opts: TracingOptions): Tracing {
   const processor: SpanProcessor = opts.exporter
     ? new SimpleSpanProcessor({ exporter: opts.exporter })
     : // The exporter reads endpoint, headers, timeout and compression from OTEL_EXPORTER_OTLP_*.
-      new BatchSpanProcessor({ exporter: new OTLPTraceExporter() });
+      new BatchSpanProcessor({ exporter: new OTLPTraceExporter(), ...batchOptionsFromEnv(env, log) });
 
   const resource = defaultResource()
     .merge(
@@ -131,11 +170,18 @@ export function setupTracing(opts: TracingOptions): Tracing {
     // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over our defaults.
     .merge(detectResources({ detectors: [envDetector] }));
 
-  const provider = new TracerProvider({ resource, sampler: samplerFromEnv(env, log), spanProcessors: [processor] });
+  const provider = new TracerProvider({
+    resource,
+    sampler: samplerFromEnv(env, log),
+    spanProcessors: [processor],
+  });
   const contextManager = new AsyncLocalStorageContextManager().enable();
-  context.setGlobalContextManager(contextManager);
+  // Registration fails only when something else registered first; keep theirs, drop ours.
+  if (!context.setGlobalContextManager(contextManager)) contextManager.disable();
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-  trace.setGlobalTracerProvider(provider);
+  if (!trace.setGlobalTracerProvider(provider)) {
+    log.warn('another OpenTelemetry tracer provider is already registered; using ours only directly');
+  }
   log.info(
     {
       endpoint: opts.exporter

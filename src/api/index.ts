@@ -1,0 +1,19 @@
+/**
+ * api — the public face of the resource definitions: types, schemas, constants, validation and
+ * CRD rendering, importable from one module.
+ */
+export * from './constants.ts';
+export { providerHealthCrd, proxyCrd, renderCrdFiles } from './crd.ts';
+export * from './meta.ts';
+export * from './providerhealth.ts';
+export * from './proxy.ts';
+export { type CelRule, checkProxyRules, type XValidation } from './rules.ts';
+export { childPath, type FieldError, formatFieldErrors, formatPath } from './schema-errors.ts';
+export {
+  defaultProxy,
+  isDnsLabel,
+  isDnsSubdomain,
+  type ValidationResult,
+  validateProviderHealth,
+  validateProxy,
+} from './validate.ts';

@@ -1,0 +1,106 @@
+/**
+ * api/validate — admission for Proxy and ProviderHealth objects outside a cluster: applies the
+ * schema defaults, checks the JSON schema (unknown spec fields rejected), the object's identity
+ * and the cross-field rules of api/rules — the same verdicts the API server gives with the
+ * generated CRD, so a manifest accepted in standalone mode is accepted by a cluster and back.
+ */
+import { Compile } from 'typebox/compile';
+import Value from 'typebox/value';
+import { API_VERSION, PROVIDER_HEALTH_KIND, PROXY_KIND } from './constants.ts';
+import { type ProviderHealth, ProviderHealthSchema } from './providerhealth.ts';
+import { type ProxyObject, ProxySchema, type ProxySpec } from './proxy.ts';
+import { checkProxyRules } from './rules.ts';
+import { type FieldError, schemaErrors } from './schema-errors.ts';
+
+export { type FieldError, formatFieldErrors } from './schema-errors.ts';
+
+export type ValidationResult<T> = { ok: true; value: T } | { ok: false; errors: FieldError[] };
+
+const proxyValidator = Compile(ProxySchema);
+const providerHealthValidator = Compile(ProviderHealthSchema);
+
+const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/** Kubernetes' rule for most object names: lower-case DNS subdomain, at most 253 characters. */
+export function isDnsSubdomain(name: string): boolean {
+  return name.length <= 253 && DNS1123_SUBDOMAIN.test(name);
+}
+/** Kubernetes' rule for namespaces (and Service names): DNS label, at most 63 characters. */
+export function isDnsLabel(name: string): boolean {
+  return name.length <= 63 && DNS1123_LABEL.test(name);
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+function identityErrors(
+  obj: Record<string, unknown>,
+  kind: string,
+  scope: 'Namespaced' | 'Cluster',
+): FieldError[] {
+  const errors: FieldError[] = [];
+  if (obj.apiVersion !== undefined && obj.apiVersion !== API_VERSION) {
+    errors.push({ path: 'apiVersion', message: `must be ${API_VERSION}` });
+  }
+  if (obj.kind !== undefined && obj.kind !== kind) errors.push({ path: 'kind', message: `must be ${kind}` });
+  const meta = obj.metadata;
+  if (!isRecord(meta)) return errors;
+  const { name, namespace } = meta;
+  if (typeof name === 'string' && !isDnsSubdomain(name)) {
+    errors.push({
+      path: 'metadata.name',
+      message:
+        'must be a DNS subdomain: lower-case letters, digits, "-" and ".", starting and ending alphanumeric, at most 253 characters',
+    });
+  }
+  if (scope === 'Namespaced' && typeof namespace === 'string' && !isDnsLabel(namespace)) {
+    errors.push({
+      path: 'metadata.namespace',
+      message:
+        'must be a DNS label: lower-case letters, digits and "-", starting and ending alphanumeric, at most 63 characters',
+    });
+  }
+  if (scope === 'Cluster' && namespace !== undefined && namespace !== '') {
+    errors.push({ path: 'metadata.namespace', message: `must be empty: ${kind} is cluster-scoped` });
+  }
+  return errors;
+}
+
+/** Fills in what the API server would default (spec.type, spec.port); never mutates `obj`. */
+export function defaultProxy<T>(obj: T): T {
+  return Value.Default(ProxySchema, structuredClone(obj)) as T;
+}
+
+/**
+ * Validates a Proxy as the API server would with the generated CRD, after applying defaults.
+ * `opts.old` is the stored object on update (enables the transition rules, e.g. type
+ * immutability). On success `value` is the defaulted copy.
+ */
+export function validateProxy(obj: unknown, opts: { old?: ProxyObject } = {}): ValidationResult<ProxyObject> {
+  if (!isRecord(obj)) return { ok: false, errors: [{ path: '', message: 'must be an object' }] };
+  const value = defaultProxy(obj);
+  const errors = [
+    ...identityErrors(value, PROXY_KIND, 'Namespaced'),
+    ...schemaErrors(value, proxyValidator.Errors(value)),
+  ];
+  // Rules read a well-formed spec, as CEL does after schema validation; report shape errors first.
+  if (errors.length === 0) {
+    const spec = value.spec as ProxySpec;
+    const oldSpec = opts.old ? (defaultProxy(opts.old).spec as ProxySpec | undefined) : undefined;
+    errors.push(...checkProxyRules(spec, oldSpec));
+  }
+  return errors.length === 0 ? { ok: true, value: value as ProxyObject } : { ok: false, errors };
+}
+
+/** Validates a ProviderHealth object (status only, cluster-scoped). */
+export function validateProviderHealth(obj: unknown): ValidationResult<ProviderHealth> {
+  if (!isRecord(obj)) return { ok: false, errors: [{ path: '', message: 'must be an object' }] };
+  const value = structuredClone(obj);
+  const errors = [
+    ...identityErrors(value, PROVIDER_HEALTH_KIND, 'Cluster'),
+    ...schemaErrors(value, providerHealthValidator.Errors(value)),
+  ];
+  return errors.length === 0 ? { ok: true, value: value as ProviderHealth } : { ok: false, errors };
+}

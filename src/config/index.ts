@@ -1,0 +1,16 @@
+/**
+ * config — the providers config: its shape, defaults, validation and loading.
+ */
+export * from './defaults.ts';
+export { type LoadOptions, loadProvidersConfig, ProvidersConfigError, parseProvidersConfig } from './load.ts';
+export * from './schema.ts';
+export {
+  type ConfigIssue,
+  formatConfigIssues,
+  isCidr,
+  isHostPort,
+  isHttpUrl,
+  KVM_IDENTIFIER,
+  type ProvidersConfigResult,
+  validateProvidersConfig,
+} from './validate.ts';

@@ -1,0 +1,52 @@
+/**
+ * config/load — reads the providers config file (YAML or JSON), validates it and either returns
+ * it or throws one error listing every problem. Warnings go to the logger; they never stop the
+ * operator. This is the only place the file is read, so a bad file fails fast at startup.
+ */
+import { readFile } from 'node:fs/promises';
+import type { Logger } from 'pino';
+import { parseDocument } from 'yaml';
+import { silentLogger } from '../log/index.ts';
+import type { ProvidersConfig } from './schema.ts';
+import { type ConfigIssue, formatConfigIssues, validateProvidersConfig } from './validate.ts';
+
+/** A providers config that cannot be used; `issues` holds every problem, `message` lists them. */
+export class ProvidersConfigError extends Error {
+  readonly file: string;
+  readonly issues: ConfigIssue[];
+  constructor(file: string, issues: ConfigIssue[]) {
+    super(`invalid providers config ${file}:\n${formatConfigIssues(issues)}`);
+    this.name = 'ProvidersConfigError';
+    this.file = file;
+    this.issues = issues;
+  }
+}
+
+export interface LoadOptions {
+  logger?: Logger;
+}
+
+/** Parses YAML text (JSON is YAML too); syntax errors carry their line and column. */
+export function parseProvidersConfig(text: string, file = '<providers config>'): unknown {
+  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    throw new ProvidersConfigError(
+      file,
+      doc.errors.map((e) => ({ path: '', message: `YAML: ${e.message.split('\n')[0]}` })),
+    );
+  }
+  return doc.toJS();
+}
+
+/**
+ * Reads, parses and validates the providers config at `path`. Throws ProvidersConfigError (all
+ * problems at once) or the file system error when the file cannot be read.
+ */
+export async function loadProvidersConfig(path: string, opts: LoadOptions = {}): Promise<ProvidersConfig> {
+  const logger = opts.logger ?? silentLogger();
+  const text = await readFile(path, 'utf8');
+  const result = validateProvidersConfig(parseProvidersConfig(text, path));
+  for (const w of result.warnings) logger.warn({ file: path, field: w.path }, `WARNING: ${w.message}`);
+  if (!result.ok) throw new ProvidersConfigError(path, result.errors);
+  return result.value;
+}

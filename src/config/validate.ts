@@ -1,0 +1,383 @@
+/**
+ * config/validate — checks a parsed providers config before anything is built from it: the
+ * shape (unknown keys are errors everywhere), then the rules a schema cannot say. Every problem
+ * becomes one line naming the entry and the field path, e.g.
+ * `providers[0] (kvm-home): kvm.hosts[1].name "dc1/rack2" must be …`, so a bad config fails
+ * fast with all its problems at once and nothing starts half-configured.
+ */
+import { isIP } from 'node:net';
+import { Compile } from 'typebox/compile';
+import { childPath, type FieldError, schemaErrors } from '../api/schema-errors.ts';
+import { isDnsLabel, isDnsSubdomain } from '../api/validate.ts';
+import { LOCAL_MIN_PORT } from './defaults.ts';
+import {
+  type GcpProviderConfig,
+  type KubernetesProviderConfig,
+  type KvmProviderConfig,
+  type LocalProviderConfig,
+  PROVIDER_TYPES,
+  type ProviderEntry,
+  type ProvidersConfig,
+  ProvidersConfigSchema,
+} from './schema.ts';
+
+/** One problem. `path` is the bare field path; `message` is the full line shown to users. */
+export interface ConfigIssue {
+  path: string;
+  message: string;
+}
+
+export type ProvidersConfigResult =
+  | { ok: true; value: ProvidersConfig; warnings: ConfigIssue[] }
+  | { ok: false; errors: ConfigIssue[]; warnings: ConfigIssue[] };
+
+const validator = Compile(ProvidersConfigSchema);
+
+/** Names pasted into provider IDs and file names elsewhere (see the KVM messages below). */
+export const KVM_IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+const SHA256_HEX = /^[0-9a-fA-F]{64}$/;
+const GCP_PROJECT_ID = /^([a-z0-9][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$/;
+const GCP_NETWORK_TAG = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/;
+const QUANTITY = /^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$/;
+const HOSTNAME =
+  /^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\.?$/;
+const LABEL_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$/;
+
+/** An absolute http(s) URL with a host: the only image source the kvm provider can fetch. */
+export function isHttpUrl(s: string): boolean {
+  // WHATWG parsing would turn `https:///x` into host "x"; insist on a written authority.
+  if (!/^https?:\/\/[^/?#\s]/i.test(s)) return false;
+  try {
+    const u = new URL(s);
+    return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '';
+  } catch {
+    return false;
+  }
+}
+
+/** `a.b.c/24` or `2001:db8::/32` with a prefix length that fits the address family. */
+export function isCidr(s: string): boolean {
+  const slash = s.indexOf('/');
+  if (slash < 0) return false;
+  const family = isIP(s.slice(0, slash));
+  const bits = s.slice(slash + 1);
+  if (family === 0 || !/^\d{1,3}$/.test(bits)) return false;
+  return Number(bits) <= (family === 4 ? 32 : 128);
+}
+
+/** `host:port` or `[v6]:port` with a port in 1–65535. */
+export function isHostPort(s: string): boolean {
+  const m = /^(\[([0-9A-Fa-f:.]+)\]|([^:[\]\s]+)):(\d{1,5})$/.exec(s);
+  if (!m) return false;
+  const port = Number(m[4]);
+  if (port < 1 || port > 65535) return false;
+  return m[2] !== undefined ? isIP(m[2]) === 6 : isIP(m[3]!) === 4 || HOSTNAME.test(m[3]!);
+}
+
+/** Kubernetes label key: optional DNS-subdomain prefix, `/`, and a name of at most 63 characters. */
+export function isLabelKey(s: string): boolean {
+  const slash = s.lastIndexOf('/');
+  const name = slash < 0 ? s : s.slice(slash + 1);
+  const prefix = slash < 0 ? undefined : s.slice(0, slash);
+  return LABEL_NAME.test(name) && (prefix === undefined || isDnsSubdomain(prefix));
+}
+
+export function isQuantity(s: string): boolean {
+  return QUANTITY.test(s);
+}
+
+const q = (s: string) => JSON.stringify(s);
+
+/** Collects issues for one entry, rendering the path relative to it after its label. */
+class Issues {
+  readonly errors: ConfigIssue[] = [];
+  readonly warnings: ConfigIssue[] = [];
+  private readonly base: string;
+  private readonly label: string;
+  constructor(base: string, label: string) {
+    this.base = base;
+    this.label = label;
+  }
+  private line(rel: string, text: string): ConfigIssue {
+    const path = rel === '' ? this.base : childPathOf(this.base, rel);
+    return { path, message: `${this.label}${rel === '' ? '' : `${rel} `}${text}` };
+  }
+  error(rel: string, text: string): void {
+    this.errors.push(this.line(rel, text));
+  }
+  warn(rel: string, text: string): void {
+    this.warnings.push(this.line(rel, text));
+  }
+}
+
+function childPathOf(base: string, rel: string): string {
+  if (base === '') return rel;
+  return rel.startsWith('[') ? `${base}${rel}` : `${base}.${rel}`;
+}
+
+function entryLabel(index: number, entry: unknown): string {
+  const name = (entry as { name?: unknown } | undefined)?.name;
+  return typeof name === 'string' && name !== ''
+    ? `providers[${index}] (${name}): `
+    : `providers[${index}]: `;
+}
+
+function nonEmpty(issues: Issues, rel: string, value: string | undefined): void {
+  if (value !== undefined && value.trim() === '') issues.error(rel, 'must not be empty');
+}
+
+function checkKubernetes(c: KubernetesProviderConfig, x: Issues): void {
+  if (c.namespace !== undefined && !isDnsLabel(c.namespace)) {
+    x.error(
+      'kubernetes.namespace',
+      `${q(c.namespace)} must be a DNS label: lower-case letters, digits and "-", at most 63 characters`,
+    );
+  }
+  nonEmpty(x, 'kubernetes.image', c.image);
+  if (c.zoneLabel !== undefined && !isLabelKey(c.zoneLabel)) {
+    x.error(
+      'kubernetes.zoneLabel',
+      `${q(c.zoneLabel)} must be a Kubernetes label key such as topology.kubernetes.io/zone`,
+    );
+  }
+  for (const [name, profile] of Object.entries(c.resourceProfiles ?? {})) {
+    const at = childPath('kubernetes.resourceProfiles', name);
+    if (name.trim() === '') x.error(at, 'key must not be empty — placement.machineType names it');
+    for (const field of ['cpu', 'memory'] as const) {
+      const v = profile[field];
+      if (v !== undefined && !isQuantity(v)) {
+        x.error(
+          `${at}.${field}`,
+          `${q(v)} must be a Kubernetes quantity such as ${field === 'cpu' ? '500m or 1' : '256Mi or 1Gi'}`,
+        );
+      }
+    }
+  }
+}
+
+function checkGcp(c: GcpProviderConfig, x: Issues): void {
+  if (!GCP_PROJECT_ID.test(c.project)) {
+    x.error(
+      'gcp.project',
+      `${q(c.project)} must be a GCP project ID: 6 to 30 lower-case letters, digits or dashes, starting with a letter and not ending with a dash`,
+    );
+  }
+  nonEmpty(x, 'gcp.credentialsFile', c.credentialsFile);
+  nonEmpty(x, 'gcp.network', c.network);
+  nonEmpty(x, 'gcp.subnetwork', c.subnetwork);
+  if (c.serviceAccountEmail !== undefined && !/^[^@\s]+@[^@\s]+$/.test(c.serviceAccountEmail)) {
+    x.error('gcp.serviceAccountEmail', `${q(c.serviceAccountEmail)} must be an e-mail address`);
+  }
+  for (const [key, image] of Object.entries(c.images ?? {})) {
+    const at = childPath('gcp.images', key);
+    if (key.trim() === '') x.error(at, 'key must not be empty — placement.image names it');
+    if (image.trim() === '')
+      x.error(at, 'must name a source image (an image URL or projects/<p>/global/images/<name>)');
+  }
+  if (c.firewall) {
+    c.firewall.sourceRanges.forEach((r, i) => {
+      if (!isCidr(r)) {
+        x.error(`gcp.firewall.sourceRanges[${i}]`, `${q(r)} must be a CIDR range such as 203.0.113.0/24`);
+      }
+    });
+    if (c.firewall.enabled !== false && c.firewall.sourceRanges.length === 0) {
+      x.error(
+        'gcp.firewall.sourceRanges',
+        'must list at least one CIDR range while the firewall is enabled — the rule admits only these sources',
+      );
+    }
+    if (c.firewall.targetTag !== undefined && !GCP_NETWORK_TAG.test(c.firewall.targetTag)) {
+      x.error(
+        'gcp.firewall.targetTag',
+        `${q(c.firewall.targetTag)} must be a GCP network tag: lower-case letters, digits and dashes, starting with a letter, at most 63 characters`,
+      );
+    }
+  }
+  if (
+    c.apiEndpoint !== undefined &&
+    !isHttpUrl(c.apiEndpoint) &&
+    !HOSTNAME.test(c.apiEndpoint.replace(/:\d+$/, ''))
+  ) {
+    x.error('gcp.apiEndpoint', 'must be a host name or an http(s) URL');
+  }
+}
+
+function checkKvm(c: KvmProviderConfig, x: Issues): void {
+  nonEmpty(x, 'kvm.sshKeyFile', c.sshKeyFile);
+  if (c.knownHostsFile === undefined && c.insecureIgnoreHostKey !== true) {
+    x.error('kvm.knownHostsFile', 'is required unless insecureIgnoreHostKey is true');
+  }
+  nonEmpty(x, 'kvm.knownHostsFile', c.knownHostsFile);
+  if (c.insecureIgnoreHostKey === true) {
+    x.warn(
+      'kvm.insecureIgnoreHostKey',
+      'is true: SSH host keys are not verified, so a spoofed host would get the connection',
+    );
+  }
+  for (const [key, image] of Object.entries(c.images ?? {})) {
+    const at = childPath('kvm.images', key);
+    if (!KVM_IDENTIFIER.test(key)) {
+      x.error(
+        at,
+        'key must be letters, digits, dots, dashes or underscores — it becomes the cached volume name base-<key>.<format>',
+      );
+    }
+    if (!isHttpUrl(image.url)) x.error(`${at}.url`, 'must be an http(s) URL with a host');
+    if (image.sha256 !== undefined && !SHA256_HEX.test(image.sha256)) {
+      x.error(`${at}.sha256`, 'must be 64 hex characters');
+    }
+  }
+  if (Object.keys(c.machineTypes).length === 0) {
+    x.error('kvm.machineTypes', 'must define at least one machine type — placement.machineType names one');
+  }
+  for (const key of Object.keys(c.machineTypes)) {
+    if (key.trim() === '') x.error(childPath('kvm.machineTypes', key), 'key must not be empty');
+  }
+  if (c.hosts.length === 0) x.error('kvm.hosts', 'must list at least one host');
+  const seen = new Map<string, number>();
+  c.hosts.forEach((h, i) => {
+    const at = `kvm.hosts[${i}]`;
+    if (h.name === '') x.error(`${at}.name`, 'is required');
+    else if (!KVM_IDENTIFIER.test(h.name)) {
+      x.error(
+        `${at}.name`,
+        `${q(h.name)} must be letters, digits, dots, dashes or underscores — it becomes part of the providerID hosts/<name>/domains/<vm>`,
+      );
+    }
+    const first = seen.get(h.name);
+    if (h.name !== '' && first !== undefined) {
+      x.error(`${at}.name`, `duplicate host name ${q(h.name)} (also kvm.hosts[${first}])`);
+    } else seen.set(h.name, i);
+    if (h.address === '') x.error(`${at}.address`, 'is required');
+    else if (!isHostPort(h.address))
+      x.error(`${at}.address`, `${q(h.address)} must be host:port, e.g. nas1.lan:22`);
+    if (h.user === '') x.error(`${at}.user`, 'is required');
+    if (h.bridge === '') x.error(`${at}.bridge`, 'is required');
+    if (h.socket !== undefined && !h.socket.startsWith('/'))
+      x.error(`${at}.socket`, 'must be an absolute path');
+    nonEmpty(x, `${at}.pool`, h.pool);
+  });
+}
+
+function checkLocal(c: LocalProviderConfig, x: Issues): void {
+  if (c.bindAddress !== undefined && isIP(c.bindAddress) === 0) {
+    x.error('local.bindAddress', `${q(c.bindAddress)} must be an IP address such as 127.0.0.1`);
+  }
+  if (
+    c.advertiseAddress !== undefined &&
+    isIP(c.advertiseAddress) === 0 &&
+    !HOSTNAME.test(c.advertiseAddress)
+  ) {
+    x.error('local.advertiseAddress', `${q(c.advertiseAddress)} must be a host name or an IP address`);
+  }
+  if (c.portRange) {
+    const { from, to } = c.portRange;
+    for (const [field, v] of [
+      ['from', from],
+      ['to', to],
+    ] as const) {
+      if (v < LOCAL_MIN_PORT) {
+        x.error(
+          `local.portRange.${field}`,
+          `${v} must be between ${LOCAL_MIN_PORT} and 65535 — the operator runs unprivileged and cannot listen below ${LOCAL_MIN_PORT}`,
+        );
+      }
+    }
+    if (from > to) x.error('local.portRange', `from (${from}) must not be greater than to (${to})`);
+  }
+}
+
+const CHECKS: Record<ProviderEntry['type'], (e: ProviderEntry, x: Issues) => void> = {
+  kubernetes: (e, x) => checkKubernetes(e.kubernetes ?? {}, x),
+  gcp: (e, x) => e.gcp && checkGcp(e.gcp, x),
+  kvm: (e, x) => e.kvm && checkKvm(e.kvm, x),
+  local: (e, x) => checkLocal(e.local ?? {}, x),
+};
+
+/** Types whose block has required fields, so leaving it out cannot mean "all defaults". */
+const BLOCK_REQUIRED: ReadonlySet<string> = new Set(['gcp', 'kvm']);
+
+function checkEntry(entry: ProviderEntry, x: Issues): void {
+  if (entry.name.trim() === '') x.error('name', 'must not be empty');
+  else if (entry.name.length > 253) {
+    x.error('name', 'must be at most 253 characters — Proxy spec.provider cannot name a longer one');
+  } else if (!isDnsSubdomain(entry.name)) {
+    x.warn(
+      'name',
+      `${q(entry.name)} is not a valid Kubernetes object name (lower-case letters, digits, "-" and "."), so no ProviderHealth object is written for it; its metrics still are`,
+    );
+  }
+  for (const t of PROVIDER_TYPES) {
+    if (t !== entry.type && entry[t] !== undefined) {
+      x.error(t, `is not allowed for type ${entry.type}; only the ${entry.type} block may be set`);
+    }
+  }
+  if (BLOCK_REQUIRED.has(entry.type) && entry[entry.type] === undefined) {
+    x.error(entry.type, `is required for type ${entry.type}`);
+  }
+  CHECKS[entry.type](entry, x);
+}
+
+/** Schema errors read as sentences after the path. */
+function schemaLine(e: FieldError): string {
+  return e.message === 'unknown field' ? 'is not a known field' : e.message;
+}
+
+/**
+ * Validates a parsed providers config. Shapes first; the rules of an entry run once its shape is
+ * right. Returns every error and warning, never throws.
+ */
+export function validateProvidersConfig(raw: unknown): ProvidersConfigResult {
+  const errors: ConfigIssue[] = [];
+  const warnings: ConfigIssue[] = [];
+  const entries = (raw as { providers?: unknown } | null)?.providers;
+  const list = Array.isArray(entries) ? entries : [];
+  const shapeBroken = new Set<number>();
+  for (const e of schemaErrors(raw, validator.Errors(raw))) {
+    const m = /^providers\[(\d+)\](.*)$/.exec(e.path);
+    if (m) {
+      const i = Number(m[1]);
+      shapeBroken.add(i);
+      const rel = m[2]!.replace(/^\./, '');
+      errors.push({
+        path: e.path,
+        message: `${entryLabel(i, list[i])}${rel === '' ? '' : `${rel} `}${schemaLine(e)}`,
+      });
+    } else {
+      errors.push({
+        path: e.path,
+        message: `${e.path === '' ? 'providers config' : e.path} ${schemaLine(e)}`,
+      });
+    }
+  }
+  if (raw !== null && typeof raw === 'object' && Array.isArray(entries)) {
+    if (entries.length === 0) {
+      warnings.push({
+        path: 'providers',
+        message: 'providers is empty: only External proxies can be served',
+      });
+    }
+    const names = new Map<string, number>();
+    entries.forEach((entry, i) => {
+      const x = new Issues(`providers[${i}]`, entryLabel(i, entry));
+      const name = (entry as { name?: unknown } | null)?.name;
+      if (typeof name === 'string' && name !== '') {
+        const first = names.get(name);
+        if (first !== undefined)
+          x.error('name', `duplicate provider name ${q(name)} (also providers[${first}])`);
+        else names.set(name, i);
+      }
+      if (!shapeBroken.has(i)) checkEntry(entry as ProviderEntry, x);
+      errors.push(...x.errors);
+      warnings.push(...x.warnings);
+    });
+  }
+  return errors.length === 0
+    ? { ok: true, value: raw as ProvidersConfig, warnings }
+    : { ok: false, errors, warnings };
+}
+
+/** All issues as one text block, one per line. */
+export function formatConfigIssues(issues: readonly ConfigIssue[]): string {
+  return issues.map((i) => i.message).join('\n');
+}

@@ -1,0 +1,133 @@
+/**
+ * controller/status — pure functions turning what the reconciler decided into a status patch.
+ * The reconciler owns some status fields; the health engine owns `Healthy` and `health`.
+ * Intents are applied to the FRESHEST object (conditions merged by type, never replaced), and
+ * only fields that actually changed go into the merge patch, so an unchanged status costs no
+ * write and the other writer's fields are never part of our patch.
+ */
+import { CONDITION_PROVISIONED } from '../api/constants.ts';
+import type { Condition } from '../api/meta.ts';
+import type { ProxyPhase, ProxyStatus } from '../api/proxy.ts';
+import { deepEqual } from '../runtime/patch.ts';
+
+export interface ConditionIntent {
+  status: Condition['status'];
+  reason: string;
+  message?: string;
+}
+
+/** What one reconcile wants the status to say. `null` removes a field; absent leaves it alone. */
+export interface StatusIntent {
+  phase?: ProxyPhase;
+  providerID?: string | null;
+  instanceName?: string | null;
+  address?: string | null;
+  port?: number | null;
+  url?: string | null;
+  retiring?: string[];
+  message?: string | null;
+  provisioned?: ConditionIntent;
+}
+
+/** The status fields the reconciler writes; everything else belongs to someone else. */
+export const RECONCILER_FIELDS = [
+  'phase',
+  'providerID',
+  'instanceName',
+  'address',
+  'port',
+  'url',
+  'retiring',
+  'message',
+  'observedGeneration',
+  'conditions',
+] as const;
+
+/**
+ * Sets one condition, keeping every other condition as it is. lastTransitionTime moves only
+ * when the status value flips, like Kubernetes' meta.SetStatusCondition.
+ */
+export function setCondition(
+  conditions: readonly Condition[] | undefined,
+  type: string,
+  intent: ConditionIntent,
+  now: string,
+  observedGeneration?: number,
+): Condition[] {
+  const out = (conditions ?? []).map((c) => ({ ...c }));
+  const i = out.findIndex((c) => c.type === type);
+  const prev = i >= 0 ? out[i] : undefined;
+  const next: Condition = {
+    type,
+    status: intent.status,
+    reason: intent.reason,
+    lastTransitionTime: prev && prev.status === intent.status ? prev.lastTransitionTime : now,
+  };
+  if (intent.message) next.message = intent.message;
+  if (observedGeneration !== undefined) next.observedGeneration = observedGeneration;
+  if (i >= 0) out[i] = next;
+  else out.push(next);
+  return out;
+}
+
+export function applyIntent(
+  base: ProxyStatus | undefined,
+  intent: StatusIntent,
+  now: string,
+  generation: number | undefined,
+): ProxyStatus {
+  const next: ProxyStatus = structuredClone(base ?? {});
+  const set = <K extends keyof ProxyStatus>(k: K, v: ProxyStatus[K] | null | undefined) => {
+    if (v === undefined) return;
+    if (v === null) delete next[k];
+    else next[k] = v;
+  };
+  set('phase', intent.phase);
+  set('providerID', intent.providerID);
+  set('instanceName', intent.instanceName);
+  set('address', intent.address);
+  set('port', intent.port);
+  set('url', intent.url);
+  set('message', intent.message);
+  if (intent.retiring !== undefined) {
+    if (intent.retiring.length === 0) delete next.retiring;
+    else next.retiring = [...new Set(intent.retiring)];
+  }
+  if (intent.provisioned) {
+    next.conditions = setCondition(
+      next.conditions,
+      CONDITION_PROVISIONED,
+      intent.provisioned,
+      now,
+      generation,
+    );
+  }
+  if (generation !== undefined) next.observedGeneration = generation;
+  return next;
+}
+
+/**
+ * The merge patch taking `base` to `next` over the reconciler's fields only, or undefined when
+ * nothing changed. `conditions` goes whole (merge patch replaces arrays), built from `base`.
+ */
+export function statusPatch(
+  base: ProxyStatus | undefined,
+  next: ProxyStatus,
+): Record<string, unknown> | undefined {
+  const patch: Record<string, unknown> = {};
+  for (const k of RECONCILER_FIELDS) {
+    const a = base?.[k];
+    const b = next[k];
+    if (!sameJson(a, b)) patch[k] = b === undefined ? null : b;
+  }
+  return Object.keys(patch).length > 0 ? patch : undefined;
+}
+
+function sameJson(a: unknown, b: unknown): boolean {
+  if (a === undefined || b === undefined) return a === b;
+  return deepEqual(a, b);
+}
+
+export function provisionedCondition(status: ProxyStatus | undefined): Condition | undefined {
+  return status?.conditions?.find((c) => c.type === CONDITION_PROVISIONED);
+}

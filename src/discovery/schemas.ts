@@ -1,0 +1,272 @@
+/**
+ * discovery/schemas — the discovery API's contract, written once: these TypeBox schemas
+ * validate requests, serialise responses, and are the source of /openapi.json.
+ */
+import Type, { type TSchema } from 'typebox';
+import { MAX_COOLDOWN_SECONDS, MAX_TTL_SECONDS } from '../lease/store.ts';
+
+const Ttl = Type.Integer({
+  minimum: 1,
+  maximum: MAX_TTL_SECONDS,
+  description: `Lease lifetime in seconds (1–${MAX_TTL_SECONDS}); default 300.`,
+});
+const Target = Type.String({
+  maxLength: 2048,
+  description:
+    'Site the proxy will be used for: a host, host:port or URL; normalised to the lowercase host name. Cooldowns from `blocked` reports are per target.',
+});
+const SelectorText = Type.String({
+  maxLength: 4096,
+  description: 'Kubernetes label selector over Proxy labels, e.g. `pool=eu,tier!=spot`.',
+});
+const Namespace = Type.String({ maxLength: 253, description: 'Only proxies in this namespace.' });
+
+export const ErrorBody = Type.Object(
+  {
+    error: Type.Object({
+      code: Type.String({ description: 'Machine-readable code, e.g. bad_request, none_leasable.' }),
+      message: Type.String(),
+      field: Type.Optional(Type.String({ description: 'The request field at fault (400 only).' })),
+    }),
+  },
+  { description: 'Every error response.' },
+);
+
+export const LeaseRequestBody = Type.Object(
+  {
+    target: Type.Optional(Target),
+    selector: Type.Optional(SelectorText),
+    namespace: Type.Optional(Namespace),
+    ttlSeconds: Type.Optional(Ttl),
+  },
+  { additionalProperties: false },
+);
+
+export const LeaseGrantBody = Type.Object({
+  id: Type.String({ description: 'Opaque, unguessable lease ID.' }),
+  proxy: Type.Object({
+    namespace: Type.String(),
+    name: Type.String(),
+    url: Type.String({ description: 'http://user:password@host:port — credentials included.' }),
+    host: Type.String(),
+    port: Type.Integer(),
+  }),
+  target: Type.Union([Type.String(), Type.Null()], { description: 'Normalised target, or null.' }),
+  expiresAt: Type.String({ format: 'date-time' }),
+});
+
+const count = (description: string) => Type.Integer({ minimum: 0, description });
+
+export const NoneLeasableBody = Type.Object(
+  {
+    error: ErrorBody.properties.error,
+    matching: count('Proxies matching namespace and selector.'),
+    ready: count('…of those, phase Ready with an address and not being deleted.'),
+    healthy: count('…of those, Healthy.'),
+    draining: count('…of the healthy ones, draining (spec.drain).'),
+    coolingDown: count('…of the healthy, non-draining ones, in a global cooldown.'),
+    coolingDownForTarget: count('…of the rest, cooling down for the requested target.'),
+    atCapacity: count('…of the rest, holding maxLeases leases.'),
+  },
+  { description: 'Nothing leasable: the funnel that explains why.' },
+);
+
+export const RenewRequestBody = Type.Object(
+  { ttlSeconds: Type.Optional(Ttl) },
+  { additionalProperties: false },
+);
+
+export const RenewResponseBody = Type.Object({
+  id: Type.String(),
+  expiresAt: Type.String({ format: 'date-time' }),
+});
+
+export const ReportRequestBody = Type.Object(
+  {
+    result: Type.Union([Type.Literal('success'), Type.Literal('blocked'), Type.Literal('failed')], {
+      description:
+        'blocked: the target refused this proxy (cooldown for that target); failed: the proxy itself failed (global cooldown and a re-probe).',
+    }),
+    cooldownSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_COOLDOWN_SECONDS,
+        description: 'Override the cooldown (blocked: default 600, failed: default 60).',
+      }),
+    ),
+    release: Type.Optional(Type.Boolean({ description: 'Release the lease too (default true).' })),
+  },
+  { additionalProperties: false },
+);
+
+export const ReportResponseBody = Type.Object({
+  id: Type.String(),
+  released: Type.Boolean(),
+});
+
+const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
+
+export const ProxyStatusBody = Type.Object({
+  namespace: Type.String(),
+  name: Type.String(),
+  phase: Type.String(),
+  healthy: Type.Boolean(),
+  draining: Type.Boolean(),
+  deleting: Type.Boolean(),
+  host: Nullable(Type.String()),
+  port: Nullable(Type.Integer()),
+  latencyMillis: Nullable(Type.Number()),
+  activeLeases: Type.Integer(),
+  maxLeases: Type.Integer({ description: '0 = unlimited.' }),
+  lastLeasedAt: Nullable(Type.String({ format: 'date-time' })),
+  cooldownUntil: Nullable(Type.String({ format: 'date-time', description: 'End of a global cooldown.' })),
+  targetCooldowns: Type.Array(
+    Type.Object({ target: Type.String(), until: Type.String({ format: 'date-time' }) }),
+  ),
+  leasable: Type.Boolean({ description: 'Would be granted now (for the given target, if any).' }),
+  reason: Nullable(
+    Type.String({
+      description:
+        'Why not leasable: NotReady, Deleting, Unhealthy, Draining, CoolingDown, CoolingDownForTarget, AtCapacity.',
+    }),
+  ),
+});
+
+export const ProxyListBody = Type.Object({ proxies: Type.Array(ProxyStatusBody) });
+
+export const ProxyListQuery = Type.Object(
+  {
+    selector: Type.Optional(SelectorText),
+    namespace: Type.Optional(Namespace),
+    target: Type.Optional(Target),
+  },
+  { additionalProperties: false },
+);
+
+export const LeaseIdParams = Type.Object({
+  id: Type.String({ minLength: 1, maxLength: 128, description: 'Lease ID from the grant.' }),
+});
+
+export const HealthBody = Type.Object({ status: Type.Literal('ok') });
+
+/** Names under which schemas appear in components.schemas of the OpenAPI document. */
+export const NAMED_SCHEMAS: Record<string, TSchema> = {
+  Error: ErrorBody,
+  LeaseRequest: LeaseRequestBody,
+  LeaseGrant: LeaseGrantBody,
+  NoneLeasable: NoneLeasableBody,
+  RenewRequest: RenewRequestBody,
+  RenewResponse: RenewResponseBody,
+  ReportRequest: ReportRequestBody,
+  ReportResponse: ReportResponseBody,
+  ProxyStatus: ProxyStatusBody,
+  ProxyList: ProxyListBody,
+  Health: HealthBody,
+};
+
+export interface RouteSchema {
+  querystring?: TSchema;
+  params?: TSchema;
+  body?: TSchema;
+  response: Record<number, TSchema | null>;
+}
+
+export interface RouteDef {
+  method: 'GET' | 'POST' | 'DELETE';
+  /** Fastify pattern (`:id`). */
+  url: string;
+  operationId: string;
+  summary: string;
+  auth: boolean;
+  /** Human descriptions per status code (OpenAPI). */
+  statuses: Record<number, string>;
+  schema: RouteSchema;
+}
+
+const common = {
+  401: 'Missing or wrong bearer token.',
+  400: 'Malformed request; `error.field` names the field.',
+};
+
+export const ROUTES: RouteDef[] = [
+  {
+    method: 'GET',
+    url: '/healthz',
+    operationId: 'healthz',
+    summary: 'Liveness. Never authenticated.',
+    auth: false,
+    statuses: { 200: 'Alive.' },
+    schema: { response: { 200: HealthBody } },
+  },
+  {
+    method: 'GET',
+    url: '/v1/proxies',
+    operationId: 'listProxies',
+    summary:
+      'Proxies with phase, health, latency, leases, cooldowns and whether leasable now. No credentials.',
+    auth: true,
+    statuses: { 200: 'The proxies, sorted by namespace and name.', ...common },
+    schema: { querystring: ProxyListQuery, response: { 200: ProxyListBody, 400: ErrorBody, 401: ErrorBody } },
+  },
+  {
+    method: 'POST',
+    url: '/v1/leases',
+    operationId: 'lease',
+    summary: 'Lease the best leasable proxy.',
+    auth: true,
+    statuses: {
+      201: 'Granted.',
+      409: 'Nothing leasable; the body explains why.',
+      ...common,
+      413: 'Body larger than 16 KiB.',
+      415: 'Content type is not application/json.',
+    },
+    schema: {
+      body: LeaseRequestBody,
+      response: {
+        201: LeaseGrantBody,
+        409: NoneLeasableBody,
+        400: ErrorBody,
+        401: ErrorBody,
+        413: ErrorBody,
+        415: ErrorBody,
+      },
+    },
+  },
+  {
+    method: 'POST',
+    url: '/v1/leases/:id/renew',
+    operationId: 'renew',
+    summary: 'Extend a live lease to now + ttlSeconds.',
+    auth: true,
+    statuses: { 200: 'Renewed.', 404: 'Unknown or expired lease.', ...common },
+    schema: {
+      params: LeaseIdParams,
+      body: RenewRequestBody,
+      response: { 200: RenewResponseBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
+    },
+  },
+  {
+    method: 'DELETE',
+    url: '/v1/leases/:id',
+    operationId: 'release',
+    summary: 'Release a lease. Idempotent: unknown and expired leases also answer 204.',
+    auth: true,
+    statuses: { 204: 'Released (or already gone).', 401: common[401] },
+    schema: { params: LeaseIdParams, response: { 204: null, 401: ErrorBody } },
+  },
+  {
+    method: 'POST',
+    url: '/v1/leases/:id/report',
+    operationId: 'report',
+    summary:
+      'Report how the proxy did; blocked/failed start cooldowns. Releases the lease unless release=false.',
+    auth: true,
+    statuses: { 200: 'Recorded.', 404: 'Unknown or expired lease.', ...common },
+    schema: {
+      params: LeaseIdParams,
+      body: ReportRequestBody,
+      response: { 200: ReportResponseBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
+    },
+  },
+];

@@ -1,0 +1,189 @@
+/**
+ * lease/feed — keeps the lease store in step with the Proxy objects: every Proxy event becomes
+ * an upsert/remove of its lease-relevant facts (address, phase, Healthy condition, drain,
+ * deletion, maxLeases, labels) with its credentials resolved; a change to a credentials Secret
+ * re-resolves the proxies that use it. Health verdicts come from the health engine directly.
+ */
+
+import { isConditionTrue } from '../api/conditions.ts';
+import { CONDITION_HEALTHY, DEFAULT_PROXY_PORT } from '../api/constants.ts';
+import { keyOf, parseKey } from '../api/meta.ts';
+import { type ProxyObject, proxyType } from '../api/proxy.ts';
+import { credentialsSecretKey, readProxyCredentials } from '../controller/credentials.ts';
+import { type Logger, silentLogger } from '../log/index.ts';
+import type { Credentials } from '../provider/contract.ts';
+import type { ObjectStore, Unsubscribe } from '../runtime/store.ts';
+import type { LeaseStore, ProxyInfo } from './store.ts';
+
+export interface LeaseFeedOptions {
+  store: ObjectStore;
+  leases: LeaseStore;
+  log?: Logger;
+  signal: AbortSignal;
+  /** Delay before re-reading credentials after a failed read. Default 2000 ms. */
+  retryMs?: number;
+}
+
+export interface LeaseFeed {
+  stop(): void;
+  /** Resolves once pending watch events are handled and no credential lookup is in flight. */
+  idle(): Promise<void>;
+}
+
+/** The lease-relevant facts of a Proxy. Address and port: status for Managed, spec.endpoint for External. */
+export function proxyInfo(p: ProxyObject, credentials: Credentials | undefined): ProxyInfo {
+  const external = proxyType(p.spec) === 'External';
+  const host = (external ? p.spec.endpoint?.host : p.status?.address) ?? '';
+  const port = external
+    ? (p.spec.endpoint?.port ?? 0)
+    : (p.status?.port ?? p.spec.port ?? DEFAULT_PROXY_PORT);
+  const info: ProxyInfo = {
+    key: keyOf(p),
+    namespace: p.metadata.namespace ?? '',
+    name: p.metadata.name,
+    uid: p.metadata.uid ?? '',
+    labels: p.metadata.labels ?? {},
+    phase: p.status?.phase ?? 'Pending',
+    healthy: isConditionTrue(p.status?.conditions, CONDITION_HEALTHY),
+    draining: p.spec.drain === true,
+    deleting: p.metadata.deletionTimestamp !== undefined,
+    maxLeases: p.spec.maxLeases ?? 0,
+    host,
+    port,
+  };
+  if (credentials) info.credentials = credentials;
+  const latency = p.status?.health?.latencyMillis;
+  if (latency !== undefined) info.latencyMillis = latency;
+  return info;
+}
+
+function secretKeyString(p: ProxyObject): string {
+  const k = credentialsSecretKey(p);
+  return `${k.namespace ?? ''}/${k.name}`;
+}
+
+export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
+  const { store, leases, signal } = opts;
+  const log = opts.log ?? silentLogger();
+  const retryMs = opts.retryMs ?? 2000;
+  /** Latest event generation per proxy key: an older lookup finishing late is dropped. */
+  const generation = new Map<string, number>();
+  /** Credentials Secret key → proxy keys using it. */
+  const bySecret = new Map<string, Set<string>>();
+  const secretOf = new Map<string, string>();
+  const inflight = new Set<Promise<void>>();
+  const timers = new Set<NodeJS.Timeout>();
+  const warnedNoCredentials = new Set<string>();
+  let stopped = false;
+
+  const track = (p: ProxyObject) => {
+    const key = keyOf(p);
+    const sk = secretKeyString(p);
+    const old = secretOf.get(key);
+    if (old === sk) return;
+    if (old !== undefined) bySecret.get(old)?.delete(key);
+    secretOf.set(key, sk);
+    let set = bySecret.get(sk);
+    if (!set) {
+      set = new Set();
+      bySecret.set(sk, set);
+    }
+    set.add(key);
+  };
+
+  const untrack = (key: string) => {
+    const old = secretOf.get(key);
+    if (old !== undefined) bySecret.get(old)?.delete(key);
+    secretOf.delete(key);
+  };
+
+  const sync = (p: ProxyObject): void => {
+    if (stopped) return;
+    const key = keyOf(p);
+    const gen = (generation.get(key) ?? 0) + 1;
+    generation.set(key, gen);
+    track(p);
+    const run = (async () => {
+      let creds: Credentials | undefined;
+      try {
+        creds = await readProxyCredentials(store.secrets, p, signal);
+      } catch (err) {
+        if (stopped || generation.get(key) !== gen) return;
+        log.warn(
+          { proxy: key, err: { message: (err as Error).message } },
+          'reading proxy credentials failed; retrying',
+        );
+        const t = setTimeout(() => {
+          timers.delete(t);
+          const latest = store.proxies.get(parseKey(key));
+          if (latest && generation.get(key) === gen) sync(latest);
+        }, retryMs);
+        t.unref();
+        timers.add(t);
+        return;
+      }
+      if (stopped || generation.get(key) !== gen) return;
+      if (!creds && proxyType(p.spec) === 'Managed' && !warnedNoCredentials.has(key)) {
+        warnedNoCredentials.add(key);
+        log.warn(
+          { proxy: key },
+          'managed proxy has no credentials Secret yet; its lease URLs carry no credentials',
+        );
+      } else if (creds) warnedNoCredentials.delete(key);
+      leases.upsertProxy(proxyInfo(p, creds));
+    })();
+    inflight.add(run);
+    void run.finally(() => inflight.delete(run));
+  };
+
+  const remove = (p: ProxyObject): void => {
+    const key = keyOf(p);
+    generation.set(key, (generation.get(key) ?? 0) + 1);
+    untrack(key);
+    warnedNoCredentials.delete(key);
+    leases.removeProxy(key);
+  };
+
+  const unsubs: Unsubscribe[] = [];
+  unsubs.push(
+    store.proxies.watch((ev) => {
+      if (ev.type === 'DELETED') remove(ev.object);
+      else sync(ev.object);
+    }),
+  );
+  unsubs.push(
+    store.secrets.watch((ev) => {
+      const m = ev.object.metadata;
+      const users = bySecret.get(`${m.namespace ?? ''}/${m.name}`);
+      if (!users) return;
+      for (const key of [...users]) {
+        const p = store.proxies.get(parseKey(key));
+        if (p) sync(p);
+      }
+    }),
+  );
+  // Watches replay existing objects on most backends; listing too is harmless (upserts are idempotent).
+  for (const p of store.proxies.list()) sync(p);
+
+  const stop = () => {
+    if (stopped) return;
+    stopped = true;
+    for (const u of unsubs) u();
+    for (const t of timers) clearTimeout(t);
+    timers.clear();
+  };
+  signal.addEventListener('abort', stop, { once: true });
+  if (signal.aborted) stop();
+
+  return {
+    stop,
+    async idle() {
+      // Watch events may be delivered on a later tick; let them arrive first.
+      for (;;) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        if (inflight.size === 0) return;
+        await Promise.allSettled([...inflight]);
+      }
+    },
+  };
+}

@@ -1,0 +1,671 @@
+/**
+ * lease/store — the in-memory lease store (SPEC §6): which proxies may be handed out right
+ * now, to whom, for how long, and which are cooling down globally or for one target.
+ *
+ * Grants do not scan the fleet. Every eligible proxy (Ready, healthy, not draining/deleting,
+ * not in a global cooldown, below maxLeases) sits in a *view*: buckets by active-lease count,
+ * each a sorted list by (least recently leased, latency, name). A grant walks the lowest bucket
+ * from the front and skips only proxies cooling down for the requested target. Views exist per
+ * distinct (namespace, selector) a client asks for (LRU-bounded); the unfiltered view always
+ * exists. Cost per grant: O(views + log n + skipped), where skipped = proxies in the lowest
+ * non-empty buckets that are cooling down for this target. The "why nothing" arithmetic of a
+ * refused grant scans the fleet once (O(n)), only on that failure path.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { proxyUrlWithCredentials } from '../controller/credentials.ts';
+import { silentLogger } from '../log/index.ts';
+import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
+import { MinHeap, SortedList } from './ordered.ts';
+import { matchesSelector, parseSelector, type Selector, SelectorError } from './selector.ts';
+import { LeaseInputError, normalizeTarget } from './target.ts';
+
+export { LeaseInputError } from './target.ts';
+
+export const DEFAULT_TTL_SECONDS = 300;
+export const MAX_TTL_SECONDS = 3600;
+export const DEFAULT_BLOCKED_COOLDOWN_SECONDS = 600;
+export const DEFAULT_FAILED_COOLDOWN_SECONDS = 60;
+export const MAX_COOLDOWN_SECONDS = 86_400;
+
+export interface ProxyInfo {
+  /** "namespace/name". */
+  key: string;
+  namespace: string;
+  name: string;
+  uid: string;
+  labels: Record<string, string>;
+  phase: string;
+  /** Initial health, from the status Healthy condition; health-engine verdicts override it. */
+  healthy: boolean;
+  draining: boolean;
+  deleting: boolean;
+  /** 0 = unlimited. */
+  maxLeases: number;
+  /** Empty when the proxy has no address yet (then it is not ready). */
+  host: string;
+  port: number;
+  credentials?: { username: string; password: string };
+  latencyMillis?: number;
+}
+
+export interface LeaseRequest {
+  target?: string;
+  /** Label selector text (Kubernetes syntax) or an already parsed selector. */
+  selector?: string | Selector;
+  namespace?: string;
+  ttlSeconds?: number;
+}
+
+export interface LeaseGrant {
+  id: string;
+  proxy: { namespace: string; name: string; url: string; host: string; port: number };
+  target: string | null;
+  expiresAt: string;
+}
+
+/**
+ * Why nothing was leasable, as a funnel over the proxies matching namespace + selector:
+ * matching ⊇ ready ⊇ healthy, then the healthy ones split into draining, coolingDown,
+ * coolingDownForTarget, atCapacity (each counted in the first of those it falls in), so that
+ * healthy − draining − coolingDown − coolingDownForTarget − atCapacity = leasable (0 on refusal).
+ */
+export interface NoneLeasableCounts {
+  matching: number;
+  ready: number;
+  healthy: number;
+  draining: number;
+  coolingDown: number;
+  coolingDownForTarget: number;
+  atCapacity: number;
+}
+
+export type LeaseOutcome =
+  | { granted: true; grant: LeaseGrant }
+  | { granted: false; counts: NoneLeasableCounts };
+
+export type ReportResult = 'success' | 'blocked' | 'failed';
+
+export interface ReportRequest {
+  result: ReportResult;
+  cooldownSeconds?: number;
+  /** Default true. */
+  release?: boolean;
+}
+
+export type NotLeasableReason =
+  | 'NotReady'
+  | 'Deleting'
+  | 'Unhealthy'
+  | 'Draining'
+  | 'CoolingDown'
+  | 'CoolingDownForTarget'
+  | 'AtCapacity';
+
+export interface ProxySnapshot {
+  namespace: string;
+  name: string;
+  phase: string;
+  healthy: boolean;
+  draining: boolean;
+  deleting: boolean;
+  host: string | null;
+  port: number | null;
+  latencyMillis: number | null;
+  activeLeases: number;
+  maxLeases: number;
+  lastLeasedAt: string | null;
+  cooldownUntil: string | null;
+  targetCooldowns: { target: string; until: string }[];
+  leasable: boolean;
+  /** Why not leasable now (the first rule that fails); null when leasable. */
+  reason: NotLeasableReason | null;
+}
+
+export interface SnapshotFilter {
+  namespace?: string;
+  selector?: string | Selector;
+  target?: string;
+}
+
+export interface LeaseStoreOptions {
+  clock?: Clock;
+  log?: Logger;
+  /** Called with the proxy key when a lease reports `failed`: re-probe it now. */
+  requestProbe?: (key: string) => void;
+  defaultTtlSeconds?: number;
+  maxTtlSeconds?: number;
+  blockedCooldownSeconds?: number;
+  failedCooldownSeconds?: number;
+  /** How often expired leases are released without traffic. Default 1000 ms. */
+  sweepIntervalMs?: number;
+  /** Bound on cached (namespace, selector) views. Default 64. */
+  maxViews?: number;
+}
+
+interface Entry {
+  key: string;
+  namespace: string;
+  name: string;
+  uid: string;
+  labels: Record<string, string>;
+  phase: string;
+  healthy: boolean;
+  healthFromVerdict: boolean;
+  draining: boolean;
+  deleting: boolean;
+  maxLeases: number;
+  host: string;
+  port: number;
+  url: string;
+  latencyMillis: number | undefined;
+  active: number;
+  /** Grant sequence number of the last grant (0 = never): strict "least recently leased". */
+  lastLeasedSeq: number;
+  lastLeasedAt: number | undefined;
+  globalUntil: number;
+  targetUntil: Map<string, number>;
+  indexed: boolean;
+  removed: boolean;
+}
+
+interface Lease {
+  id: string;
+  entry: Entry;
+  target: string | undefined;
+  expiresAt: number;
+}
+
+function compareEntries(a: Entry, b: Entry): number {
+  if (a.lastLeasedSeq !== b.lastLeasedSeq) return a.lastLeasedSeq - b.lastLeasedSeq;
+  const la = a.latencyMillis ?? Number.POSITIVE_INFINITY;
+  const lb = b.latencyMillis ?? Number.POSITIVE_INFINITY;
+  if (la !== lb) return la < lb ? -1 : 1;
+  if (a.name !== b.name) return a.name < b.name ? -1 : 1;
+  if (a.namespace !== b.namespace) return a.namespace < b.namespace ? -1 : 1;
+  return 0;
+}
+
+/** Eligible proxies matching one (namespace, selector), bucketed by active-lease count. */
+class View {
+  readonly namespace: string | undefined;
+  readonly selector: Selector | undefined;
+  private buckets = new Map<number, SortedList<Entry>>();
+  /** Non-empty bucket keys, ascending. */
+  private counts: number[] = [];
+
+  constructor(namespace: string | undefined, selector: Selector | undefined) {
+    this.namespace = namespace;
+    this.selector = selector;
+  }
+
+  matches(e: Entry): boolean {
+    if (this.namespace !== undefined && e.namespace !== this.namespace) return false;
+    return this.selector === undefined || matchesSelector(this.selector, e.labels);
+  }
+
+  add(e: Entry): void {
+    let bucket = this.buckets.get(e.active);
+    if (!bucket) {
+      bucket = new SortedList(compareEntries);
+      this.buckets.set(e.active, bucket);
+      const i = this.counts.findIndex((c) => c > e.active);
+      this.counts.splice(i < 0 ? this.counts.length : i, 0, e.active);
+    }
+    bucket.insert(e);
+  }
+
+  remove(e: Entry): void {
+    const bucket = this.buckets.get(e.active);
+    if (!bucket?.delete(e)) return;
+    if (bucket.size === 0) {
+      this.buckets.delete(e.active);
+      this.counts.splice(this.counts.indexOf(e.active), 1);
+    }
+  }
+
+  pick(accept: (e: Entry) => boolean): Entry | undefined {
+    for (const c of this.counts) {
+      const found = this.buckets.get(c)!.find(accept);
+      if (found) return found;
+    }
+    return undefined;
+  }
+}
+
+function checkSeconds(field: string, value: number | undefined, max: number): void {
+  if (value === undefined) return;
+  if (!Number.isInteger(value) || value < 1 || value > max) {
+    throw new LeaseInputError(field, `${field} must be an integer from 1 to ${max}`);
+  }
+}
+
+function toSelector(sel: string | Selector | undefined, field = 'selector'): Selector | undefined {
+  if (sel === undefined) return undefined;
+  if (typeof sel !== 'string') return sel.requirements.length === 0 ? undefined : sel;
+  try {
+    const parsed = parseSelector(sel);
+    return parsed.requirements.length === 0 ? undefined : parsed;
+  } catch (err) {
+    if (err instanceof SelectorError) throw new LeaseInputError(field, `${field}: ${err.message}`);
+    throw err;
+  }
+}
+
+function iso(ms: number): string {
+  return new Date(ms).toISOString();
+}
+
+export class LeaseStore {
+  private readonly clock: Clock;
+  private readonly log: Logger;
+  private readonly requestProbe: ((key: string) => void) | undefined;
+  private readonly defaultTtl: number;
+  private readonly maxTtl: number;
+  private readonly blockedCooldown: number;
+  private readonly failedCooldown: number;
+  private readonly sweepIntervalMs: number;
+  private readonly maxViews: number;
+
+  private readonly proxies = new Map<string, Entry>();
+  private readonly leases = new Map<string, Lease>();
+  private readonly expiries = new MinHeap<{ at: number; lease: Lease }>((a, b) => a.at < b.at);
+  private readonly cooldownEnds = new MinHeap<{ at: number; entry: Entry }>((a, b) => a.at < b.at);
+  private readonly baseView = new View(undefined, undefined);
+  /** Filtered views by `namespace \0 canonical selector`, in LRU order (oldest first). */
+  private readonly views = new Map<string, View>();
+  private grantSeq = 0;
+  private timer: TimerHandle | undefined;
+  private closed = false;
+
+  constructor(opts: LeaseStoreOptions = {}) {
+    this.clock = opts.clock ?? systemClock;
+    this.log = opts.log ?? silentLogger();
+    this.requestProbe = opts.requestProbe;
+    this.defaultTtl = opts.defaultTtlSeconds ?? DEFAULT_TTL_SECONDS;
+    this.maxTtl = opts.maxTtlSeconds ?? MAX_TTL_SECONDS;
+    this.blockedCooldown = opts.blockedCooldownSeconds ?? DEFAULT_BLOCKED_COOLDOWN_SECONDS;
+    this.failedCooldown = opts.failedCooldownSeconds ?? DEFAULT_FAILED_COOLDOWN_SECONDS;
+    this.sweepIntervalMs = opts.sweepIntervalMs ?? 1000;
+    this.maxViews = opts.maxViews ?? 64;
+    this.schedule();
+  }
+
+  get maxTtlSeconds(): number {
+    return this.maxTtl;
+  }
+
+  /** Stops the expiry timer. The store stays usable (expiry then happens lazily on calls). */
+  close(): void {
+    this.closed = true;
+    if (this.timer) this.clock.clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private schedule(): void {
+    if (this.closed) return;
+    this.timer = this.clock.setTimeout(() => {
+      this.tick();
+      this.schedule();
+    }, this.sweepIntervalMs);
+  }
+
+  // ---- inputs from the feed and the health engine ----
+
+  upsertProxy(info: ProxyInfo): void {
+    this.tick();
+    const existing = this.proxies.get(info.key);
+    if (existing && existing.uid === info.uid) {
+      this.update(existing, () => this.assign(existing, info));
+      return;
+    }
+    if (existing) this.detach(existing);
+    const e: Entry = {
+      key: info.key,
+      namespace: info.namespace,
+      name: info.name,
+      uid: info.uid,
+      labels: {},
+      phase: '',
+      healthy: false,
+      healthFromVerdict: false,
+      draining: false,
+      deleting: false,
+      maxLeases: 0,
+      host: '',
+      port: 0,
+      url: '',
+      latencyMillis: undefined,
+      active: 0,
+      lastLeasedSeq: 0,
+      lastLeasedAt: undefined,
+      globalUntil: 0,
+      targetUntil: new Map(),
+      indexed: false,
+      removed: false,
+    };
+    this.assign(e, info);
+    this.proxies.set(info.key, e);
+    this.update(e, () => {});
+  }
+
+  private assign(e: Entry, info: ProxyInfo): void {
+    e.labels = { ...info.labels };
+    e.phase = info.phase;
+    if (!e.healthFromVerdict) {
+      e.healthy = info.healthy;
+      if (info.latencyMillis !== undefined) e.latencyMillis = info.latencyMillis;
+    }
+    e.draining = info.draining;
+    e.deleting = info.deleting;
+    e.maxLeases = Math.max(0, Math.floor(info.maxLeases));
+    e.host = info.host;
+    e.port = info.port;
+    e.url = info.host ? proxyUrlWithCredentials(info.host, info.port, info.credentials) : '';
+  }
+
+  /** Forgets a proxy: no new leases; existing leases stay valid until released or expired. */
+  removeProxy(key: string): void {
+    this.tick();
+    const e = this.proxies.get(key);
+    if (e) this.detach(e);
+  }
+
+  private detach(e: Entry): void {
+    this.update(e, () => {
+      e.removed = true;
+    });
+    this.proxies.delete(e.key);
+  }
+
+  /**
+   * A health verdict (and optionally the latest probe latency). From the first call on, verdicts
+   * win over the Healthy condition the feed passes in, which may lag behind. A stale uid (the
+   * object was recreated under the same name) is ignored; returns whether it applied.
+   */
+  setHealth(
+    key: string,
+    uid: string | undefined,
+    health: { healthy: boolean; latencyMillis?: number },
+  ): boolean {
+    this.tick();
+    const e = this.proxies.get(key);
+    if (!e || (uid !== undefined && uid !== '' && e.uid !== uid)) return false;
+    if (
+      e.healthFromVerdict &&
+      e.healthy === health.healthy &&
+      (health.latencyMillis === undefined || health.latencyMillis === e.latencyMillis)
+    ) {
+      return true;
+    }
+    this.update(e, () => {
+      e.healthy = health.healthy;
+      e.healthFromVerdict = true;
+      if (health.latencyMillis !== undefined) e.latencyMillis = health.latencyMillis;
+    });
+    return true;
+  }
+
+  // ---- lease operations ----
+
+  lease(req: LeaseRequest = {}): LeaseOutcome {
+    const target = normalizeTarget(req.target);
+    const selector = toSelector(req.selector);
+    checkSeconds('ttlSeconds', req.ttlSeconds, this.maxTtl);
+    const namespace = req.namespace === '' ? undefined : req.namespace;
+    this.tick();
+    const now = this.clock.now();
+    const view = this.viewFor(namespace, selector);
+    const e = view.pick((c) => target === undefined || !this.coolingFor(c, target, now));
+    if (!e) return { granted: false, counts: this.explain(namespace, selector, target, now) };
+    this.grantSeq++;
+    this.update(e, () => {
+      e.active++;
+      e.lastLeasedSeq = this.grantSeq;
+      e.lastLeasedAt = now;
+    });
+    const lease: Lease = {
+      id: randomUUID(),
+      entry: e,
+      target,
+      expiresAt: now + (req.ttlSeconds ?? this.defaultTtl) * 1000,
+    };
+    this.leases.set(lease.id, lease);
+    this.expiries.push({ at: lease.expiresAt, lease });
+    return {
+      granted: true,
+      grant: {
+        id: lease.id,
+        proxy: { namespace: e.namespace, name: e.name, url: e.url, host: e.host, port: e.port },
+        target: target ?? null,
+        expiresAt: iso(lease.expiresAt),
+      },
+    };
+  }
+
+  /** Extends a live lease to now + ttl; undefined when it is unknown or expired. */
+  renew(id: string, ttlSeconds?: number): { id: string; expiresAt: string } | undefined {
+    checkSeconds('ttlSeconds', ttlSeconds, this.maxTtl);
+    this.tick();
+    const lease = this.leases.get(id);
+    if (!lease) return undefined;
+    lease.expiresAt = this.clock.now() + (ttlSeconds ?? this.defaultTtl) * 1000;
+    this.expiries.push({ at: lease.expiresAt, lease });
+    return { id, expiresAt: iso(lease.expiresAt) };
+  }
+
+  /** Idempotent; returns whether a live lease was released. */
+  release(id: string): boolean {
+    this.tick();
+    const lease = this.leases.get(id);
+    if (!lease) return false;
+    this.drop(lease);
+    return true;
+  }
+
+  private drop(lease: Lease): void {
+    this.leases.delete(lease.id);
+    const e = lease.entry;
+    this.update(e, () => {
+      e.active--;
+    });
+  }
+
+  /**
+   * Outcome of using a lease. `blocked` cools the proxy down for the lease's target only
+   * (a lease without a target cannot be blocked: LeaseInputError on `result`), `failed` cools
+   * it down for everyone and asks for a re-probe. Returns false when the lease is not live.
+   */
+  report(id: string, req: ReportRequest): boolean {
+    checkSeconds('cooldownSeconds', req.cooldownSeconds, MAX_COOLDOWN_SECONDS);
+    if (req.result === 'success' && req.cooldownSeconds !== undefined) {
+      throw new LeaseInputError('cooldownSeconds', 'cooldownSeconds applies only to blocked and failed');
+    }
+    this.tick();
+    const lease = this.leases.get(id);
+    if (!lease) return false;
+    const e = lease.entry;
+    const now = this.clock.now();
+    if (req.result === 'blocked') {
+      if (lease.target === undefined) {
+        throw new LeaseInputError(
+          'result',
+          'result "blocked" needs a lease granted for a target; report "failed" for a proxy-wide problem',
+        );
+      }
+      const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
+      e.targetUntil.set(lease.target, Math.max(until, e.targetUntil.get(lease.target) ?? 0));
+    } else if (req.result === 'failed') {
+      const until = Math.max(e.globalUntil, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);
+      this.update(e, () => {
+        e.globalUntil = until;
+      });
+      this.cooldownEnds.push({ at: until, entry: e });
+      try {
+        this.requestProbe?.(e.key);
+      } catch (err) {
+        this.log.warn({ err, proxy: e.key }, 'requestProbe hook failed');
+      }
+    }
+    if (req.release !== false) this.drop(lease);
+    return true;
+  }
+
+  activeLeases(): number {
+    this.tick();
+    return this.leases.size;
+  }
+
+  snapshot(filter: SnapshotFilter = {}): ProxySnapshot[] {
+    const target = normalizeTarget(filter.target);
+    const selector = toSelector(filter.selector);
+    const namespace = filter.namespace === '' ? undefined : filter.namespace;
+    this.tick();
+    const now = this.clock.now();
+    const out: ProxySnapshot[] = [];
+    for (const e of this.proxies.values()) {
+      if (namespace !== undefined && e.namespace !== namespace) continue;
+      if (selector && !matchesSelector(selector, e.labels)) continue;
+      for (const [t, until] of e.targetUntil) if (until <= now) e.targetUntil.delete(t);
+      const reason = this.reasonFor(e, target, now);
+      out.push({
+        namespace: e.namespace,
+        name: e.name,
+        phase: e.phase,
+        healthy: e.healthy,
+        draining: e.draining,
+        deleting: e.deleting,
+        host: e.host || null,
+        port: e.host ? e.port : null,
+        latencyMillis: e.latencyMillis ?? null,
+        activeLeases: e.active,
+        maxLeases: e.maxLeases,
+        lastLeasedAt: e.lastLeasedAt === undefined ? null : iso(e.lastLeasedAt),
+        cooldownUntil: e.globalUntil > now ? iso(e.globalUntil) : null,
+        targetCooldowns: [...e.targetUntil]
+          .sort((a, b) => (a[0] < b[0] ? -1 : 1))
+          .map(([t, until]) => ({ target: t, until: iso(until) })),
+        leasable: reason === null,
+        reason,
+      });
+    }
+    return out.sort((a, b) =>
+      a.namespace === b.namespace ? (a.name < b.name ? -1 : 1) : a.namespace < b.namespace ? -1 : 1,
+    );
+  }
+
+  // ---- internals ----
+
+  /** Releases expired leases and re-admits proxies whose global cooldown ended. */
+  private tick(): void {
+    const now = this.clock.now();
+    for (let top = this.expiries.peek(); top && top.at <= now; top = this.expiries.peek()) {
+      this.expiries.pop();
+      const lease = top.lease;
+      if (this.leases.get(lease.id) === lease && lease.expiresAt <= now) this.drop(lease);
+    }
+    for (let top = this.cooldownEnds.peek(); top && top.at <= now; top = this.cooldownEnds.peek()) {
+      this.cooldownEnds.pop();
+      const e = top.entry;
+      if (!e.indexed && e.globalUntil <= now) this.update(e, () => {});
+    }
+  }
+
+  private eligible(e: Entry, now: number): boolean {
+    return (
+      !e.removed &&
+      e.phase === 'Ready' &&
+      e.host !== '' &&
+      !e.deleting &&
+      e.healthy &&
+      !e.draining &&
+      e.globalUntil <= now &&
+      (e.maxLeases === 0 || e.active < e.maxLeases)
+    );
+  }
+
+  /** Takes `e` out of every view, applies the change, and puts it back where it now belongs. */
+  private update(e: Entry, mutate: () => void): void {
+    if (e.indexed) {
+      this.baseView.remove(e);
+      for (const v of this.views.values()) if (v.matches(e)) v.remove(e);
+      e.indexed = false;
+    }
+    mutate();
+    if (this.eligible(e, this.clock.now())) {
+      this.baseView.add(e);
+      for (const v of this.views.values()) if (v.matches(e)) v.add(e);
+      e.indexed = true;
+    }
+  }
+
+  private viewFor(namespace: string | undefined, selector: Selector | undefined): View {
+    if (namespace === undefined && selector === undefined) return this.baseView;
+    const key = `${namespace ?? ''}\u0000${selector?.canonical ?? ''}`;
+    let view = this.views.get(key);
+    if (view) {
+      this.views.delete(key);
+      this.views.set(key, view);
+      return view;
+    }
+    view = new View(namespace, selector);
+    for (const e of this.proxies.values()) if (e.indexed && view.matches(e)) view.add(e);
+    this.views.set(key, view);
+    if (this.views.size > this.maxViews) {
+      const oldest = this.views.keys().next().value;
+      if (oldest !== undefined) this.views.delete(oldest);
+    }
+    return view;
+  }
+
+  private coolingFor(e: Entry, target: string, now: number): boolean {
+    const until = e.targetUntil.get(target);
+    if (until === undefined) return false;
+    if (until > now) return true;
+    e.targetUntil.delete(target);
+    return false;
+  }
+
+  private reasonFor(e: Entry, target: string | undefined, now: number): NotLeasableReason | null {
+    if (e.deleting) return 'Deleting';
+    if (e.phase !== 'Ready' || e.host === '') return 'NotReady';
+    if (!e.healthy) return 'Unhealthy';
+    if (e.draining) return 'Draining';
+    if (e.globalUntil > now) return 'CoolingDown';
+    if (target !== undefined && this.coolingFor(e, target, now)) return 'CoolingDownForTarget';
+    if (e.maxLeases > 0 && e.active >= e.maxLeases) return 'AtCapacity';
+    return null;
+  }
+
+  private explain(
+    namespace: string | undefined,
+    selector: Selector | undefined,
+    target: string | undefined,
+    now: number,
+  ): NoneLeasableCounts {
+    const c: NoneLeasableCounts = {
+      matching: 0,
+      ready: 0,
+      healthy: 0,
+      draining: 0,
+      coolingDown: 0,
+      coolingDownForTarget: 0,
+      atCapacity: 0,
+    };
+    for (const e of this.proxies.values()) {
+      if (namespace !== undefined && e.namespace !== namespace) continue;
+      if (selector && !matchesSelector(selector, e.labels)) continue;
+      c.matching++;
+      const reason = this.reasonFor(e, target, now);
+      if (reason === 'NotReady' || reason === 'Deleting') continue;
+      c.ready++;
+      if (reason === 'Unhealthy') continue;
+      c.healthy++;
+      if (reason === 'Draining') c.draining++;
+      else if (reason === 'CoolingDown') c.coolingDown++;
+      else if (reason === 'CoolingDownForTarget') c.coolingDownForTarget++;
+      else if (reason === 'AtCapacity') c.atCapacity++;
+    }
+    return c;
+  }
+}

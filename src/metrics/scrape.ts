@@ -1,0 +1,33 @@
+/**
+ * metrics/scrape — gauges computed at scrape time from state owned elsewhere (caches, stores),
+ * instead of being updated as events happen and drifting.
+ */
+import { Gauge, type LabelValues, type Registry } from 'prom-client';
+
+export type ScrapeSample<L extends string> = [labels: LabelValues<L>, value: number];
+
+/**
+ * A gauge whose series are rebuilt from `collect()` at every scrape: series absent from the
+ * latest answer disappear, so values never drift and deleted objects never leak series. Use it
+ * for state owned elsewhere (proxies by phase from the cache, active leases from the store).
+ * `collect` should be cheap and must not throw (a throw fails that scrape with a 500).
+ */
+export function registerScrapeGauge<L extends string>(
+  registry: Registry,
+  name: string,
+  help: string,
+  labelNames: readonly L[],
+  collect: () => Iterable<ScrapeSample<L>> | Promise<Iterable<ScrapeSample<L>>>,
+): Gauge<L> {
+  return new Gauge<L>({
+    name,
+    help,
+    labelNames,
+    registers: [registry],
+    async collect() {
+      const samples = await collect();
+      this.reset();
+      for (const [labels, value] of samples) this.set(labels, value);
+    },
+  });
+}

@@ -1,0 +1,141 @@
+/**
+ * provider/decorators — wrap a Provider so every call is counted, timed and traced, without the
+ * provider knowing. The wrappers expose only the Provider contract: in particular never `check`,
+ * so health checks (collected from the raw providers) can never be counted as provider requests.
+ */
+import { type Attributes, context, type Span, type Tracer } from '@opentelemetry/api';
+import { Counter, Histogram, type Registry } from 'prom-client';
+import { recordSpanError } from '../tracing/index.ts';
+import type { CallContext, CreateRequest, Instance, Provider } from './contract.ts';
+import { classify, type ErrorClass } from './errors.ts';
+
+export const PROVIDER_OPS = ['create', 'get', 'delete', 'listByTag'] as const;
+export type ProviderOp = (typeof PROVIDER_OPS)[number];
+export type ProviderResult = 'ok' | ErrorClass;
+
+export const PROVIDER_REQUESTS_TOTAL = 'proxy_operator_provider_requests_total';
+export const PROVIDER_REQUEST_DURATION = 'proxy_operator_provider_request_duration_seconds';
+
+/** Provider calls range from a cached get (ms) to a create that downloads an image (minutes). */
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+export interface ProviderMetrics {
+  requests: Counter<'provider' | 'op' | 'result'>;
+  duration: Histogram<'provider' | 'op'>;
+}
+
+/**
+ * The provider request metrics on `registry`, registered on first use and shared afterwards
+ * (prom-client refuses a second registration of the same name).
+ */
+export function providerMetrics(registry: Registry): ProviderMetrics {
+  const existingRequests = registry.getSingleMetric(PROVIDER_REQUESTS_TOTAL);
+  const existingDuration = registry.getSingleMetric(PROVIDER_REQUEST_DURATION);
+  if (existingRequests instanceof Counter && existingDuration instanceof Histogram) {
+    return {
+      requests: existingRequests as Counter<'provider' | 'op' | 'result'>,
+      duration: existingDuration as Histogram<'provider' | 'op'>,
+    };
+  }
+  return {
+    requests: new Counter({
+      name: PROVIDER_REQUESTS_TOTAL,
+      help: 'Provider API calls by provider, operation and result (ok or the error class).',
+      labelNames: ['provider', 'op', 'result'] as const,
+      registers: [registry],
+    }),
+    duration: new Histogram({
+      name: PROVIDER_REQUEST_DURATION,
+      help: 'Duration of provider API calls in seconds, whatever their result.',
+      labelNames: ['provider', 'op'] as const,
+      buckets: DURATION_BUCKETS,
+      registers: [registry],
+    }),
+  };
+}
+
+/** The call shape both decorators intercept. */
+type Around = <T>(
+  op: ProviderOp,
+  attrs: Attributes,
+  call: () => Promise<T>,
+  onResult?: (v: T, span?: Span) => void,
+) => Promise<T>;
+
+/** A Provider whose four operations (and close) go through `around`; name/type copied. */
+function decorate(p: Provider, around: Around): Provider {
+  return {
+    name: p.name,
+    type: p.type,
+    create: (ctx: CallContext, req: CreateRequest) =>
+      around(
+        'create',
+        { 'provider.instance_name': req.name },
+        () => p.create(ctx, req),
+        (inst: Instance, span) => span?.setAttribute('provider.id', inst.id),
+      ),
+    get: (ctx: CallContext, providerID: string) =>
+      around('get', { 'provider.id': providerID }, () => p.get(ctx, providerID)),
+    delete: (ctx: CallContext, providerID: string) =>
+      around('delete', { 'provider.id': providerID }, () => p.delete(ctx, providerID)),
+    listByTag: (ctx: CallContext) =>
+      around(
+        'listByTag',
+        {},
+        () => p.listByTag(ctx),
+        (list: Instance[], span) => span?.setAttribute('provider.instances', list.length),
+      ),
+    close: async () => {
+      await p.close?.();
+    },
+  };
+}
+
+/**
+ * Counts every call in `proxy_operator_provider_requests_total{provider,op,result}` (result = ok
+ * or the error's class) and observes its duration. Errors propagate unchanged.
+ */
+export function withMetrics(p: Provider, metrics: ProviderMetrics): Provider {
+  return decorate(p, async (op, _attrs, call) => {
+    const endTimer = metrics.duration.startTimer({ provider: p.name, op });
+    let result: ProviderResult = 'ok';
+    try {
+      return await call();
+    } catch (err) {
+      result = classify(err);
+      throw err;
+    } finally {
+      endTimer();
+      metrics.requests.inc({ provider: p.name, op, result });
+    }
+  });
+}
+
+/**
+ * One span per call, `provider.<op>`, child of the caller's active context, carrying the provider
+ * name/type and the instance ID or name — never request bodies, credentials or cloud-init. A
+ * failure sets status ERROR with the error class; errors propagate unchanged.
+ */
+export function withTracing(p: Provider, tracer: Tracer): Provider {
+  return decorate(p, (op, attrs, call, onResult) =>
+    tracer.startActiveSpan(
+      `provider.${op}`,
+      { attributes: { 'provider.name': p.name, 'provider.type': p.type, 'provider.op': op, ...attrs } },
+      context.active(),
+      async (span) => {
+        try {
+          const value = await call();
+          onResult?.(value, span);
+          return value;
+        } catch (err) {
+          const errorClass = classify(err);
+          span.setAttribute('provider.error_class', errorClass);
+          recordSpanError(span, err, errorClass);
+          throw err;
+        } finally {
+          span.end();
+        }
+      },
+    ),
+  );
+}

@@ -1,0 +1,325 @@
+/**
+ * provider/local — the `local` provider: each instance is an authenticated forward proxy served
+ * by the operator process itself on a port from a configured range. For development, demos, the
+ * test suite and the standalone quick start. Instances live and die with the process: after a
+ * restart `get` answers NotFound and the reconciler re-creates them (on the same port when it can).
+ */
+import { createHash } from 'node:crypto';
+import net from 'node:net';
+import type { Logger } from 'pino';
+import type { TargetStatus } from '../../api/providerhealth.ts';
+import type { LocalProviderConfig } from '../../config/schema.ts';
+import { silentLogger } from '../../log/index.ts';
+import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
+import { notFound, permanent, quotaExceeded, transient } from '../errors.ts';
+import { ForwardProxy } from './forward-proxy.ts';
+
+export const LOCAL_PROVIDER_TYPE = 'local';
+export const LOCAL_ID_PREFIX = 'local/';
+export const DEFAULT_LOCAL_BIND_ADDRESS = '127.0.0.1';
+export const DEFAULT_LOCAL_PORT_RANGE = { from: 20000, to: 20999 } as const;
+
+const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+
+export interface LocalProviderOptions {
+  /** Provider name from the providers config. */
+  name: string;
+  config?: LocalProviderConfig;
+  log?: Logger;
+  /** How long a tunnel or forwarded request waits for the origin's TCP accept. Default 10 s. */
+  connectTimeoutMs?: number;
+}
+
+interface Entry {
+  name: string;
+  proxy: ForwardProxy;
+  port: number;
+  uid: string;
+  namespace: string;
+  createdAt: Date;
+}
+
+export type LocalProvider = Provider & Checker & { close(): Promise<void> };
+
+/** Builds the provider; throws only for a config that can never work, naming the field. */
+export function createLocalProvider(opts: LocalProviderOptions): LocalProvider {
+  return new LocalProxyProvider(opts);
+}
+
+/** `local/<name>` → name; anything else is a permanent error (the ID can never become valid). */
+export function parseLocalID(id: string, provider = LOCAL_PROVIDER_TYPE): string {
+  const name = id.startsWith(LOCAL_ID_PREFIX) ? id.slice(LOCAL_ID_PREFIX.length) : '';
+  if (!NAME_PATTERN.test(name)) {
+    throw permanent(`${provider}: malformed providerID ${JSON.stringify(id)}, want local/<name>`, {
+      provider,
+      providerID: id,
+    });
+  }
+  return name;
+}
+
+class LocalProxyProvider implements Provider, Checker {
+  readonly name: string;
+  readonly type = LOCAL_PROVIDER_TYPE;
+  private readonly bindAddress: string;
+  private readonly advertiseAddress: string;
+  private readonly from: number;
+  private readonly to: number;
+  private readonly log: Logger;
+  private readonly connectTimeoutMs: number | undefined;
+  private readonly instances = new Map<string, Entry>();
+  private readonly starting = new Map<string, Promise<Entry>>();
+  /** Ports instances had, so a re-created instance gets its old port back when it is free. */
+  private readonly lastPort = new Map<string, number>();
+  private closed = false;
+
+  constructor(opts: LocalProviderOptions) {
+    const cfg = opts.config ?? {};
+    this.name = opts.name;
+    this.log = (opts.log ?? silentLogger()).child({ provider: opts.name });
+    this.bindAddress = cfg.bindAddress ?? DEFAULT_LOCAL_BIND_ADDRESS;
+    if (net.isIP(this.bindAddress) === 0) {
+      throw new Error(
+        `providers[${opts.name}].local.bindAddress: ${JSON.stringify(this.bindAddress)} is not an IP address`,
+      );
+    }
+    if (cfg.advertiseAddress !== undefined && cfg.advertiseAddress.trim() === '') {
+      throw new Error(`providers[${opts.name}].local.advertiseAddress: must not be empty`);
+    }
+    this.advertiseAddress = cfg.advertiseAddress ?? this.bindAddress;
+    const range = cfg.portRange ?? DEFAULT_LOCAL_PORT_RANGE;
+    for (const [field, v] of [
+      ['from', range.from],
+      ['to', range.to],
+    ] as const) {
+      if (!Number.isInteger(v) || v < 1 || v > 65535) {
+        throw new Error(`providers[${opts.name}].local.portRange.${field}: ${v} is not a port (1-65535)`);
+      }
+    }
+    if (range.from > range.to) {
+      throw new Error(
+        `providers[${opts.name}].local.portRange: from (${range.from}) must not be greater than to (${range.to})`,
+      );
+    }
+    this.from = range.from;
+    this.to = range.to;
+    this.connectTimeoutMs = opts.connectTimeoutMs;
+  }
+
+  async create(ctx: CallContext, req: CreateRequest): Promise<Instance> {
+    if (!NAME_PATTERN.test(req.name)) {
+      throw permanent(
+        `${this.name} create: invalid instance name ${JSON.stringify(req.name)}`,
+        this.where('create'),
+      );
+    }
+    if (this.closed) throw transient(`${this.name} create: provider is shut down`, this.where('create'));
+    const existing = this.instances.get(req.name);
+    if (existing) return this.toInstance(existing);
+    let pending = this.starting.get(req.name);
+    if (!pending) {
+      pending = this.start(ctx, req).finally(() => this.starting.delete(req.name));
+      this.starting.set(req.name, pending);
+    }
+    return this.toInstance(await pending);
+  }
+
+  async get(_ctx: CallContext, providerID: string): Promise<Instance> {
+    const name = parseLocalID(providerID, this.name);
+    const entry = this.instances.get(name);
+    if (!entry?.proxy.listening) {
+      if (entry) await this.stop(entry);
+      throw notFound(`${this.name} get ${providerID}: no such local proxy`, this.where('get', providerID));
+    }
+    return this.toInstance(entry);
+  }
+
+  async delete(_ctx: CallContext, providerID: string): Promise<void> {
+    const name = parseLocalID(providerID, this.name);
+    // A create still binding must not leave a listener behind the delete.
+    await this.starting.get(name)?.catch(() => undefined);
+    const entry = this.instances.get(name);
+    if (entry) await this.stop(entry);
+  }
+
+  async listByTag(_ctx: CallContext): Promise<Instance[]> {
+    return [...this.instances.values()].map((e) => this.toInstance(e));
+  }
+
+  async check(ctx: CallContext): Promise<TargetStatus[]> {
+    const start = Date.now();
+    const target: TargetStatus = {
+      name: 'local',
+      address: this.bindAddress,
+      ready: false,
+      reason: 'Unknown',
+      details: { listeners: String(this.instances.size), portRange: `${this.from}-${this.to}` },
+    };
+    try {
+      const broken = [...this.instances.values()].filter((e) => !e.proxy.listening).map((e) => e.name);
+      const free = await this.probeFreePort(ctx.signal);
+      if (ctx.signal.aborted) {
+        target.reason = 'Timeout';
+        target.message = 'check aborted before a free port was found';
+      } else if (free.error) {
+        target.reason = 'BindFailed';
+        target.message = `cannot listen on ${this.bindAddress}: ${free.error}`;
+      } else if (broken.length > 0) {
+        target.reason = 'ListenerFailed';
+        target.message = `not listening: ${broken.join(', ')}`.slice(0, 1024);
+      } else if (!free.found) {
+        target.reason = 'PortRangeExhausted';
+        target.message = `no free port in ${this.from}-${this.to} on ${this.bindAddress}`;
+      } else {
+        target.ready = true;
+        target.reason = 'PortsAvailable';
+      }
+    } catch (err) {
+      target.reason = 'Unknown';
+      target.message = (err instanceof Error ? err.message : String(err)).slice(0, 1024);
+    }
+    target.latencyMillis = Math.max(0, Date.now() - start);
+    return [target];
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.allSettled([...this.starting.values()]);
+    await Promise.all([...this.instances.values()].map((e) => this.stop(e)));
+  }
+
+  private async start(ctx: CallContext, req: CreateRequest): Promise<Entry> {
+    const taken = new Set([...this.instances.values()].map((e) => e.port));
+    for (const port of this.candidates(req, taken)) {
+      if (ctx.signal.aborted) {
+        throw transient(`${this.name} create ${req.name}: aborted`, {
+          ...this.where('create'),
+          cause: ctx.signal.reason,
+        });
+      }
+      const proxy = new ForwardProxy({
+        credentials: req.credentials,
+        log: this.log.child({ instance: req.name }),
+        ...(this.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: this.connectTimeoutMs }),
+      });
+      try {
+        await proxy.listen(port, this.bindAddress);
+      } catch (err) {
+        await proxy.close();
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'EADDRINUSE') continue;
+        if (code === 'EACCES') {
+          throw permanent(
+            `${this.name} create ${req.name}: not allowed to listen on ${this.bindAddress}:${port}; use a portRange above 1023`,
+            this.where('create'),
+          );
+        }
+        throw transient(
+          `${this.name} create ${req.name}: cannot listen on ${this.bindAddress}:${port}: ${code}`,
+          {
+            ...this.where('create'),
+            cause: err,
+          },
+        );
+      }
+      if (this.closed) {
+        await proxy.close();
+        throw transient(`${this.name} create: provider is shut down`, this.where('create'));
+      }
+      const entry: Entry = {
+        name: req.name,
+        proxy,
+        port,
+        uid: req.uid,
+        namespace: req.namespace,
+        createdAt: new Date(),
+      };
+      this.instances.set(req.name, entry);
+      this.lastPort.set(req.name, port);
+      this.log.info(
+        { instance: req.name, port, proxy: `${req.namespace}/${req.proxyName}` },
+        'local proxy started',
+      );
+      return entry;
+    }
+    throw quotaExceeded(
+      `${this.name} create ${req.name}: no free port in ${this.from}-${this.to} on ${this.bindAddress}`,
+      this.where('create'),
+    );
+  }
+
+  /**
+   * Remembered port, then the requested port if in range, then the whole range starting at a
+   * slot derived from the name: instance names are deterministic, so after a restart of the
+   * process a re-created instance usually lands on the port it had before.
+   */
+  private *candidates(req: CreateRequest, taken: Set<number>): Generator<number> {
+    const tried = new Set<number>();
+    const preferred = [this.lastPort.get(req.name), req.port];
+    for (const p of preferred) {
+      if (p === undefined || p < this.from || p > this.to || taken.has(p) || tried.has(p)) continue;
+      tried.add(p);
+      yield p;
+    }
+    const size = this.to - this.from + 1;
+    const first = preferredPort(req.name, this.from, this.to);
+    for (let i = 0; i < size; i++) {
+      const p = this.from + ((first - this.from + i) % size);
+      if (taken.has(p) || tried.has(p)) continue;
+      tried.add(p);
+      yield p;
+    }
+  }
+
+  /** Whether some port of the range not held by us can be bound right now. */
+  private async probeFreePort(signal: AbortSignal): Promise<{ found: boolean; error?: string }> {
+    const taken = new Set([...this.instances.values()].map((e) => e.port));
+    const size = this.to - this.from + 1;
+    for (let i = 0; i < size && !signal.aborted; i++) {
+      const port = this.from + i;
+      if (taken.has(port)) continue;
+      const code = await tryBind(this.bindAddress, port);
+      if (code === undefined) return { found: true };
+      if (code !== 'EADDRINUSE') return { found: false, error: code };
+    }
+    return { found: false };
+  }
+
+  private async stop(entry: Entry): Promise<void> {
+    if (this.instances.get(entry.name) === entry) this.instances.delete(entry.name);
+    await entry.proxy.close();
+    this.log.info({ instance: entry.name, port: entry.port }, 'local proxy stopped');
+  }
+
+  private toInstance(e: Entry): Instance {
+    return {
+      id: `${LOCAL_ID_PREFIX}${e.name}`,
+      name: e.name,
+      state: 'Running',
+      address: this.advertiseAddress,
+      port: e.port,
+      uid: e.uid,
+      namespace: e.namespace,
+      createdAt: e.createdAt,
+    };
+  }
+
+  private where(op: string, providerID?: string) {
+    return providerID === undefined ? { op, provider: this.name } : { op, provider: this.name, providerID };
+  }
+}
+
+/** The first port tried for an instance name: a stable hash of the name into the range. */
+export function preferredPort(name: string, from: number, to: number): number {
+  const h = createHash('sha256').update(name).digest().readUInt32BE(0);
+  return from + (h % (to - from + 1));
+}
+
+/** Binds and releases a port; the error code when that fails. */
+function tryBind(host: string, port: number): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const srv = net.createServer();
+    srv.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? 'EUNKNOWN'));
+    srv.listen({ host, port, exclusive: true }, () => srv.close(() => resolve(undefined)));
+  });
+}

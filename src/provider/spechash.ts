@@ -1,0 +1,64 @@
+/**
+ * provider/spechash — the spec-hash (SPEC §2.1): a digest of everything that, when it changes,
+ * needs a new instance — provider, placement, port, the resolved cloud-init bytes (inline or a
+ * referenced Secret's content) and the credentials. Canonical JSON (sorted keys, no undefined)
+ * → sha256 hex, so field order and absent-vs-undefined never cause a spurious replacement.
+ * The hash is published in an annotation; it contains no input in the clear.
+ */
+import { createHash } from 'node:crypto';
+import type { Credentials } from './contract.ts';
+
+export interface SpecHashInput {
+  provider: string;
+  placement?: { zone?: string; machineType?: string; image?: string };
+  /** Port with the default applied (3128), so an explicit default does not replace. */
+  port: number;
+  /** The cloud-init content itself, not its reference; undefined when none. */
+  cloudInit?: string;
+  credentials: Credentials;
+}
+
+/** Bump when the input shape changes meaning; changing it replaces every instance once. */
+const HASH_VERSION = 1;
+
+type Json = string | number | boolean | null | Json[] | { [k: string]: Json };
+
+/** JSON with object keys sorted recursively and undefined members dropped. */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(normalize(value));
+}
+
+function normalize(value: unknown): Json {
+  if (value === null || typeof value === 'string' || typeof value === 'boolean') return value;
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value)) throw new Error(`canonicalJson: non-finite number ${value}`);
+    return value;
+  }
+  if (Array.isArray(value)) return value.map((v) => (v === undefined ? null : normalize(v)));
+  if (typeof value === 'object') {
+    const out: { [k: string]: Json } = {};
+    for (const k of Object.keys(value as object).sort()) {
+      const v = (value as Record<string, unknown>)[k];
+      if (v !== undefined) out[k] = normalize(v);
+    }
+    return out;
+  }
+  throw new Error(`canonicalJson: unsupported value of type ${typeof value}`);
+}
+
+export function specHash(input: SpecHashInput): string {
+  const placement = input.placement ?? {};
+  const doc = {
+    v: HASH_VERSION,
+    provider: input.provider,
+    placement: {
+      zone: placement.zone || undefined,
+      machineType: placement.machineType || undefined,
+      image: placement.image || undefined,
+    },
+    port: input.port,
+    cloudInit: input.cloudInit,
+    credentials: { username: input.credentials.username, password: input.credentials.password },
+  };
+  return createHash('sha256').update(canonicalJson(doc), 'utf8').digest('hex');
+}

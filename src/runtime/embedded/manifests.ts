@@ -1,0 +1,252 @@
+/**
+ * runtime/embedded/manifests — reads Proxy and Secret manifests (one YAML file, or a directory
+ * of multi-document YAML/JSON files) and validates every document. A file with any bad
+ * document is rejected whole, with errors naming the file, the document (1-based) and the
+ * field, so the store can keep that file's previous good version in effect.
+ */
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import YAML from 'yaml';
+import type { ProxyObject } from '../../api/proxy.ts';
+import type { FieldError, ValidationResult } from '../../api/validate.ts';
+import { isDnsLabel, isDnsSubdomain } from '../../api/validate.ts';
+import {
+  PROXY_RESOURCE,
+  qualifiedName,
+  type ResourceType,
+  SECRET_RESOURCE,
+  type StoredObject,
+} from '../objects/types.ts';
+import { isPlainObject } from '../patch.ts';
+
+export type ProxyValidator = (obj: unknown, opts?: { old?: ProxyObject }) => ValidationResult<ProxyObject>;
+
+export const DEFAULT_NAMESPACE = 'default';
+
+export interface ManifestDoc {
+  file: string;
+  /** 1-based position of the document in its file. */
+  index: number;
+  type: ResourceType;
+  /** `<resource>|<namespace>/<name>`: identity across files and restarts. */
+  key: string;
+  /** Only what a manifest may set: name, namespace, labels, annotations, spec (or Secret data/type). */
+  obj: StoredObject;
+}
+
+export interface ManifestError {
+  file: string;
+  /** 1-based document index; absent for whole-file errors (unreadable, not YAML). */
+  document?: number;
+  /** Field path inside the document, e.g. `spec.healthCheck.timeoutSeconds`. */
+  path?: string;
+  message: string;
+}
+
+export function formatManifestError(e: ManifestError): string {
+  const where = [e.file, e.document !== undefined ? `document ${e.document}` : undefined, e.path || undefined]
+    .filter(Boolean)
+    .join(': ');
+  return `${where}: ${e.message}`;
+}
+
+export function manifestKey(type: ResourceType, namespace: string, name: string): string {
+  return `${qualifiedName(type)}|${namespace}/${name}`;
+}
+
+const MANIFEST_FILE = /\.(ya?ml|json)$/i;
+
+/** The manifest files under `path` (a file, or a directory read non-recursively), sorted. */
+export async function listManifestFiles(path: string): Promise<string[]> {
+  const st = await stat(path);
+  if (!st.isDirectory()) return [path];
+  const entries = await readdir(path, { withFileTypes: true });
+  return entries
+    .filter((e) => e.isFile() && !e.name.startsWith('.') && MANIFEST_FILE.test(e.name))
+    .map((e) => join(path, e.name))
+    .sort();
+}
+
+function stringMap(v: unknown, path: string, errors: FieldError[]): Record<string, string> | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (!isPlainObject(v)) {
+    errors.push({ path, message: 'must be a map of strings' });
+    return undefined;
+  }
+  for (const [k, x] of Object.entries(v)) {
+    if (typeof x !== 'string')
+      errors.push({ path: `${path}[${JSON.stringify(k)}]`, message: 'must be a string' });
+  }
+  return v as Record<string, string>;
+}
+
+function baseMeta(doc: Record<string, unknown>, errors: FieldError[]): StoredObject['metadata'] {
+  const m = isPlainObject(doc.metadata) ? doc.metadata : {};
+  const namespace = typeof m.namespace === 'string' && m.namespace !== '' ? m.namespace : DEFAULT_NAMESPACE;
+  const labels = stringMap(m.labels, 'metadata.labels', errors);
+  const annotations = stringMap(m.annotations, 'metadata.annotations', errors);
+  return {
+    name: String(m.name ?? ''),
+    namespace,
+    ...(labels && Object.keys(labels).length ? { labels } : {}),
+    ...(annotations && Object.keys(annotations).length ? { annotations } : {}),
+  };
+}
+
+function validateSecretDoc(doc: Record<string, unknown>): { obj?: StoredObject; errors: FieldError[] } {
+  const errors: FieldError[] = [];
+  if (doc.apiVersion !== 'v1') errors.push({ path: 'apiVersion', message: 'must be v1 for a Secret' });
+  const meta = baseMeta(doc, errors);
+  if (!meta.name) errors.push({ path: 'metadata.name', message: 'is required' });
+  else if (!isDnsSubdomain(meta.name))
+    errors.push({ path: 'metadata.name', message: 'must be a DNS subdomain' });
+  if (!isDnsLabel(meta.namespace as string))
+    errors.push({ path: 'metadata.namespace', message: 'must be a DNS label' });
+  const data: Record<string, string> = {};
+  const raw = stringMap(doc.data, 'data', errors) ?? {};
+  for (const [k, v] of Object.entries(raw)) {
+    if (typeof v === 'string' && (!/^[A-Za-z0-9+/]*={0,2}$/.test(v) || v.length % 4 !== 0)) {
+      errors.push({
+        path: `data[${JSON.stringify(k)}]`,
+        message: 'must be base64 (use stringData for plain text)',
+      });
+    } else {
+      data[k] = v;
+    }
+  }
+  for (const [k, v] of Object.entries(stringMap(doc.stringData, 'stringData', errors) ?? {})) {
+    if (typeof v === 'string') data[k] = Buffer.from(v, 'utf8').toString('base64');
+  }
+  if (doc.type !== undefined && typeof doc.type !== 'string')
+    errors.push({ path: 'type', message: 'must be a string' });
+  if (errors.length) return { errors };
+  return {
+    errors,
+    obj: {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: meta,
+      ...(doc.type ? { type: doc.type } : {}),
+      data,
+    },
+  };
+}
+
+function validateProxyDoc(
+  doc: Record<string, unknown>,
+  validate: ProxyValidator,
+  old: (key: string) => StoredObject | undefined,
+): { obj?: StoredObject; errors: FieldError[] } {
+  const errors: FieldError[] = [];
+  const meta = baseMeta(doc, errors);
+  if (errors.length) return { errors };
+  // Only user-settable fields take part: server-set metadata and status in a manifest are ignored.
+  const candidate = { apiVersion: doc.apiVersion, kind: doc.kind, metadata: meta, spec: doc.spec };
+  const prev = meta.name ? old(manifestKey(PROXY_RESOURCE, meta.namespace as string, meta.name)) : undefined;
+  const res = validate(candidate, prev ? { old: prev as unknown as ProxyObject } : {});
+  if (!res.ok) return { errors: res.errors };
+  return {
+    errors,
+    obj: { apiVersion: res.value.apiVersion, kind: 'Proxy', metadata: meta, spec: res.value.spec },
+  };
+}
+
+/**
+ * Parses and validates one file. `old` returns the stored object for a manifest key (for
+ * transition rules such as spec.type immutability).
+ */
+export function parseManifestText(
+  file: string,
+  text: string,
+  validate: ProxyValidator,
+  old: (key: string) => StoredObject | undefined,
+): { docs: ManifestDoc[]; errors: ManifestError[] } {
+  const docs: ManifestDoc[] = [];
+  const errors: ManifestError[] = [];
+  let parsed: YAML.Document.Parsed[];
+  try {
+    parsed = YAML.parseAllDocuments(text) as YAML.Document.Parsed[];
+  } catch (e) {
+    return { docs, errors: [{ file, message: `cannot parse YAML: ${(e as Error).message}` }] };
+  }
+  if (!Array.isArray(parsed)) parsed = [parsed];
+  parsed.forEach((d, i) => {
+    const document = i + 1;
+    if (d.errors.length > 0) {
+      errors.push({ file, document, message: `invalid YAML: ${d.errors[0]?.message.split('\n')[0]}` });
+      return;
+    }
+    const value: unknown = d.toJS();
+    if (value === null || value === undefined) return; // empty document (e.g. a trailing ---)
+    if (!isPlainObject(value)) {
+      errors.push({ file, document, message: 'must be a mapping (a Kubernetes object)' });
+      return;
+    }
+    let res: { obj?: StoredObject; errors: FieldError[] };
+    let type: ResourceType;
+    if (value.kind === 'Proxy') {
+      type = PROXY_RESOURCE;
+      res = validateProxyDoc(value, validate, old);
+    } else if (value.kind === 'Secret') {
+      type = SECRET_RESOURCE;
+      res = validateSecretDoc(value);
+    } else {
+      errors.push({
+        file,
+        document,
+        path: 'kind',
+        message: `must be Proxy or Secret, got ${JSON.stringify(value.kind)}`,
+      });
+      return;
+    }
+    if (!res.obj) {
+      for (const fe of res.errors) errors.push({ file, document, path: fe.path, message: fe.message });
+      return;
+    }
+    const meta = res.obj.metadata;
+    docs.push({
+      file,
+      index: document,
+      type,
+      key: manifestKey(type, meta.namespace as string, meta.name),
+      obj: res.obj,
+    });
+  });
+  const seen = new Map<string, number>();
+  for (const d of docs) {
+    const first = seen.get(d.key);
+    if (first !== undefined) {
+      errors.push({
+        file,
+        document: d.index,
+        path: 'metadata.name',
+        message: `duplicates document ${first} (${d.key.split('|')[1]})`,
+      });
+    } else {
+      seen.set(d.key, d.index);
+    }
+  }
+  return { docs, errors };
+}
+
+export interface FileScan {
+  file: string;
+  text?: string;
+  docs: ManifestDoc[];
+  errors: ManifestError[];
+}
+
+/** Reads one file; unreadable files are an error for that file. */
+export async function readManifestFile(
+  file: string,
+  validate: ProxyValidator,
+  old: (key: string) => StoredObject | undefined,
+): Promise<FileScan> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (e) {
+    return { file, docs: [], errors: [{ file, message: `cannot read: ${(e as Error).message}` }] };
+  }
+  return { file, text, ...parseManifestText(file, text, validate, old) };
+}

@@ -1,0 +1,102 @@
+import { describe, expect, it } from 'vitest';
+import { FlagError, helpText, parseCommandLine, parseDuration } from '../../src/cmd/flags.ts';
+
+function fails(argv: string[]): string {
+  try {
+    parseCommandLine(argv);
+  } catch (err) {
+    expect(err).toBeInstanceOf(FlagError);
+    return (err as Error).message;
+  }
+  throw new Error(`expected ${argv.join(' ')} to fail`);
+}
+
+describe('command line', () => {
+  it('parses standalone with loopback defaults', () => {
+    const parsed = parseCommandLine(['standalone', '--config', 'examples/standalone']);
+    expect(parsed.command).toBe('standalone');
+    if (parsed.command !== 'standalone') return;
+    expect(parsed.flags.config).toBe('examples/standalone');
+    expect(parsed.flags.discoveryBindAddress).toBe('127.0.0.1:8090');
+    expect(parsed.flags.metricsBindAddress).toBe('0');
+    expect(parsed.flags.providerCheckIntervalMs).toBe(60_000);
+    expect(parsed.flags.providerCheckTimeoutMs).toBe(15_000);
+    expect(parsed.flags.gcIntervalMs).toBe(600_000);
+  });
+
+  it('parses operator flags of SPEC §9', () => {
+    const parsed = parseCommandLine([
+      'operator',
+      '--providers-config=/etc/p.yaml',
+      '--leader-elect',
+      '--proxy-namespace',
+      'crawl',
+      '--metrics-bind-address',
+      ':8443',
+      '--metrics-secure',
+      '--provider-check-interval',
+      '30s',
+      '--gc-min-age',
+      '1h30m',
+    ]);
+    if (parsed.command !== 'operator') throw new Error('wrong command');
+    expect(parsed.flags).toMatchObject({
+      providersConfig: '/etc/p.yaml',
+      leaderElect: true,
+      proxyNamespace: 'crawl',
+      metricsBindAddress: ':8443',
+      metricsSecure: true,
+      providerCheckIntervalMs: 30_000,
+      providerCheckTimeoutMs: 15_000,
+      gcMinAgeMs: 5_400_000,
+      discoveryBindAddress: ':8090',
+    });
+  });
+
+  it('fails fast with one line naming the problem', () => {
+    expect(fails(['standalone'])).toMatch(/--config is required/);
+    expect(fails(['operator'])).toMatch(/--providers-config is required/);
+    expect(fails(['standalone', '-c', 'x', '--bogus'])).toMatch(/unknown flag --bogus/);
+    expect(fails(['standalone', '-c', 'x', '--provider-check-interval', '5s'])).toMatch(
+      /--provider-check-interval: must be 0 \(off\) or at least 10s/,
+    );
+    expect(
+      fails(['standalone', '-c', 'x', '--provider-check-interval', '20s', '--provider-check-timeout', '30s']),
+    ).toMatch(/--provider-check-timeout: must not exceed/);
+    expect(fails(['standalone', '-c', 'x', '--gc-interval', 'ten'])).toMatch(
+      /--gc-interval: "ten" is not a duration/,
+    );
+    expect(fails(['standalone', '-c', 'x', '--discovery-bind-address', 'localhost'])).toMatch(
+      /--discovery-bind-address: "localhost" must be host:port/,
+    );
+    expect(fails(['standalone', '-c', 'x', '--log-format', 'xml'])).toMatch(/--log-format/);
+    expect(fails(['launch'])).toMatch(/unknown command "launch"/);
+    expect(fails(['status', '-o', 'yaml'])).toMatch(/--output: "yaml"/);
+  });
+
+  it('turns provider checks off with 0 and defaults the timeout from the interval', () => {
+    const off = parseCommandLine(['standalone', '-c', 'x', '--provider-check-interval', '0']);
+    if (off.command !== 'standalone') throw new Error('wrong command');
+    expect(off.flags.providerCheckIntervalMs).toBe(0);
+    const short = parseCommandLine(['standalone', '-c', 'x', '--provider-check-interval', '10s']);
+    if (short.command !== 'standalone') throw new Error('wrong command');
+    expect(short.flags.providerCheckTimeoutMs).toBe(10_000);
+  });
+
+  it('reads durations the way Go flags do', () => {
+    expect(parseDuration('x', '500ms')).toBe(500);
+    expect(parseDuration('x', '1h2m3s')).toBe(3_723_000);
+    expect(parseDuration('x', '0')).toBe(0);
+    expect(() => parseDuration('x', '10')).toThrow(FlagError);
+    expect(() => parseDuration('x', '10s5')).toThrow(FlagError);
+  });
+
+  it('has help for every command', () => {
+    expect(parseCommandLine([])).toEqual({ command: 'help' });
+    expect(parseCommandLine(['standalone', '--help'])).toEqual({ command: 'help', topic: 'standalone' });
+    expect(parseCommandLine(['--version'])).toEqual({ command: 'version' });
+    expect(helpText()).toMatch(/standalone --config/);
+    expect(helpText('operator')).toMatch(/--leader-elect/);
+    expect(helpText('operator')).toMatch(/--gc-min-age/);
+  });
+});

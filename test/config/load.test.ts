@@ -1,0 +1,121 @@
+/**
+ * test/config/load — reading the providers config from disk: the shipped sample loads, YAML
+ * mistakes and rule violations fail with every problem listed, warnings reach the log.
+ */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadProvidersConfig, ProvidersConfigError } from '../../src/config/load.ts';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '../..');
+let dir: string;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'providers-config-'));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function file(name: string, text: string): Promise<string> {
+  const path = join(dir, name);
+  await writeFile(path, text);
+  return path;
+}
+
+async function failure(path: string): Promise<ProvidersConfigError> {
+  const err = await loadProvidersConfig(path).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(ProvidersConfigError);
+  return err as ProvidersConfigError;
+}
+
+describe('loadProvidersConfig', () => {
+  it('loads the shipped sample with all four provider types', async () => {
+    const config = await loadProvidersConfig(join(root, 'config/samples/providers-config.yaml'));
+    expect(config.providers.map((p) => `${p.name}:${p.type}`)).toEqual([
+      'kubernetes:kubernetes',
+      'gcp-main:gcp',
+      'kvm-home:kvm',
+      'local:local',
+    ]);
+    expect(config.providers[2]?.kvm?.hosts[0]?.name).toBe('nas1');
+  });
+
+  it('reads JSON too', async () => {
+    const path = await file('p.json', JSON.stringify({ providers: [{ name: 'local', type: 'local' }] }));
+    expect(await loadProvidersConfig(path)).toEqual({ providers: [{ name: 'local', type: 'local' }] });
+  });
+
+  it('lists every problem, one line each, naming the file and fields', async () => {
+    const path = await file(
+      'bad.yaml',
+      [
+        'providers:',
+        '  - name: kvm-home',
+        '    type: kvm',
+        '    kvm:',
+        '      sshKeyFile: /key',
+        '      knownHostsFile: /kh',
+        '      machineTypes: {small: {vcpus: 1, memoryMiB: 1024}}',
+        '      hosts:',
+        '        - {name: nas1, address: "nas1:22", user: virt, bridge: br0}',
+        '        - {name: dc1/rack2, address: "b:22", user: virt, bridge: br0}',
+        '  - name: local',
+        '    type: local',
+        '    local: {portRange: {from: 30000, to: 20000}}',
+        '',
+      ].join('\n'),
+    );
+    const err = await failure(path);
+    expect(err.issues.map((i) => i.path)).toEqual([
+      'providers[0].kvm.hosts[1].name',
+      'providers[1].local.portRange',
+    ]);
+    expect(err.message.split('\n')).toEqual([
+      `invalid providers config ${path}:`,
+      'providers[0] (kvm-home): kvm.hosts[1].name "dc1/rack2" must be letters, digits, dots, dashes or underscores — it becomes part of the providerID hosts/<name>/domains/<vm>',
+      'providers[1] (local): local.portRange from (30000) must not be greater than to (20000)',
+    ]);
+  });
+
+  it('rejects YAML syntax errors with their position', async () => {
+    const err = await failure(await file('syntax.yaml', 'providers:\n  - name: a\n    type: [local\n'));
+    expect(err.message).toMatch(/YAML: .*line \d+/);
+  });
+
+  it('rejects duplicate keys instead of silently keeping the last', async () => {
+    const err = await failure(
+      await file('dup.yaml', 'providers:\n  - name: a\n    name: b\n    type: local\n'),
+    );
+    expect(err.message).toMatch(/YAML: .*unique/i);
+  });
+
+  it('rejects an empty file', async () => {
+    const err = await failure(await file('empty.yaml', ''));
+    expect(err.message).toContain('providers config must be an object');
+  });
+
+  it('fails with the file system error when the file is missing', async () => {
+    await expect(loadProvidersConfig(join(dir, 'nope.yaml'))).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
+  it('logs warnings without failing', async () => {
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, cb) {
+        lines.push(String(chunk));
+        cb();
+      },
+    });
+    const path = await file('warn.yaml', 'providers:\n  - {name: Local_Dev, type: local}\n');
+    const config = await loadProvidersConfig(path, { logger: pino(sink) });
+    expect(config.providers).toHaveLength(1);
+    expect(lines).toHaveLength(1);
+    expect(JSON.parse(lines[0]!)).toMatchObject({ level: 40, field: 'providers[0].name' });
+    expect(lines[0]).toContain('no ProviderHealth object');
+  });
+});

@@ -1,0 +1,213 @@
+import { describe, expect, it } from 'vitest';
+import { API_VERSION, FINALIZER, PROXY_KIND } from '../../src/api/constants.ts';
+import { createProxyReconciler, type ProxyReconciler } from '../../src/controller/reconciler.ts';
+import type { CallContext, Provider } from '../../src/provider/contract.ts';
+import { createMemoryStore, type MemoryStore } from '../../src/runtime/memory.ts';
+import type { ObjectStore } from '../../src/runtime/store.ts';
+import { FakeProvider } from '../support/fake-provider.ts';
+import { NS, testOptions } from './harness.ts';
+
+/** Deterministic PRNG so a failure reproduces. */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * "Kills" the reconciler: aborts the signal of the reconcile in flight (so nothing after this
+ * point reaches the store or the provider) — before an operation, or after it took effect.
+ */
+class Chaos {
+  rate = 0.1;
+  kills = 0;
+  private current: AbortController | undefined;
+  private readonly rnd: () => number;
+  constructor(seed: number) {
+    this.rnd = mulberry32(seed);
+  }
+  begin(): AbortSignal {
+    this.current = new AbortController();
+    return this.current.signal;
+  }
+  maybeKill(): void {
+    if (this.current && !this.current.signal.aborted && this.rnd() < this.rate) {
+      this.kills++;
+      this.current.abort(new Error('killed'));
+      throw new Error('killed');
+    }
+  }
+  wrapProvider(p: FakeProvider): Provider {
+    const around =
+      <A extends unknown[], R>(fn: (ctx: CallContext, ...a: A) => Promise<R>) =>
+      async (ctx: CallContext, ...a: A): Promise<R> => {
+        this.maybeKill();
+        const out = await fn.call(p, ctx, ...a);
+        this.maybeKill(); // the backend did it; the answer never made it to the status
+        return out;
+      };
+    return {
+      name: p.name,
+      type: p.type,
+      create: around(p.create),
+      get: around(p.get),
+      delete: around(p.delete),
+      listByTag: around(p.listByTag),
+    };
+  }
+  wrapStore(s: ObjectStore): ObjectStore {
+    const proxies = Object.create(s.proxies) as ObjectStore['proxies'];
+    for (const m of ['patchStatus', 'update', 'removeFinalizer', 'addFinalizer'] as const) {
+      const orig = (s.proxies[m] as (...a: unknown[]) => Promise<unknown>).bind(s.proxies);
+      (proxies as unknown as Record<string, unknown>)[m] = async (...a: unknown[]) => {
+        this.maybeKill();
+        const out = await orig(...a);
+        this.maybeKill();
+        return out;
+      };
+    }
+    return { ...s, proxies };
+  }
+}
+
+interface World {
+  store: MemoryStore;
+  fake: FakeProvider;
+  chaos: Chaos;
+  reconciler: () => ProxyReconciler;
+  restart: () => void;
+}
+
+function world(seed: number): World {
+  const store = createMemoryStore();
+  const fake = new FakeProvider({ name: 'fake', pendingGets: 1 });
+  const chaos = new Chaos(seed);
+  const providers = new Map([['fake', chaos.wrapProvider(fake)]]);
+  const make = () =>
+    createProxyReconciler({ store: chaos.wrapStore(store), providers, options: testOptions });
+  let rec = make();
+  return { store, fake, chaos, reconciler: () => rec, restart: () => (rec = make()) };
+}
+
+/** Reconcile every key until all are quiet; a kill is followed by a "restart" of the reconciler. */
+async function converge(w: World, keys: string[], maxRounds = 200): Promise<void> {
+  let pending = new Set(keys);
+  for (let round = 0; round < maxRounds && pending.size > 0; round++) {
+    const next = new Set<string>();
+    for (const key of pending) {
+      const signal = w.chaos.begin();
+      try {
+        const res = await w.reconciler().reconcile(key, signal);
+        if (res.requeueAfter) next.add(key);
+      } catch {
+        if (signal.aborted) w.restart();
+        next.add(key);
+      }
+    }
+    pending = next;
+  }
+  if (pending.size > 0) {
+    const [first] = pending;
+    const p = w.store.proxies.get({ namespace: NS, name: first!.split('/')[1]! });
+    let detail = '';
+    try {
+      detail = JSON.stringify(await w.reconciler().reconcile(first!, new AbortController().signal));
+    } catch (err) {
+      detail = String(err);
+    }
+    throw new Error(`not converged: ${pending.size} left, e.g. ${first}: ${JSON.stringify(p)} → ${detail}`);
+  }
+}
+
+function assertOneInstancePerProxy(w: World, names: string[]): void {
+  const live = new Map(w.fake.instances);
+  for (const name of names) {
+    const p = w.store.proxies.get({ namespace: NS, name })!;
+    expect(p.status?.phase, name).toBe('Ready');
+    expect(p.status?.retiring, name).toBeUndefined();
+    const mine = w.fake.instancesOf(p.metadata.uid!);
+    expect(
+      mine.map((i) => i.id),
+      name,
+    ).toEqual([p.status!.providerID]);
+    expect(mine[0]!.address).toBe(p.status!.address);
+    live.delete(p.status!.providerID!);
+  }
+  expect([...live.keys()], 'leaked instances').toEqual([]);
+}
+
+describe('reconciler crash safety', () => {
+  it('100 Proxies through create, replacement and deletion with random kills: no leak, no duplicate', async () => {
+    const w = world(Number(process.env.CRASH_SEED ?? 20260101));
+    const names = Array.from({ length: 100 }, (_, i) => `p-${i}`);
+    const keys = names.map((n) => `${NS}/${n}`);
+    for (const name of names) {
+      w.store.seedProxy({
+        apiVersion: API_VERSION,
+        kind: PROXY_KIND,
+        metadata: { name, namespace: NS },
+        spec: { provider: 'fake', placement: { zone: 'a' } },
+      });
+    }
+
+    await converge(w, keys);
+    assertOneInstancePerProxy(w, names);
+    expect(w.fake.created).toBe(100); // every create after a kill re-found its instance
+
+    // Replacement; a third of the Proxies change again while their replacement is in flight.
+    for (const name of names) {
+      const p = w.store.proxies.get({ namespace: NS, name })!;
+      await w.store.proxies.update({ ...p, spec: { ...p.spec, placement: { zone: 'b' } } });
+    }
+    const first = new Set<string>();
+    for (const key of keys.slice(0, 34)) {
+      const signal = w.chaos.begin();
+      await w
+        .reconciler()
+        .reconcile(key, signal)
+        .catch(() => w.restart());
+      first.add(key);
+    }
+    for (const name of names.slice(0, 34)) {
+      const p = w.store.proxies.get({ namespace: NS, name })!;
+      await w.store.proxies.update({ ...p, spec: { ...p.spec, placement: { zone: 'c' } } });
+    }
+    await converge(w, keys);
+    assertOneInstancePerProxy(w, names);
+    for (const name of names) {
+      const p = w.store.proxies.get({ namespace: NS, name })!;
+      const zone = names.indexOf(name) < 34 ? 'c' : 'b';
+      expect(w.fake.instances.get(p.status!.providerID!)!.request.zone, name).toBe(zone);
+    }
+
+    for (const name of names) await w.store.proxies.delete({ namespace: NS, name });
+    await converge(w, keys);
+    expect(w.store.proxies.list()).toEqual([]);
+    expect([...w.fake.instances.keys()], 'leaked instances').toEqual([]);
+    expect(w.chaos.kills).toBeGreaterThan(50);
+    // The double spec change went through the search for unrecorded instances.
+    expect(w.fake.calls.listByTag).toBeGreaterThan(0);
+    // Nothing of ours is left holding anything.
+    expect(w.store.proxies.list().some((p) => p.metadata.finalizers?.includes(FINALIZER))).toBe(false);
+  });
+
+  it('a kill right after every provider create still ends with exactly one instance', async () => {
+    const w = world(7);
+    w.chaos.rate = 0;
+    w.store.seedProxy({
+      apiVersion: API_VERSION,
+      kind: PROXY_KIND,
+      metadata: { name: 'solo', namespace: NS },
+      spec: { provider: 'fake' },
+    });
+    w.fake.failAfter('create', { errorClass: 'Transient', count: 3 });
+    await converge(w, [`${NS}/solo`]);
+    expect(w.fake.created).toBe(1);
+    assertOneInstancePerProxy(w, ['solo']);
+  });
+});

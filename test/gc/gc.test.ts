@@ -1,0 +1,118 @@
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { OrphanGC } from '../../src/gc/gc.ts';
+import { silentLogger } from '../../src/log/index.ts';
+import type { Provider } from '../../src/provider/contract.ts';
+import { FakeClock } from '../../src/runtime/clock.ts';
+import { createMemoryStore } from '../../src/runtime/memory.ts';
+import { FakeProvider } from '../support/fake-provider.ts';
+
+const MIN_AGE = 10 * 60_000;
+const ctx = { signal: new AbortController().signal, log: silentLogger() };
+const creds = { username: 'u', password: 'p' };
+
+async function instance(p: FakeProvider, name: string, uid: string | undefined, namespace = 'crawl') {
+  const inst = await p.create(ctx, {
+    name,
+    uid: uid ?? '',
+    namespace,
+    proxyName: name,
+    port: 3128,
+    credentials: creds,
+  });
+  if (uid === undefined) {
+    const stored = p.instances.get(inst.id);
+    if (stored) delete stored.uid;
+  }
+  return inst.id;
+}
+
+function setup(opts: { proxyNamespace?: string } = {}) {
+  const clock = new FakeClock();
+  const start = clock.now();
+  const fake = new FakeProvider({ name: 'fake', now: () => start });
+  const store = createMemoryStore({ clock });
+  const registry = new Registry();
+  const providers: Array<[string, Provider]> = [['fake', fake]];
+  const gc = new OrphanGC({
+    store,
+    providers: () => providers,
+    intervalMs: 60_000,
+    minAgeMs: MIN_AGE,
+    clock,
+    registry,
+    ...opts,
+  });
+  return { clock, fake, store, gc, registry, providers };
+}
+
+describe('orphan GC', () => {
+  it('deletes only old instances whose Proxy UID no longer exists', async () => {
+    const { clock, fake, store, gc, registry } = setup();
+    const owned = store.seedProxy({
+      metadata: { name: 'owned', namespace: 'crawl' },
+      spec: { provider: 'fake' },
+    });
+    const ownedId = await instance(fake, 'px-owned', owned.metadata.uid);
+    const orphanId = await instance(fake, 'px-orphan', 'uid-of-a-deleted-proxy');
+    const unlabelledId = await instance(fake, 'px-foreign', undefined);
+
+    // Too young: nothing goes.
+    clock.advance(MIN_AGE - 1);
+    let res = await gc.sweep(new AbortController().signal);
+    expect(res.deleted).toEqual({});
+
+    clock.advance(2);
+    res = await gc.sweep(new AbortController().signal);
+    expect(res.deleted).toEqual({ fake: [orphanId] });
+    expect(fake.instances.has(ownedId)).toBe(true);
+    expect(fake.instances.has(unlabelledId)).toBe(true);
+    expect(fake.instances.has(orphanId)).toBe(false);
+    expect(await registry.getSingleMetricAsString('proxy_operator_gc_deleted_total')).toMatch(
+      /proxy_operator_gc_deleted_total\{provider="fake"\} 1/,
+    );
+  });
+
+  it('never touches instances a Proxy is retiring, or whose Proxy is being deleted', async () => {
+    const { clock, fake, store, gc } = setup();
+    const deleting = store.seedProxy({
+      metadata: { name: 'going', namespace: 'crawl', finalizers: ['crawl.example.com/instance-cleanup'] },
+      spec: { provider: 'fake' },
+    });
+    await store.proxies.delete({ namespace: 'crawl', name: 'going' });
+    const deletingId = await instance(fake, 'px-going', deleting.metadata.uid);
+    const retiredId = await instance(fake, 'px-old', 'some-other-uid');
+    store.seedProxy({
+      metadata: { name: 'rotating', namespace: 'crawl' },
+      spec: { provider: 'fake' },
+      status: { retiring: [retiredId] },
+    });
+    clock.advance(MIN_AGE * 2);
+    const res = await gc.sweep(new AbortController().signal);
+    expect(res.deleted).toEqual({});
+    expect(fake.instances.has(deletingId)).toBe(true);
+    expect(fake.instances.has(retiredId)).toBe(true);
+  });
+
+  it('skips a provider whose listing fails and still sweeps the others', async () => {
+    const { clock, fake, gc, providers } = setup();
+    const broken = new FakeProvider({ name: 'broken' });
+    broken.fail('listByTag', { errorClass: 'Transient', message: 'backend down' });
+    providers.unshift(['broken', broken]);
+    const orphanId = await instance(fake, 'px-orphan', 'gone-uid');
+    clock.advance(MIN_AGE + 1);
+    const res = await gc.sweep(new AbortController().signal);
+    expect(res.failed.broken).toMatch(/backend down/);
+    expect(res.deleted).toEqual({ fake: [orphanId] });
+  });
+
+  it('with --proxy-namespace only collects instances of that namespace', async () => {
+    const { clock, fake, gc } = setup({ proxyNamespace: 'crawl' });
+    const mine = await instance(fake, 'px-mine', 'gone-1', 'crawl');
+    const theirs = await instance(fake, 'px-theirs', 'gone-2', 'other-team');
+    clock.advance(MIN_AGE + 1);
+    const res = await gc.sweep(new AbortController().signal);
+    expect(res.deleted).toEqual({ fake: [mine] });
+    expect(fake.instances.has(theirs)).toBe(true);
+  });
+});

@@ -1,0 +1,137 @@
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import type { TargetStatus } from '../../src/api/providerhealth.ts';
+import type { Checker } from '../../src/provider/contract.ts';
+import { ProviderHealthMonitor, validateSchedule } from '../../src/providerhealth/monitor.ts';
+import { createMemoryStore } from '../../src/runtime/memory.ts';
+
+function capture() {
+  const lines: Array<Record<string, unknown>> = [];
+  const dest = new Writable({
+    write(chunk, _enc, cb) {
+      lines.push(JSON.parse(String(chunk)));
+      cb();
+    },
+  });
+  return { log: pino({ level: 'debug' }, dest), lines };
+}
+
+class ScriptedChecker implements Checker {
+  next: TargetStatus[] = [];
+  calls = 0;
+  async check(): Promise<TargetStatus[]> {
+    this.calls++;
+    return this.next;
+  }
+}
+
+const signal = () => new AbortController().signal;
+
+describe('provider health monitor', () => {
+  it('writes one ProviderHealth per provider and reports transitions once', async () => {
+    const store = createMemoryStore();
+    const kvm = new ScriptedChecker();
+    const { log, lines } = capture();
+    const registry = new Registry();
+    const monitor = new ProviderHealthMonitor({
+      store,
+      providers: [
+        { name: 'kvm-home', type: 'kvm', checker: kvm },
+        { name: 'gcp-main', type: 'gcp' },
+      ],
+      intervalMs: 60_000,
+      timeoutMs: 5_000,
+      log,
+      registry,
+    });
+
+    kvm.next = [{ name: 'nas1', ready: false, reason: 'Unreachable', message: 'connection refused' }];
+    await monitor.checkOnce(signal());
+    await monitor.checkOnce(signal());
+    const ph = await store.providerHealths.read({ name: 'kvm-home' });
+    expect(ph.metadata.labels).toEqual({ 'app.kubernetes.io/managed-by': 'egress-proxies-operator' });
+    expect(ph.status).toMatchObject({ type: 'kvm', targetsReady: '0/1' });
+    expect(ph.status?.conditions?.[0]).toMatchObject({ status: 'False', reason: 'TargetsNotReady' });
+    const gcp = await store.providerHealths.read({ name: 'gcp-main' });
+    expect(gcp.status?.conditions?.[0]).toMatchObject({ status: 'Unknown', reason: 'ChecksNotImplemented' });
+
+    const warnings = lines.filter((l) => l.msg === 'WARNING: provider target not ready');
+    expect(warnings).toHaveLength(1);
+
+    kvm.next = [{ name: 'nas1', ready: true, reason: 'Ready', latencyMillis: 40 }];
+    await monitor.checkOnce(signal());
+    expect(lines.filter((l) => l.msg === 'Provider target ready')).toHaveLength(1);
+    const after = await store.providerHealths.read({ name: 'kvm-home' });
+    expect(after.status?.conditions?.[0]).toMatchObject({ status: 'True', reason: 'AllTargetsReady' });
+
+    const metrics = await registry.metrics();
+    expect(metrics).toMatch(/proxy_operator_provider_target_up\{provider="kvm-home",target="nas1"\} 1/);
+    expect(metrics).toMatch(
+      /proxy_operator_provider_check_timestamp_seconds\{provider="kvm-home",target="nas1"\}/,
+    );
+  });
+
+  it('removes objects of providers no longer configured, and all of them when checks are off', async () => {
+    const store = createMemoryStore();
+    const labels = { 'app.kubernetes.io/managed-by': 'egress-proxies-operator' };
+    store.seedProviderHealth({ metadata: { name: 'retired', labels } });
+    store.seedProviderHealth({ metadata: { name: 'kvm-home', labels } });
+    store.seedProviderHealth({ metadata: { name: 'not-ours' } });
+    const ctrl = new AbortController();
+    const kvm = new ScriptedChecker();
+    const on = new ProviderHealthMonitor({
+      store,
+      providers: [{ name: 'kvm-home', type: 'kvm', checker: kvm }],
+      intervalMs: 60_000,
+      timeoutMs: 5_000,
+    });
+    const running = on.start(ctrl.signal);
+    await new Promise((r) => setTimeout(r, 50));
+    ctrl.abort();
+    await running;
+    const names = store.providerHealths
+      .list()
+      .map((o) => o.metadata.name)
+      .sort();
+    expect(names).toEqual(['kvm-home', 'not-ours']);
+
+    const off = new ProviderHealthMonitor({
+      store,
+      providers: [{ name: 'kvm-home', type: 'kvm', checker: kvm }],
+      intervalMs: 0,
+      timeoutMs: 0,
+    });
+    const callsBefore = kvm.calls;
+    await off.start(signal());
+    expect(store.providerHealths.list().map((o) => o.metadata.name)).toEqual(['not-ours']);
+    expect(kvm.calls).toBe(callsBefore);
+  });
+
+  it('bounds a round by the timeout and writes no object for an invalid name', async () => {
+    const store = createMemoryStore();
+    const hanging: Checker = {
+      check: ({ signal }) =>
+        new Promise((resolve) =>
+          signal.addEventListener('abort', () => resolve([{ name: 'h', ready: false, reason: 'Timeout' }])),
+        ),
+    };
+    const monitor = new ProviderHealthMonitor({
+      store,
+      providers: [{ name: 'Bad_Name', type: 'kvm', checker: hanging }],
+      intervalMs: 10_000,
+      timeoutMs: 100,
+    });
+    const results = await monitor.checkOnce(signal());
+    expect(results[0]?.targets[0]?.reason).toBe('Timeout');
+    expect(store.providerHealths.list()).toEqual([]);
+  });
+
+  it('validates the schedule flags', () => {
+    expect(validateSchedule(0, 0)).toBeUndefined();
+    expect(validateSchedule(5_000, 1_000)).toMatch(/at least 10s/);
+    expect(validateSchedule(60_000, 90_000)).toMatch(/at most the interval/);
+    expect(validateSchedule(60_000, 15_000)).toBeUndefined();
+  });
+});

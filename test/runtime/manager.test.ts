@@ -1,0 +1,246 @@
+/**
+ * Manager: start order (caches → always-on → election → leader-only), /healthz and /readyz over
+ * real HTTP, graceful stop (drain within grace, then release), leadership loss, runnable failure.
+ */
+import { describe, expect, it } from 'vitest';
+import { sleep } from '../../src/runtime/clock.ts';
+import {
+  type LeaderCallbacks,
+  LeaderElectionLost,
+  type LeaderElector,
+  StandaloneElector,
+} from '../../src/runtime/leader/elector.ts';
+import { Manager, parseBindAddress, type Runnable } from '../../src/runtime/manager.ts';
+import type { ObjectStore } from '../../src/runtime/store.ts';
+
+type ManagedStore = Pick<ObjectStore, 'start' | 'stop' | 'proxies' | 'providerHealths' | 'secrets'>;
+
+function fakeStore(events: string[]) {
+  let markSynced!: () => void;
+  const syncedP = new Promise<void>((r) => {
+    markSynced = r;
+  });
+  const synced = (signal?: AbortSignal) =>
+    new Promise<void>((resolve, reject) => {
+      syncedP.then(resolve);
+      signal?.addEventListener('abort', () => reject(signal.reason), { once: true });
+    });
+  const store = {
+    start: async () => {
+      events.push('store.start');
+    },
+    stop: async () => {
+      events.push('store.stop');
+    },
+    proxies: { synced },
+    providerHealths: { synced },
+    secrets: { synced },
+  } as unknown as ManagedStore;
+  return {
+    store,
+    sync: () => {
+      events.push('synced');
+      markSynced();
+    },
+  };
+}
+
+/** A runnable that records start/stop and takes `drainMs` to finish after its signal aborts. */
+function recorder(name: string, needLeaderElection: boolean, events: string[], drainMs = 0): Runnable {
+  return {
+    name,
+    needLeaderElection,
+    start: async (signal) => {
+      events.push(`${name}.start`);
+      await new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true }));
+      await sleep(drainMs);
+      events.push(`${name}.stopped`);
+    },
+  };
+}
+
+/** An elector the test drives by hand. */
+class ManualElector implements LeaderElector {
+  readonly identity = 'me';
+  leading = false;
+  released = 0;
+  cb: LeaderCallbacks | undefined;
+  private scope: AbortController | undefined;
+  private events: string[];
+  constructor(events: string[]) {
+    this.events = events;
+  }
+  run(signal: AbortSignal, cb: LeaderCallbacks): Promise<void> {
+    this.cb = cb;
+    this.events.push('election.run');
+    return new Promise((r) => signal.addEventListener('abort', () => r(), { once: true }));
+  }
+  lead(): void {
+    this.leading = true;
+    this.scope = new AbortController();
+    this.cb!.onStartedLeading(this.scope.signal);
+  }
+  lose(): void {
+    this.leading = false;
+    this.scope?.abort();
+    this.cb!.onStoppedLeading();
+  }
+  isLeader(): boolean {
+    return this.leading;
+  }
+  async release(): Promise<void> {
+    this.events.push('release');
+    this.released++;
+    if (this.leading) this.lose();
+  }
+}
+
+async function probe(m: Manager, path: string): Promise<{ status: number; body: string }> {
+  const a = m.healthAddress()!;
+  const res = await fetch(`http://127.0.0.1:${a.port}${path}`);
+  return { status: res.status, body: await res.text() };
+}
+
+async function until(cond: () => boolean, ms = 3000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await sleep(5);
+  }
+}
+
+describe('parseBindAddress', () => {
+  it('accepts host:port, :port, [v6]:port and 0; rejects garbage naming the value', () => {
+    expect(parseBindAddress('127.0.0.1:8081')).toEqual({ host: '127.0.0.1', port: 8081 });
+    expect(parseBindAddress(':8081')).toEqual({ port: 8081 });
+    expect(parseBindAddress('[::1]:9')).toEqual({ host: '::1', port: 9 });
+    expect(parseBindAddress('0')).toBeUndefined();
+    expect(() => parseBindAddress('8081')).toThrow(/"8081"/);
+    expect(() => parseBindAddress('h:99999')).toThrow(/bind address/);
+  });
+});
+
+describe('Manager', () => {
+  it('starts caches, then always-on runnables, then leader-only ones once leading; readyz follows', async () => {
+    const events: string[] = [];
+    const { store, sync } = fakeStore(events);
+    const elector = new ManualElector(events);
+    const m = new Manager({ store, elector, healthProbeBindAddress: '127.0.0.1:0', gracePeriodMs: 1000 });
+    m.add(recorder('api', false, events));
+    m.add(recorder('workers', true, events));
+    const run = m.start();
+    await until(() => m.healthAddress() !== undefined);
+    expect(await probe(m, '/healthz')).toEqual({ status: 200, body: 'ok' });
+    const notReady = await probe(m, '/readyz');
+    expect(notReady.status).toBe(500);
+    expect(notReady.body).toContain('caches not synced');
+    await sleep(20);
+    expect(events).toEqual(['store.start']); // nothing runs before caches sync
+    sync();
+    await m.whenStarted();
+    await until(() => events.includes('election.run'));
+    expect(events).toEqual(['store.start', 'synced', 'api.start', 'election.run']);
+    expect((await probe(m, '/readyz')).status).toBe(200);
+    elector.lead();
+    expect(events.at(-1)).toBe('workers.start');
+    await m.stop();
+    await run;
+    expect(events.slice(5)).toEqual(
+      expect.arrayContaining(['api.stopped', 'workers.stopped', 'release', 'store.stop']),
+    );
+    // drain happens before the lease is released, and caches stop last
+    expect(events.indexOf('release')).toBeGreaterThan(events.indexOf('workers.stopped'));
+    expect(events.indexOf('store.stop')).toBeGreaterThan(events.indexOf('release'));
+  });
+
+  it('extra readiness checks and verbose output', async () => {
+    const m = new Manager({ healthProbeBindAddress: '127.0.0.1:0' });
+    let dbOk = false;
+    m.addReadyzCheck('leases', () => {
+      if (!dbOk) throw new Error('lease store not loaded');
+    });
+    const run = m.start();
+    await m.whenStarted();
+    const bad = await probe(m, '/readyz');
+    expect(bad.status).toBe(500);
+    expect(bad.body).toContain('[-]leases failed: lease store not loaded');
+    expect(bad.body).toContain('[+]started ok');
+    dbOk = true;
+    expect((await probe(m, '/readyz')).status).toBe(200);
+    expect((await probe(m, '/readyz?verbose')).body).toContain('[+]leases ok');
+    expect((await probe(m, '/nope')).status).toBe(404);
+    await m.stop();
+    await run;
+  });
+
+  it('gives runnables the grace period to drain, but not longer', async () => {
+    const events: string[] = [];
+    const m = new Manager({ gracePeriodMs: 300, elector: new StandaloneElector() });
+    m.add(recorder('quick', true, events, 50));
+    m.add(recorder('stuck', false, events, 10_000));
+    const run = m.start();
+    await until(() => events.includes('quick.start') && events.includes('stuck.start'));
+    const t0 = Date.now();
+    await m.stop();
+    await run;
+    const took = Date.now() - t0;
+    expect(events).toContain('quick.stopped');
+    expect(events).not.toContain('stuck.stopped');
+    expect(took).toBeGreaterThanOrEqual(250);
+    expect(took).toBeLessThan(3000);
+  });
+
+  it('stops leader-only runnables and fails with LeaderElectionLost when leadership is lost', async () => {
+    const events: string[] = [];
+    const elector = new ManualElector(events);
+    const m = new Manager({ elector, gracePeriodMs: 1000 });
+    m.add(recorder('api', false, events));
+    m.add(recorder('gc', true, events));
+    const run = m.start();
+    await until(() => events.includes('election.run'));
+    elector.lead();
+    expect(m.isLeader()).toBe(true);
+    elector.lose();
+    await expect(run).rejects.toBeInstanceOf(LeaderElectionLost);
+    expect(events).toContain('gc.stopped');
+    expect(events).toContain('api.stopped');
+    expect(elector.released).toBe(0); // nothing to release: we no longer hold it
+  });
+
+  it('a failing runnable stops the manager with its error', async () => {
+    const events: string[] = [];
+    const m = new Manager({ gracePeriodMs: 1000 });
+    m.add(recorder('api', false, events));
+    m.add({
+      name: 'broken',
+      needLeaderElection: false,
+      start: async () => {
+        throw new Error('port in use');
+      },
+    });
+    await expect(m.start()).rejects.toThrow(/runnable broken failed: port in use/);
+    expect(events).toContain('api.stopped');
+  });
+
+  it('run() turns SIGTERM into a graceful stop', async () => {
+    const events: string[] = [];
+    const m = new Manager({ gracePeriodMs: 1000 });
+    m.add(recorder('api', false, events, 20));
+    const run = m.run();
+    await m.whenStarted();
+    process.kill(process.pid, 'SIGTERM');
+    await run;
+    expect(events).toEqual(['api.start', 'api.stopped']);
+    expect(process.listenerCount('SIGTERM')).toBe(0);
+  });
+
+  it('fails when caches do not sync in time', async () => {
+    const events: string[] = [];
+    const { store } = fakeStore(events);
+    const m = new Manager({ store, cacheSyncTimeoutMs: 100 });
+    m.add(recorder('api', false, events));
+    await expect(m.start()).rejects.toThrow(/caches did not sync within 100 ms/);
+    expect(events).not.toContain('api.start');
+    expect(events).toContain('store.stop');
+  });
+});

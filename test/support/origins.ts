@@ -1,0 +1,160 @@
+/**
+ * test/support/origins — real origin servers on 127.0.0.1 for probe tests: an HTTPS server
+ * with a certificate from a throwaway CA (made with the openssl CLI, once per process) and a
+ * plain HTTP server. Paths choose the behaviour: `/status/<code>` answers that code, `/hang`
+ * never answers, anything else answers `defaultStatus`.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export interface TestPki {
+  /** PEM of the CA that signed the leaf: pass as `ca` to trust the TLS origin. */
+  caCert: string;
+  /** Leaf certificate + key for 127.0.0.1 and localhost. */
+  cert: string;
+  key: string;
+}
+
+let pki: TestPki | undefined;
+
+/** A CA and a leaf for 127.0.0.1/localhost, generated once per process with openssl. */
+export function testPki(): TestPki {
+  if (pki) return pki;
+  const dir = mkdtempSync(join(tmpdir(), 'health-pki-'));
+  try {
+    const ossl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+    ossl(
+      'req',
+      '-x509',
+      ...ec,
+      '-keyout',
+      'ca.key',
+      '-out',
+      'ca.crt',
+      '-days',
+      '2',
+      '-subj',
+      '/CN=health-test-ca',
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+    );
+    ossl('req', ...ec, '-keyout', 'leaf.key', '-out', 'leaf.csr', '-subj', '/CN=localhost');
+    writeFileSync(
+      join(dir, 'leaf.ext'),
+      'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n',
+    );
+    ossl(
+      'x509',
+      '-req',
+      '-in',
+      'leaf.csr',
+      '-CA',
+      'ca.crt',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-out',
+      'leaf.crt',
+      '-days',
+      '2',
+      '-extfile',
+      'leaf.ext',
+    );
+    pki = {
+      caCert: readFileSync(join(dir, 'ca.crt'), 'utf8'),
+      cert: readFileSync(join(dir, 'leaf.crt'), 'utf8'),
+      key: readFileSync(join(dir, 'leaf.key'), 'utf8'),
+    };
+    return pki;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export interface Origin {
+  port: number;
+  /** `https://127.0.0.1:<port>` or `http://…`, no trailing slash. */
+  baseUrl: string;
+  /** Status for paths other than /status/<n> and /hang; change it at will. */
+  defaultStatus: number;
+  /** Requests answered or held so far. */
+  requests: number;
+  /** TLS handshakes that resumed a session (https only). */
+  resumedSessions: () => number;
+  close(): Promise<void>;
+}
+
+function handler(origin: { defaultStatus: number; requests: number }) {
+  return (req: IncomingMessage, res: ServerResponse) => {
+    origin.requests++;
+    const path = req.url ?? '/';
+    if (path.startsWith('/hang')) return; // held until the client gives up or close()
+    const m = /^\/status\/(\d{3})/.exec(path);
+    res.statusCode = m ? Number(m[1]) : origin.defaultStatus;
+    res.setHeader('Connection', 'close');
+    res.end();
+  };
+}
+
+async function listen(server: import('node:net').Server): Promise<number> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  return (server.address() as AddressInfo).port;
+}
+
+/** An HTTPS origin with the test CA's leaf certificate. */
+export async function startTlsOrigin(opts: { defaultStatus?: number } = {}): Promise<Origin> {
+  const { cert, key } = testPki();
+  const state = { defaultStatus: opts.defaultStatus ?? 204, requests: 0 };
+  let resumed = 0;
+  const server = createHttpsServer({ cert, key }, handler(state));
+  server.on('secureConnection', (s) => {
+    if (s.isSessionReused()) resumed++;
+  });
+  const port = await listen(server);
+  return Object.assign(state, {
+    port,
+    baseUrl: `https://127.0.0.1:${port}`,
+    resumedSessions: () => resumed,
+    close: () => closeServer(server),
+  });
+}
+
+/** A plain HTTP origin. */
+export async function startHttpOrigin(opts: { defaultStatus?: number } = {}): Promise<Origin> {
+  const state = { defaultStatus: opts.defaultStatus ?? 204, requests: 0 };
+  const server = createHttpServer(handler(state));
+  const port = await listen(server);
+  return Object.assign(state, {
+    port,
+    baseUrl: `http://127.0.0.1:${port}`,
+    resumedSessions: () => 0,
+    close: () => closeServer(server),
+  });
+}
+
+function closeServer(server: import('node:http').Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections();
+  });
+}
+
+/** A 127.0.0.1 port nobody listens on (bound, then released). */
+export async function closedPort(): Promise<number> {
+  const { createServer } = await import('node:net');
+  const s = createServer();
+  const port = await listen(s);
+  await new Promise<void>((resolve) => s.close(() => resolve()));
+  return port;
+}
