@@ -23,7 +23,10 @@ export interface CommonFlags {
 }
 
 export interface StandaloneFlags extends CommonFlags {
+  /** Providers config file, or a directory holding `providers.yaml`. */
   config: string;
+  /** Proxy/Secret manifests (file or directory); default `<config dir>/proxies`. */
+  manifests?: string;
   state?: string;
 }
 
@@ -175,6 +178,7 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
       const { values } = parse(rest, {
         ...COMMON_OPTIONS,
         config: { type: 'string', short: 'c' },
+        manifests: { type: 'string', short: 'm' },
         state: { type: 'string' },
       });
       if (values.help) return { command: 'help', topic: 'standalone' };
@@ -183,6 +187,7 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
       const flags: StandaloneFlags = {
         ...common(values, { discovery: '127.0.0.1:8090', healthProbe: '127.0.0.1:8081' }),
         config,
+        ...(values.manifests ? { manifests: values.manifests as string } : {}),
         ...(values.state ? { state: values.state as string } : {}),
       };
       return { command: 'standalone', flags };
@@ -256,9 +261,10 @@ Commands:
 Run 'egress-proxies-operator <command> --help' for the flags of a command.`,
   standalone: `Usage: egress-proxies-operator standalone --config <dir|file> [flags]
 
-  -c, --config <dir|file>          A directory holding providers.yaml plus Proxy (and Secret)
-                                   manifests in any other *.yaml, or one multi-document file.
-                                   Edits take effect while running.
+  -c, --config <dir|file>          The providers config file, or a directory holding
+                                   providers.yaml (and, by default, a proxies/ folder).
+  -m, --manifests <dir|file>       Proxy and Secret manifests (default: proxies/ beside the
+                                   providers config). Edits take effect while running.
       --state <file>               Where status, instance IDs and generated credentials are
                                    kept (default: .state/standalone-state.json). One process
                                    per state file.

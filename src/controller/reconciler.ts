@@ -146,6 +146,11 @@ export function secretRefsOf(p: ProxyObject): string[] {
   return refs;
 }
 
+function ownedByAnotherProxy(secret: Secret, p: ProxyObject): boolean {
+  const owner = secret.metadata.ownerReferences?.find((o) => o.kind === PROXY_KIND && o.controller);
+  return owner !== undefined && owner.uid !== p.metadata.uid;
+}
+
 interface Metrics {
   total: Counter<'result'>;
   duration: Histogram;
@@ -280,6 +285,14 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
     }
     if (!secret && ref)
       return { error: `credentials Secret "${key.name}" (spec.credentialsSecretRef) not found` };
+    if (secret && !ref && ownedByAnotherProxy(secret, p)) {
+      // Left by an earlier Proxy of the same name; garbage collection would delete it under
+      // us later and force a replacement, so start this Proxy with its own credentials now.
+      await store.secrets.delete(key, { signal: run.signal }).catch((err: unknown) => {
+        if (!isNotFound(err)) throw err;
+      });
+      secret = undefined;
+    }
     if (!secret) secret = await createCredentials(run, p, key);
     const creds = credentialsFromSecret(secret);
     if (!creds) {
@@ -676,7 +689,13 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
     if (p.status?.instanceName !== req.name) {
       // Spec changed: bring the new instance up first, then switch, then retire the old one.
       const inst = await provider.create(run.ctx, req);
-      if (instanceVerdict(inst) !== 'ready') {
+      const verdict = instanceVerdict(inst);
+      if (verdict === 'lost') {
+        // A dead instance already holds the new name: clear it so the next create starts fresh.
+        run.log.warn({ providerID: inst.id, state: inst.state }, 'replacement instance is dead; deleting it');
+        await provider.delete(run.ctx, inst.id);
+      }
+      if (verdict !== 'ready') {
         const proxy = await writeStatus(run, p, {
           phase: 'Replacing',
           message: `replacing ${p.status?.instanceName ?? current} with ${req.name} (${inst.state})`,
@@ -750,7 +769,9 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
           for (let attempt = 1; ; attempt++) {
             try {
               const res = await reconcileOnce(run);
-              m.total.inc({ result: res.requeueAfter ? 'requeue' : 'success' });
+              // The periodic re-check of a Ready instance is not a pending poll.
+              const polling = res.requeueAfter !== undefined && res.requeueAfter !== opt.readyResyncMs;
+              m.total.inc({ result: polling ? 'requeue' : 'success' });
               return res;
             } catch (err) {
               // A metadata write raced another writer: start over from a fresh read.

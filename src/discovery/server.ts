@@ -52,7 +52,10 @@ export interface DiscoveryServerOptions {
   /** `host:port`; `:8090` listens on all interfaces, port 0 picks a free one. */
   bindAddress: string;
   leases: LeaseStore;
-  /** Bearer token (DISCOVERY_TOKEN). Without it the API is open and says so at startup. */
+  /**
+   * Bearer token (DISCOVERY_TOKEN), surrounding whitespace ignored. Without it the API is open and
+   * says so at startup; an empty or blank token is refused (fail fast, never silently open).
+   */
   token?: string;
   log?: Logger;
   registry: Registry;
@@ -154,10 +157,12 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
   const tracer = opts.tracer ?? trace.getTracer('egress-proxies-operator/discovery');
   const propagator = new W3CTraceContextPropagator();
   const { host, port } = parseBindAddress(opts.bindAddress);
-  const tokenHash = opts.token ? hash(opts.token) : undefined;
-  if (opts.token !== undefined && opts.token.trim() === '') {
+  // Trimmed: a token mounted from a file-created Secret often ends in a newline.
+  const token = opts.token?.trim();
+  if (token === '') {
     throw new Error('discovery token is empty; unset DISCOVERY_TOKEN to run without authentication');
   }
+  const tokenHash = token ? hash(token) : undefined;
 
   const leaseRequests = new Counter({
     name: 'proxy_operator_lease_requests_total',
@@ -240,6 +245,14 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
         );
       }
     }
+    done();
+  });
+
+  // A client that hangs up early gets no onResponse; end its span anyway.
+  app.addHook('onRequestAbort', (req, done) => {
+    req.otel?.span.setAttribute('http.request.aborted', true);
+    req.otel?.span.end();
+    req.otel = undefined;
     done();
   });
 

@@ -10,9 +10,9 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { setCondition } from '../api/conditions.ts';
 import { CONDITION_HEALTHY } from '../api/constants.ts';
-import { type Condition, keyOf, parseKey } from '../api/meta.ts';
+import { type Condition, keyOf, parseKey, type Secret } from '../api/meta.ts';
 import type { ProxyObject } from '../api/proxy.ts';
-import { readProxyCredentials } from '../controller/credentials.ts';
+import { credentialsSecretKey, readProxyCredentials } from '../controller/credentials.ts';
 import { silentLogger } from '../log/index.ts';
 import type { Credentials } from '../provider/contract.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
@@ -71,7 +71,7 @@ export interface HealthEngineOptions {
   registry?: Registry;
   /** Engine-wide defaults; spec.healthCheck overrides them per proxy. */
   defaults?: Partial<HealthCheckDefaults>;
-  /** Probes in flight at once, fleet-wide. Default 256. */
+  /** Probes in flight at once, fleet-wide. Default 512. */
   concurrency?: number;
   /** Fetch each probe URL directly to tell a dead target from dead proxies. Default true. */
   controlProbe?: boolean;
@@ -126,6 +126,8 @@ interface Target {
   latencyDirty: boolean;
   latencyReported?: number;
   creds?: Credentials;
+  /** Name of the credentials Secret; a change invalidates the cached credentials. */
+  credsRef: string;
   credsAt: number;
   credsLoaded: boolean;
   reprobe: boolean;
@@ -140,6 +142,11 @@ interface Control {
   intervalMs: number;
   timeoutMs: number;
   up: boolean | undefined;
+  /**
+   * Whether a direct fetch ever worked. An operator without direct egress can never reach the
+   * URL; freezing on that would hide every dead proxy forever, so freezing needs it once up.
+   */
+  everUp: boolean;
   users: number;
   timer?: TimerHandle;
   inFlight: boolean;
@@ -232,10 +239,10 @@ export class HealthEngine {
   constructor(opts: HealthEngineOptions) {
     this.store = opts.store;
     this.clock = opts.clock ?? systemClock;
-    this.log = (opts.logger ?? silentLogger()).child({ component: 'health' });
+    this.log = opts.logger ?? silentLogger();
     this.defaults = { ...DEFAULT_HEALTH_CHECK, ...stripUndefined(opts.defaults ?? {}) };
     validateDefaults(this.defaults);
-    this.concurrency = opts.concurrency ?? 256;
+    this.concurrency = opts.concurrency ?? 512;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1) {
       throw new Error(`health concurrency: must be an integer ≥ 1, got ${opts.concurrency}`);
     }
@@ -339,14 +346,11 @@ export class HealthEngine {
     }
   }
 
-  private onSecretEvent(ev: WatchEvent<{ metadata: { name: string; namespace?: string } }>): void {
-    const ns = ev.object.metadata.namespace;
+  private onSecretEvent(ev: WatchEvent<Secret>): void {
+    const ns = ev.object.metadata.namespace ?? '';
     const name = ev.object.metadata.name;
     for (const t of this.targets.values()) {
-      if (t.namespace !== ns) continue;
-      const p = this.store.proxies.get({ namespace: t.namespace, name: t.name });
-      const ref = p?.spec.credentialsSecretRef?.name ?? `${t.name}-auth`;
-      if (ref === name) t.credsLoaded = false;
+      if (t.namespace === ns && t.credsRef === name) t.credsLoaded = false;
     }
   }
 
@@ -367,6 +371,11 @@ export class HealthEngine {
       const oldControl = current.controlKey;
       current.host = addr.host;
       current.port = addr.port;
+      const ref = credentialsSecretKey(proxy).name;
+      if (ref !== current.credsRef) {
+        current.credsRef = ref;
+        current.credsLoaded = false;
+      }
       current.check = check;
       current.controlKey = controlKeyOf(check.url, check.expectStatus);
       if (oldControl !== current.controlKey) {
@@ -403,6 +412,7 @@ export class HealthEngine {
       latencyWritten: existingHealth?.latencyMillis,
       latencyWrittenAt: Number.NEGATIVE_INFINITY,
       latencyDirty: false,
+      credsRef: credentialsSecretKey(proxy).name,
       credsAt: 0,
       credsLoaded: false,
       reprobe: false,
@@ -572,7 +582,7 @@ export class HealthEngine {
     const control = this.controls.get(t.controlKey);
     if (!r.ok) {
       if (r.reason === 'ProxyAuthRequired') t.credsLoaded = false;
-      if (control?.up === false) {
+      if (control?.up === false && control.everUp) {
         this.countFailure(t, REASON_TARGET_DOWN);
         this.maybeWrite(t);
         return; // frozen: the target is down, not the proxy
@@ -729,6 +739,7 @@ export class HealthEngine {
         intervalMs: t.check.intervalMs,
         timeoutMs: Math.min(t.check.timeoutMs, t.check.intervalMs),
         up: undefined,
+        everUp: false,
         users: 0,
         inFlight: false,
       };
@@ -775,7 +786,12 @@ export class HealthEngine {
         if (!this.running || this.controls.get(c.key) !== c) return;
         const up = r.ok;
         if (up !== c.up) {
-          if (!up) {
+          if (!up && !c.everUp) {
+            this.log.warn(
+              { url: c.url, probeReason: r.reason, message: r.message },
+              'health check URL is not reachable directly from the operator; proxy verdicts are not frozen for it until a direct fetch succeeds',
+            );
+          } else if (!up) {
             this.log.warn(
               { url: c.url, reason: REASON_TARGET_DOWN, probeReason: r.reason, message: r.message },
               'health check target is down when fetched directly; proxy verdicts frozen',
@@ -784,6 +800,7 @@ export class HealthEngine {
             this.log.info({ url: c.url }, 'health check target is reachable again; proxy verdicts resume');
           }
           c.up = up;
+          if (up) c.everUp = true;
           this.publishTargetUp(c.url);
         }
       })

@@ -6,7 +6,13 @@
  * Messages name hosts, ports and statuses only: never credentials.
  */
 import { isIP, type Socket, connect as tcpConnect } from 'node:net';
-import { type ConnectionOptions, type TLSSocket, connect as tlsConnect } from 'node:tls';
+import {
+  type ConnectionOptions,
+  createSecureContext,
+  type SecureContext,
+  type TLSSocket,
+  connect as tlsConnect,
+} from 'node:tls';
 
 export const PROBE_REASONS = [
   'ConnectFailed',
@@ -204,6 +210,21 @@ function tcp(
   });
 }
 
+/**
+ * tls.connect builds a fresh SecureContext (parsing every trust anchor) per call unless given
+ * one: at a thousand probes a second that would dwarf the handshake itself.
+ */
+const contexts = new Map<ProbeOptions['ca'] | undefined, SecureContext>();
+function secureContextFor(ca: ProbeOptions['ca']): SecureContext {
+  let ctx = contexts.get(ca);
+  if (!ctx) {
+    ctx = createSecureContext(ca === undefined ? {} : { ca });
+    if (contexts.size > 16) contexts.clear();
+    contexts.set(ca, ctx);
+  }
+  return ctx;
+}
+
 function tls(
   sockets: Set<Socket>,
   socket: Socket | undefined,
@@ -217,7 +238,7 @@ function tls(
     host: url.host,
     port: url.port,
     servername,
-    ca: opts.ca,
+    secureContext: secureContextFor(opts.ca),
     session: opts.tlsSessionCache?.get(cacheKey),
     ALPNProtocols: ['http/1.1'],
   };
@@ -308,7 +329,12 @@ async function withDeadline(
       if (err.status !== undefined) r.status = err.status;
       return r;
     }
-    return { ok: false, reason: 'ConnectFailed', message: 'probe failed', latencyMs: elapsed() };
+    return {
+      ok: false,
+      reason: 'ConnectFailed',
+      message: `probe failed: ${(err as Error).message}`,
+      latencyMs: elapsed(),
+    };
   } finally {
     clearTimeout(timer);
     if (onAbort) signal?.removeEventListener('abort', onAbort);

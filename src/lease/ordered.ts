@@ -136,3 +136,83 @@ export class MinHeap<T> {
     return top;
   }
 }
+
+/** A min-heap whose items know their position, so any item can be removed or re-keyed in O(log n). */
+export class IndexedHeap<T extends { heapIndex: number }> {
+  private items: T[] = [];
+  private readonly less: (a: T, b: T) => boolean;
+
+  constructor(less: (a: T, b: T) => boolean) {
+    this.less = less;
+  }
+
+  get size(): number {
+    return this.items.length;
+  }
+
+  peek(): T | undefined {
+    return this.items[0];
+  }
+
+  push(item: T): void {
+    item.heapIndex = this.items.length;
+    this.items.push(item);
+    this.up(item.heapIndex);
+  }
+
+  /** Restores order after the item's key changed. */
+  update(item: T): void {
+    if (!this.has(item)) return;
+    this.up(item.heapIndex);
+    this.down(item.heapIndex);
+  }
+
+  remove(item: T): void {
+    if (!this.has(item)) return;
+    const i = item.heapIndex;
+    const last = this.items.pop()!;
+    item.heapIndex = -1;
+    if (last === item) return;
+    this.items[i] = last;
+    last.heapIndex = i;
+    this.up(i);
+    this.down(last.heapIndex);
+  }
+
+  private has(item: T): boolean {
+    return item.heapIndex >= 0 && this.items[item.heapIndex] === item;
+  }
+
+  private swap(i: number, j: number): void {
+    const a = this.items;
+    const x = a[i]!;
+    const y = a[j]!;
+    a[i] = y;
+    a[j] = x;
+    x.heapIndex = j;
+    y.heapIndex = i;
+  }
+
+  private up(i: number): void {
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!this.less(this.items[i]!, this.items[p]!)) return;
+      this.swap(i, p);
+      i = p;
+    }
+  }
+
+  private down(i: number): void {
+    const a = this.items;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < a.length && this.less(a[l]!, a[m]!)) m = l;
+      if (r < a.length && this.less(a[r]!, a[m]!)) m = r;
+      if (m === i) return;
+      this.swap(i, m);
+      i = m;
+    }
+  }
+}

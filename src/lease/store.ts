@@ -16,7 +16,7 @@ import type { Logger } from 'pino';
 import { proxyUrlWithCredentials } from '../controller/credentials.ts';
 import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
-import { MinHeap, SortedList } from './ordered.ts';
+import { IndexedHeap, MinHeap, SortedList } from './ordered.ts';
 import { matchesSelector, parseSelector, type Selector, SelectorError } from './selector.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
 
@@ -174,6 +174,8 @@ interface Lease {
   entry: Entry;
   target: string | undefined;
   expiresAt: number;
+  /** Position in the expiry heap (-1 when not in it). */
+  heapIndex: number;
 }
 
 function compareEntries(a: Entry, b: Entry): number {
@@ -240,12 +242,19 @@ function checkSeconds(field: string, value: number | undefined, max: number): vo
   }
 }
 
+/** Clients repeat the same few selectors; parse each text once. */
+const parsedSelectors = new Map<string, Selector | undefined>();
+
 function toSelector(sel: string | Selector | undefined, field = 'selector'): Selector | undefined {
   if (sel === undefined) return undefined;
   if (typeof sel !== 'string') return sel.requirements.length === 0 ? undefined : sel;
+  if (parsedSelectors.has(sel)) return parsedSelectors.get(sel);
   try {
     const parsed = parseSelector(sel);
-    return parsed.requirements.length === 0 ? undefined : parsed;
+    const out = parsed.requirements.length === 0 ? undefined : parsed;
+    if (parsedSelectors.size >= 1024) parsedSelectors.clear();
+    parsedSelectors.set(sel, out);
+    return out;
   } catch (err) {
     if (err instanceof SelectorError) throw new LeaseInputError(field, `${field}: ${err.message}`);
     throw err;
@@ -269,7 +278,7 @@ export class LeaseStore {
 
   private readonly proxies = new Map<string, Entry>();
   private readonly leases = new Map<string, Lease>();
-  private readonly expiries = new MinHeap<{ at: number; lease: Lease }>((a, b) => a.at < b.at);
+  private readonly expiries = new IndexedHeap<Lease>((a, b) => a.expiresAt < b.expiresAt);
   private readonly cooldownEnds = new MinHeap<{ at: number; entry: Entry }>((a, b) => a.at < b.at);
   private readonly baseView = new View(undefined, undefined);
   /** Filtered views by `namespace \0 canonical selector`, in LRU order (oldest first). */
@@ -429,9 +438,10 @@ export class LeaseStore {
       entry: e,
       target,
       expiresAt: now + (req.ttlSeconds ?? this.defaultTtl) * 1000,
+      heapIndex: -1,
     };
     this.leases.set(lease.id, lease);
-    this.expiries.push({ at: lease.expiresAt, lease });
+    this.expiries.push(lease);
     return {
       granted: true,
       grant: {
@@ -450,7 +460,7 @@ export class LeaseStore {
     const lease = this.leases.get(id);
     if (!lease) return undefined;
     lease.expiresAt = this.clock.now() + (ttlSeconds ?? this.defaultTtl) * 1000;
-    this.expiries.push({ at: lease.expiresAt, lease });
+    this.expiries.update(lease);
     return { id, expiresAt: iso(lease.expiresAt) };
   }
 
@@ -465,6 +475,7 @@ export class LeaseStore {
 
   private drop(lease: Lease): void {
     this.leases.delete(lease.id);
+    this.expiries.remove(lease);
     const e = lease.entry;
     this.update(e, () => {
       e.active--;
@@ -559,10 +570,8 @@ export class LeaseStore {
   /** Releases expired leases and re-admits proxies whose global cooldown ended. */
   private tick(): void {
     const now = this.clock.now();
-    for (let top = this.expiries.peek(); top && top.at <= now; top = this.expiries.peek()) {
-      this.expiries.pop();
-      const lease = top.lease;
-      if (this.leases.get(lease.id) === lease && lease.expiresAt <= now) this.drop(lease);
+    for (let top = this.expiries.peek(); top && top.expiresAt <= now; top = this.expiries.peek()) {
+      this.drop(top);
     }
     for (let top = this.cooldownEnds.peek(); top && top.at <= now; top = this.cooldownEnds.peek()) {
       this.cooldownEnds.pop();

@@ -167,7 +167,7 @@ export function setupTracing(opts: TracingOptions): Tracing {
         ...(opts.serviceVersion ? { 'service.version': opts.serviceVersion } : {}),
       }),
     )
-    // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over our defaults.
+    // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (read from process.env) win over ours.
     .merge(detectResources({ detectors: [envDetector] }));
 
   const provider = new TracerProvider({
@@ -186,7 +186,7 @@ export function setupTracing(opts: TracingOptions): Tracing {
     {
       endpoint: opts.exporter
         ? 'in-process'
-        : (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? env.OTEL_EXPORTER_OTLP_ENDPOINT),
+        : redactUrl(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT || ''),
     },
     'tracing on: exporting spans over OTLP/HTTP',
   );
@@ -211,6 +211,16 @@ export function setupTracing(opts: TracingOptions): Tracing {
       return done;
     },
   };
+}
+
+/** A URL fit for logs: no user info, query or fragment (collector URLs may embed keys). */
+export function redactUrl(raw: string): string {
+  try {
+    const u = new URL(raw.trim());
+    return `${u.protocol}//${u.host}${u.pathname}`;
+  } catch {
+    return '(unparsable URL)';
+  }
 }
 
 /**

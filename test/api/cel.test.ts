@@ -17,6 +17,8 @@ import { PROXY_CASES } from './manifests.ts';
 interface LocatedRule {
   location: string[];
   validation: XValidation;
+  /** The schema node the rule is attached to. */
+  node: Record<string, unknown>;
 }
 
 type Node = Record<string, unknown>;
@@ -24,7 +26,7 @@ type Node = Record<string, unknown>;
 function collectRules(schema: Node, location: string[] = []): LocatedRule[] {
   const out: LocatedRule[] = [];
   for (const v of (schema['x-kubernetes-validations'] as XValidation[] | undefined) ?? []) {
-    out.push({ location, validation: v });
+    out.push({ location, validation: v, node: schema });
   }
   for (const [name, child] of Object.entries((schema.properties as Record<string, Node> | undefined) ?? {})) {
     out.push(...collectRules(child, [...location, name]));
@@ -99,6 +101,16 @@ describe('CRD CEL rules', () => {
       .flatMap(([loc, list]) => list.map((r) => `${loc}: ${r.rule}`))
       .sort();
     expect(fromCrd).toEqual(fromTable);
+  });
+
+  it('reference only fields their schema declares (the API server type-checks this)', () => {
+    for (const { node, validation } of rules) {
+      const declared = Object.keys((node.properties as Record<string, unknown> | undefined) ?? {});
+      for (const [, field] of validation.rule.matchAll(/\b(?:self|oldSelf)\.([A-Za-z_]\w*)/g)) {
+        expect(declared, validation.rule).toContain(field);
+      }
+      if (validation.fieldPath) expect(declared).toContain(validation.fieldPath.slice(1));
+    }
   });
 
   describe.each(PROXY_CASES)('$name', ({ obj, old, errors }) => {

@@ -113,8 +113,13 @@ describe('generated CRDs', () => {
 });
 
 describe('samples', () => {
-  it.each(['proxy_managed.yaml', 'proxy_external.yaml'])('%s is a valid Proxy', async (file) => {
-    const obj = parse(await readFile(join(root, 'config/samples', file), 'utf8'));
+  it.each([
+    'config/samples/proxy_managed.yaml',
+    'config/samples/proxy_external.yaml',
+    'examples/standalone/proxies/local-1.yaml',
+    'examples/standalone/proxies/local-2.yaml',
+  ])('%s is a valid Proxy', async (file) => {
+    const obj = parse(await readFile(join(root, file), 'utf8'));
     const result = validateProxy(obj);
     expect(result.ok ? '' : formatFieldErrors(result.errors)).toBe('');
   });

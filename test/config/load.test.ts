@@ -45,6 +45,11 @@ describe('loadProvidersConfig', () => {
     expect(config.providers[2]?.kvm?.hosts[0]?.name).toBe('nas1');
   });
 
+  it('loads the standalone quick start config', async () => {
+    const config = await loadProvidersConfig(join(root, 'examples/standalone/providers.yaml'));
+    expect(config.providers.map((p) => p.type)).toContain('local');
+  });
+
   it('reads JSON too', async () => {
     const path = await file('p.json', JSON.stringify({ providers: [{ name: 'local', type: 'local' }] }));
     expect(await loadProvidersConfig(path)).toEqual({ providers: [{ name: 'local', type: 'local' }] });

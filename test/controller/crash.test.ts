@@ -2,10 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { API_VERSION, FINALIZER, PROXY_KIND } from '../../src/api/constants.ts';
 import { createProxyReconciler, type ProxyReconciler } from '../../src/controller/reconciler.ts';
 import type { CallContext, Provider } from '../../src/provider/contract.ts';
-import { createMemoryStore, type MemoryStore } from '../../src/runtime/memory.ts';
 import type { ObjectStore } from '../../src/runtime/store.ts';
 import { FakeProvider } from '../support/fake-provider.ts';
-import { NS, testOptions } from './harness.ts';
+import { type Backend, createTestStore, NS, testOptions } from './harness.ts';
 
 /** Deterministic PRNG so a failure reproduces. */
 function mulberry32(seed: number): () => number {
@@ -76,15 +75,15 @@ class Chaos {
 }
 
 interface World {
-  store: MemoryStore;
+  store: ObjectStore;
   fake: FakeProvider;
   chaos: Chaos;
   reconciler: () => ProxyReconciler;
   restart: () => void;
 }
 
-function world(seed: number): World {
-  const store = createMemoryStore();
+async function world(seed: number, backend: Backend = 'memory'): Promise<World> {
+  const store = await createTestStore(backend);
   const fake = new FakeProvider({ name: 'fake', pendingGets: 1 });
   const chaos = new Chaos(seed);
   const providers = new Map([['fake', chaos.wrapProvider(fake)]]);
@@ -142,64 +141,67 @@ function assertOneInstancePerProxy(w: World, names: string[]): void {
 }
 
 describe('reconciler crash safety', () => {
-  it('100 Proxies through create, replacement and deletion with random kills: no leak, no duplicate', async () => {
-    const w = world(Number(process.env.CRASH_SEED ?? 20260101));
-    const names = Array.from({ length: 100 }, (_, i) => `p-${i}`);
-    const keys = names.map((n) => `${NS}/${n}`);
-    for (const name of names) {
-      w.store.seedProxy({
-        apiVersion: API_VERSION,
-        kind: PROXY_KIND,
-        metadata: { name, namespace: NS },
-        spec: { provider: 'fake', placement: { zone: 'a' } },
-      });
-    }
+  it.each(['memory', 'embedded'] as const)(
+    '100 Proxies through create, replacement and deletion with random kills, %s store: no leak, no duplicate',
+    async (backend) => {
+      const w = await world(Number(process.env.CRASH_SEED ?? 20260101), backend);
+      const names = Array.from({ length: 100 }, (_, i) => `p-${i}`);
+      const keys = names.map((n) => `${NS}/${n}`);
+      for (const name of names) {
+        await w.store.proxies.create({
+          apiVersion: API_VERSION,
+          kind: PROXY_KIND,
+          metadata: { name, namespace: NS },
+          spec: { provider: 'fake', placement: { zone: 'a' } },
+        });
+      }
 
-    await converge(w, keys);
-    assertOneInstancePerProxy(w, names);
-    expect(w.fake.created).toBe(100); // every create after a kill re-found its instance
+      await converge(w, keys);
+      assertOneInstancePerProxy(w, names);
+      expect(w.fake.created).toBe(100); // every create after a kill re-found its instance
 
-    // Replacement; a third of the Proxies change again while their replacement is in flight.
-    for (const name of names) {
-      const p = w.store.proxies.get({ namespace: NS, name })!;
-      await w.store.proxies.update({ ...p, spec: { ...p.spec, placement: { zone: 'b' } } });
-    }
-    const first = new Set<string>();
-    for (const key of keys.slice(0, 34)) {
-      const signal = w.chaos.begin();
-      await w
-        .reconciler()
-        .reconcile(key, signal)
-        .catch(() => w.restart());
-      first.add(key);
-    }
-    for (const name of names.slice(0, 34)) {
-      const p = w.store.proxies.get({ namespace: NS, name })!;
-      await w.store.proxies.update({ ...p, spec: { ...p.spec, placement: { zone: 'c' } } });
-    }
-    await converge(w, keys);
-    assertOneInstancePerProxy(w, names);
-    for (const name of names) {
-      const p = w.store.proxies.get({ namespace: NS, name })!;
-      const zone = names.indexOf(name) < 34 ? 'c' : 'b';
-      expect(w.fake.instances.get(p.status!.providerID!)!.request.zone, name).toBe(zone);
-    }
+      // Replacement; a third of the Proxies change again while their replacement is in flight.
+      for (const name of names) {
+        const p = w.store.proxies.get({ namespace: NS, name })!;
+        await w.store.proxies.update({ ...p, spec: { ...p.spec, placement: { zone: 'b' } } });
+      }
+      const first = new Set<string>();
+      for (const key of keys.slice(0, 34)) {
+        const signal = w.chaos.begin();
+        await w
+          .reconciler()
+          .reconcile(key, signal)
+          .catch(() => w.restart());
+        first.add(key);
+      }
+      for (const name of names.slice(0, 34)) {
+        const p = w.store.proxies.get({ namespace: NS, name })!;
+        await w.store.proxies.update({ ...p, spec: { ...p.spec, placement: { zone: 'c' } } });
+      }
+      await converge(w, keys);
+      assertOneInstancePerProxy(w, names);
+      for (const name of names) {
+        const p = w.store.proxies.get({ namespace: NS, name })!;
+        const zone = names.indexOf(name) < 34 ? 'c' : 'b';
+        expect(w.fake.instances.get(p.status!.providerID!)!.request.zone, name).toBe(zone);
+      }
 
-    for (const name of names) await w.store.proxies.delete({ namespace: NS, name });
-    await converge(w, keys);
-    expect(w.store.proxies.list()).toEqual([]);
-    expect([...w.fake.instances.keys()], 'leaked instances').toEqual([]);
-    expect(w.chaos.kills).toBeGreaterThan(50);
-    // The double spec change went through the search for unrecorded instances.
-    expect(w.fake.calls.listByTag).toBeGreaterThan(0);
-    // Nothing of ours is left holding anything.
-    expect(w.store.proxies.list().some((p) => p.metadata.finalizers?.includes(FINALIZER))).toBe(false);
-  });
+      for (const name of names) await w.store.proxies.delete({ namespace: NS, name });
+      await converge(w, keys);
+      expect(w.store.proxies.list()).toEqual([]);
+      expect([...w.fake.instances.keys()], 'leaked instances').toEqual([]);
+      expect(w.chaos.kills).toBeGreaterThan(50);
+      // The double spec change went through the search for unrecorded instances.
+      expect(w.fake.calls.listByTag).toBeGreaterThan(0);
+      // Nothing of ours is left holding anything.
+      expect(w.store.proxies.list().some((p) => p.metadata.finalizers?.includes(FINALIZER))).toBe(false);
+    },
+  );
 
   it('a kill right after every provider create still ends with exactly one instance', async () => {
-    const w = world(7);
+    const w = await world(7);
     w.chaos.rate = 0;
-    w.store.seedProxy({
+    await w.store.proxies.create({
       apiVersion: API_VERSION,
       kind: PROXY_KIND,
       metadata: { name: 'solo', namespace: NS },

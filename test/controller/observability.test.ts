@@ -11,6 +11,7 @@ describe('reconciler observability', () => {
     const h = await createHarness({ fake: { pendingGets: 1 }, deps: { tracer: provider.getTracer('t') } });
     await h.seed('eu-1');
     await h.reconcile('eu-1'); // requeue (Provisioning)
+    h.fake.markRunning(h.proxy('eu-1')!.status!.providerID!);
     await h.reconcile('eu-1'); // success (Ready)
     h.fake.fail('get', { errorClass: 'Transient' });
     await h.attempt('eu-1'); // error
@@ -19,7 +20,9 @@ describe('reconciler observability', () => {
     const by = Object.fromEntries(total.values.map((v) => [v.labels.result, v.value]));
     expect(by).toEqual({ requeue: 1, success: 1, error: 1 });
     const duration = await h.registry.getSingleMetric('proxy_operator_reconcile_duration_seconds')!.get();
-    expect(duration.values.find((v) => v.metricName?.endsWith('_count'))?.value).toBe(3);
+    expect(
+      duration.values.find((v) => (v as { metricName?: string }).metricName?.endsWith('_count'))?.value,
+    ).toBe(3);
 
     const spans = exporter.getFinishedSpans();
     expect(spans.map((s) => s.name)).toEqual(['reconcile', 'reconcile', 'reconcile']);
@@ -43,6 +46,7 @@ describe('reconciler observability', () => {
     });
     await h.seed('eu-1', { cloudInit: { secretRef: { name: 'init', key: 'user-data' } } });
     await h.reconcile('eu-1');
+    const password = h.fake.byName(h.proxy('eu-1')!.status!.instanceName!)!.request.credentials.password;
     h.fake.fail('get', { errorClass: 'QuotaExceeded' });
     await h.attempt('eu-1');
     h.fake.clearFaults();
@@ -54,10 +58,7 @@ describe('reconciler observability', () => {
     await h.reconcile('eu-1');
     expect(h.proxy('eu-1')).toBeUndefined();
 
-    const inst = [...h.fake.log].length > 0 ? h.fake : undefined;
-    expect(inst).toBeDefined();
-    const creds = [...h.fake.instances.values()][0]?.request.credentials;
-    const password = creds?.password ?? 'unused';
+    expect(password.length).toBeGreaterThan(20);
     const everything = [
       ...lines,
       JSON.stringify(p.status),

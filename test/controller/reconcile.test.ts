@@ -160,6 +160,32 @@ describe.each(['memory', 'embedded'] as const)('on the %s store', (backend) => {
       expect(p.status?.url).not.toContain(creds.password);
     });
 
+    it('replaces a <proxy>-auth Secret left behind by an earlier Proxy of the same name', async () => {
+      const h = await mk();
+      await h.seedSecret({
+        metadata: {
+          name: 'eu-1-auth',
+          namespace: NS,
+          labels: { [LABEL_CREDENTIALS_FOR]: 'eu-1' },
+          ownerReferences: [
+            {
+              apiVersion: 'crawl.example.com/v1alpha1',
+              kind: 'Proxy',
+              name: 'eu-1',
+              uid: 'old-uid',
+              controller: true,
+            },
+          ],
+        },
+        data: { username: b64('old'), password: b64('old-password') },
+      });
+      const seeded = await h.seed('eu-1');
+      await h.reconcile('eu-1');
+      const s = await h.store.secrets.read({ namespace: NS, name: 'eu-1-auth' });
+      expect(s.metadata.ownerReferences?.[0]?.uid).toBe(seeded.metadata.uid);
+      expect(credentialsFromSecret(s)?.username).not.toBe('old');
+    });
+
     it('uses credentialsSecretRef; a missing one is CredentialsError and nothing is created', async () => {
       const h = await mk();
       await h.seed('eu-1', { credentialsSecretRef: { name: 'mine' } });
@@ -212,6 +238,25 @@ describe.each(['memory', 'embedded'] as const)('on the %s store', (backend) => {
       await h.reconcile('eu-1');
       expect(h.proxy('eu-1')!.status?.retiring).toBeUndefined();
       expect(h.fake.instances.size).toBe(1);
+    });
+
+    it('clears a dead instance holding the replacement name, then completes the replacement', async () => {
+      const h = await mk();
+      await h.seed('eu-1');
+      await h.reconcile('eu-1');
+      const old = h.proxy('eu-1')!.status!.providerID!;
+      h.fake.pendingGets = 100;
+      const cur = h.proxy('eu-1')!;
+      await h.store.proxies.update({ ...cur, spec: { ...cur.spec, port: 3999 } });
+      await h.reconcile('eu-1');
+      const fresh = [...h.fake.instances.keys()].find((id) => id !== old)!;
+      h.fake.setState(fresh, 'Terminated');
+      h.fake.pendingGets = 0;
+      await untilQuiet(h, 'eu-1');
+      const p = h.proxy('eu-1')!;
+      expect(p.status).toMatchObject({ phase: 'Ready', providerID: fresh, port: 3999 });
+      expect([...h.fake.instances.keys()]).toEqual([fresh]);
+      expect(h.fake.instances.get(fresh)!.state).toBe('Running');
     });
 
     it('recreates a lost instance and counts it', async () => {
@@ -324,11 +369,7 @@ describe.each(['memory', 'embedded'] as const)('on the %s store', (backend) => {
   });
 
   describe('reconciler: deletion', () => {
-    async function readyThenDelete(
-      h: ReturnType<typeof createHarness>,
-      name = 'eu-1',
-      annotations?: Record<string, string>,
-    ) {
+    async function readyThenDelete(h: Harness, name = 'eu-1', annotations?: Record<string, string>) {
       await h.seed(name, {}, annotations ? { annotations } : {});
       await h.reconcile(name);
       const id = h.proxy(name)!.status!.providerID!;

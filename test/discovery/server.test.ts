@@ -7,7 +7,7 @@ import {
   LeaseNotFoundError,
   NoneLeasableError,
 } from '../../src/discovery/client.ts';
-import { type DiscoveryServer, startDiscoveryServer } from '../../src/discovery/server.ts';
+import { type DiscoveryServer, parseBindAddress, startDiscoveryServer } from '../../src/discovery/server.ts';
 import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
 import { createLogger } from '../../src/log/index.ts';
 import { FakeClock, sleep } from '../../src/runtime/clock.ts';
@@ -347,6 +347,27 @@ describe('auth', () => {
       .map((l) => JSON.parse(l) as { level: number; msg: string })
       .find((l) => l.level === 40);
     expect(warning?.msg).toMatch(/UNAUTHENTICATED/);
+  });
+});
+
+describe('configuration', () => {
+  it('parses bind addresses and refuses a blank token', async () => {
+    expect(parseBindAddress(':8090')).toEqual({ host: '0.0.0.0', port: 8090 });
+    expect(parseBindAddress('127.0.0.1:0')).toEqual({ host: '127.0.0.1', port: 0 });
+    expect(parseBindAddress('[::1]:9000')).toEqual({ host: '::1', port: 9000 });
+    expect(() => parseBindAddress('8090')).toThrow(/host:port/);
+    expect(() => parseBindAddress('a:70000')).toThrow(/host:port/);
+    const leases = new LeaseStore();
+    closers.push(() => leases.close());
+    await expect(
+      startDiscoveryServer({ bindAddress: '127.0.0.1:0', leases, registry: new Registry(), token: ' \n' }),
+    ).rejects.toThrow(/empty/);
+  });
+
+  it('ignores whitespace around the configured token', async () => {
+    const s = await setup({ token: `${TOKEN}\n` });
+    const res = await fetch(`${s.server.url}/v1/proxies`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    expect(res.status).toBe(200);
   });
 });
 

@@ -5,7 +5,7 @@
  */
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { CONDITION_HEALTHY, CONDITION_PROVISIONED } from '../../src/api/constants.ts';
+import { CONDITION_HEALTHY, CONDITION_PROVISIONED, LABEL_CREDENTIALS_FOR } from '../../src/api/constants.ts';
 import type { Condition } from '../../src/api/meta.ts';
 import type { ProxyObject } from '../../src/api/proxy.ts';
 import { HealthEngine, type HealthEngineOptions, type HealthVerdict } from '../../src/health/engine.ts';
@@ -349,6 +349,16 @@ describe('control probe', () => {
     );
   });
 
+  it('does not freeze when the URL was never reachable directly (operator without egress)', async () => {
+    const r = rig();
+    const { port } = seedExternal(r.store, 'a');
+    r.control.result = FAIL('ConnectFailed');
+    r.probe.results.set(port, FAIL('Timeout'));
+    r.engine.start();
+    await r.advance(1000);
+    expect(r.verdicts).toEqual([expect.objectContaining({ healthy: false, reason: 'Timeout' })]);
+  });
+
   it('probes each distinct URL directly once per interval', async () => {
     const r = rig();
     seedExternal(r.store, 'a');
@@ -480,6 +490,23 @@ describe('membership and metrics', () => {
     r.engine.start();
     await r.advance(1000);
     expect(r.probe.callsFor(port)[0]?.target.credentials).toEqual({ username: 'alice', password: 'pw-123' });
+  });
+
+  it('picks up rotated credentials when the Secret changes', async () => {
+    const r = rig();
+    const secret = (password: string) => ({
+      metadata: { name: 'ext-auth', namespace: NS, labels: { [LABEL_CREDENTIALS_FOR]: 'ext' } },
+      stringData: { username: 'alice', password },
+    });
+    r.store.seedSecret(secret('old-pw'));
+    const { port } = seedExternal(r.store, 'ext', { credentialsSecretRef: { name: 'ext-auth' } });
+    r.engine.start();
+    await r.advance(1000);
+    await r.store.secrets.delete({ namespace: NS, name: 'ext-auth' });
+    r.store.seedSecret(secret('new-pw'));
+    await settle();
+    await r.advance(1000);
+    expect(r.probe.callsFor(port).map((c) => c.target.credentials?.password)).toEqual(['old-pw', 'new-pw']);
   });
 
   it('emits a health.probe span per probe only when tracing is enabled', async () => {

@@ -295,6 +295,15 @@ describe('lease lifetime', () => {
     expect(grant(store).proxy.name).toBe('a');
   });
 
+  it('the sweep timer runs until close()', () => {
+    const { store, clock } = setup();
+    expect(clock.pendingTimers()).toBe(1);
+    clock.advance(5_000);
+    expect(clock.pendingTimers()).toBe(1);
+    store.close();
+    expect(clock.pendingTimers()).toBe(0);
+  });
+
   it('renew extends a live lease', () => {
     const { store, clock } = setup();
     store.upsertProxy(info('a'));

@@ -23,6 +23,7 @@ import type { CreateRequest } from '../../src/provider/contract.ts';
 import { classify } from '../../src/provider/errors.ts';
 import { checkReason, classForStatus, toProviderError } from '../../src/provider/kubernetes/errors.ts';
 import { htpasswdLine, md5crypt } from '../../src/provider/kubernetes/htpasswd.ts';
+import { operatorNamespace } from '../../src/provider/kubernetes/index.ts';
 import {
   buildPod,
   buildSecret,
@@ -309,6 +310,7 @@ describe('buildPod', () => {
     expect(plain.spec?.affinity).toBeUndefined();
     expect(plain.spec!.containers[0]!.resources).toEqual({});
     expect(podSettings({}, 'operator-ns').namespace).toBe('operator-ns');
+    expect(operatorNamespace({ POD_NAMESPACE: 'ops' })).toBe('ops');
   });
 
   it('rejects an unknown machineType and invalid names as Permanent, naming the field', () => {

@@ -7,6 +7,7 @@ import { fetch, ProxyAgent } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { CallContext, CreateRequest } from '../../src/provider/contract.ts';
 import { classify } from '../../src/provider/errors.ts';
+import { ForwardProxy } from '../../src/provider/local/forward-proxy.ts';
 import { createLocalProvider, type LocalProvider, preferredPort } from '../../src/provider/local/index.ts';
 import { closedPort, type Origin, startTlsOrigin, testPki } from '../support/origins.ts';
 
@@ -324,6 +325,25 @@ describe('local provider', () => {
     expect(http502.status).toBe(502);
   });
 
+  it('answers 504 when the tunnel target does not accept within the connect timeout', async () => {
+    const proxy = new ForwardProxy({
+      credentials: creds,
+      log: pino({ level: 'silent' }),
+      connectTimeoutMs: 150,
+      dial: () => new net.Socket(), // a connection attempt that never completes
+    });
+    await proxy.listen(0, '127.0.0.1');
+    try {
+      const started = Date.now();
+      const r = await rawConnect(proxy.port, '203.0.113.9:443', basic(creds.username, creds.password));
+      expect(r.status).toBe(504);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(100);
+      r.socket.destroy();
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('delete closes the listener and kills open tunnels; get then answers NotFound', async () => {
     const p = await make();
     const inst = await p.create(ctx(), req('px-del'));
@@ -392,7 +412,12 @@ describe('local provider', () => {
     const range = await freeRange(50);
     const before = createLocalProvider({ name: 'dev', config: { portRange: range } });
     providers.push(before);
-    const names = ['px-r1', 'px-r2', 'px-r3'];
+    // Names whose slots differ (a shared slot goes to whoever is created first).
+    const names: string[] = [];
+    for (let i = 0; names.length < 3; i++) {
+      const slot = preferredPort(`px-r${i}`, range.from, range.to);
+      if (!names.some((n) => preferredPort(n, range.from, range.to) === slot)) names.push(`px-r${i}`);
+    }
     const ports = new Map<string, number | undefined>();
     for (const n of names) ports.set(n, (await before.create(ctx(), req(n))).port);
     await before.close();

@@ -7,6 +7,7 @@ import {
   CoordinationV1Api,
   CoreV1Api,
   CustomObjectsApi,
+  makeInformer,
   PatchStrategy,
   setHeaderOptions,
   V1MicroTime,
@@ -383,5 +384,47 @@ describe('kube test server with client-node', () => {
     expect(st.status).toEqual({ targetsReady: '1/1' });
     expect(st.metadata.namespace).toBeUndefined();
     expect(server.resource('providerhealths').read(undefined, 'gcp').status).toEqual({ targetsReady: '1/1' });
+  });
+
+  it("client-node's informer lists, watches, survives watch closes and relists after 410", async () => {
+    const path = '/apis/crawl.example.com/v1alpha1/namespaces/ns1/proxies';
+    const informer = makeInformer(server.kubeConfig(), path, () =>
+      co.listNamespacedCustomObject({ ...G, namespace: 'ns1' }),
+    );
+    const seen: string[] = [];
+    informer.on('add', (o) => seen.push(`add:${o.metadata?.name}`));
+    informer.on('update', (o) => seen.push(`update:${o.metadata?.name}`));
+    informer.on('delete', (o) => seen.push(`delete:${o.metadata?.name}`));
+    await co.createNamespacedCustomObject({ ...G, namespace: 'ns1', body: proxyFixture('ns1', 'a') });
+    await informer.start();
+    try {
+      await eventually(() => expect(seen).toEqual(['add:a']));
+      await co.createNamespacedCustomObject({ ...G, namespace: 'ns1', body: proxyFixture('ns1', 'b') });
+      await eventually(() => expect(seen).toEqual(['add:a', 'add:b']));
+      await eventually(() => expect(server.openWatches()).toBe(1));
+
+      // An apiserver restart: the stream ends, the informer re-watches from its resourceVersion.
+      server.closeWatches();
+      await eventually(() => expect(server.openWatches()).toBe(1));
+      await co.patchNamespacedCustomObjectStatus(
+        { ...G, namespace: 'ns1', name: 'a', body: { status: { phase: 'Ready' } } },
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
+      await eventually(() => expect(seen).toEqual(['add:a', 'add:b', 'update:a']));
+
+      // Missed events plus compaction: the re-watch gets 410 and the informer relists.
+      // (The re-watch is held back so the delete and compaction happen in between.)
+      const held = server.injectFault({ watch: true, delayMs: 500 });
+      server.closeWatches();
+      await co.deleteNamespacedCustomObject({ ...G, namespace: 'ns1', name: 'b' });
+      server.compact();
+      await eventually(() => expect(held.hits).toBe(1));
+      await eventually(() => expect(seen).toContain('delete:b'), 10_000);
+      expect(informer.list('ns1').map((o) => o.metadata?.name)).toEqual(['a']);
+      const lists = server.requests.filter((r) => r.method === 'GET' && r.path === path && !r.watch);
+      expect(lists.length).toBeGreaterThanOrEqual(2); // the relist after 410
+    } finally {
+      await informer.stop();
+    }
   });
 });

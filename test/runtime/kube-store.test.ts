@@ -7,10 +7,13 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FINALIZER } from '../../src/api/constants.ts';
+import { keyOf, parseKey } from '../../src/api/meta.ts';
 import type { ProxyObject } from '../../src/api/proxy.ts';
 import { createKubeClients } from '../../src/runtime/kube/client.ts';
 import { createKubeStore, type KubeStore } from '../../src/runtime/kube/store.ts';
+import { Manager } from '../../src/runtime/manager.ts';
 import type { WatchEvent } from '../../src/runtime/store.ts';
+import { WorkQueue } from '../../src/runtime/workqueue.ts';
 import { type KubeServer, startKubeServer } from '../support/kube-server/index.ts';
 import { eventually, proxyFixture, runStoreContract } from '../support/store-contract.ts';
 
@@ -263,7 +266,6 @@ describe('kube store under the manager', () => {
     // Hold the first proxies list back so the not-yet-synced state is observable.
     server.injectFault({ path: /\/proxies$/, watch: false, method: 'GET', delayMs: 400 });
     const store = await createKubeStore({ kubeConfig: server.kubeConfig(), reflector: fastReflector });
-    const { Manager } = await import('../../src/runtime/manager.ts');
     const m = new Manager({ store, healthProbeBindAddress: '127.0.0.1:0', gracePeriodMs: 500 });
     const run = m.start();
     try {
@@ -278,5 +280,33 @@ describe('kube store under the manager', () => {
       await run;
       await server.stop();
     }
+  });
+});
+
+describe('cache → handler → queue → workers', () => {
+  it('a change on the server reaches a worker, which sees at least that version in the cache', async () => {
+    const { server, store } = await setup();
+    const q = new WorkQueue({ name: 'proxies' });
+    store.proxies.watch((e) => q.add(keyOf(e.object)));
+    const seen: string[] = [];
+    const ac = new AbortController();
+    const workers = q.runWorkers({
+      concurrency: 2,
+      signal: ac.signal,
+      process: async (key) => {
+        const p = store.proxies.get(parseKey(key));
+        seen.push(`${key}:${p?.metadata.labels?.v ?? 'gone'}`);
+      },
+    });
+    seed(server, 'ns', 'a', { v: '1' });
+    await eventually(() => expect(seen).toContain('ns/a:1'));
+    const col = server.resource('proxies');
+    const cur = col.read('ns', 'a');
+    col.update({ ...cur, metadata: { ...cur.metadata, labels: { v: '2' } } });
+    await eventually(() => expect(seen.at(-1)).toBe('ns/a:2'));
+    col.delete('ns', 'a');
+    await eventually(() => expect(seen.at(-1)).toBe('ns/a:gone'));
+    ac.abort();
+    await workers;
   });
 });

@@ -114,8 +114,35 @@ describe('LeaseElector', () => {
     const takeover = b.startedAt! - silentAt;
     // The 2 s lease counts from when b saw the last renewal: never early, soon after expiry.
     expect(takeover).toBeGreaterThanOrEqual(1200);
-    expect(takeover).toBeLessThan(2000 + 2.2 * 200 + 1000);
+    expect(takeover).toBeLessThan(2000 + 2.2 * 200 + 1500);
     expect(lease().spec.holderIdentity).toBe('b');
+    expect(lease().spec.leaseTransitions).toBe(1);
+  });
+
+  it('judges expiry by its own clock since the record last changed, never by renewTime', async () => {
+    if (!server) server = await startKubeServer();
+    const leases = server.resource('leases');
+    // A live holder whose clock is decades behind ours: its renewTime always looks expired.
+    const skewed = (ms: number) => `2000-01-01T00:00:${String(ms % 60).padStart(2, '0')}.000000Z`;
+    leases.create({
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: { name: LEASE.name, namespace: LEASE.namespace },
+      spec: { holderIdentity: 'skewed', leaseDurationSeconds: 2, renewTime: skewed(0), leaseTransitions: 0 },
+    } as never);
+    let n = 0;
+    const renewer = setInterval(() => {
+      const cur = leases.read(LEASE.namespace, LEASE.name);
+      leases.update({ ...cur, spec: { ...(cur.spec as object), renewTime: skewed(++n) } } as never);
+    }, 200);
+    cleanups.push(() => clearInterval(renewer));
+    const b = campaign(await elector('b'));
+    await sleep(2500);
+    expect(b.e.isLeader()).toBe(false); // the holder keeps renewing: its lease is alive
+    clearInterval(renewer);
+    const silentAt = Date.now();
+    await until(() => b.e.isLeader(), 5000);
+    expect(b.startedAt! - silentAt).toBeGreaterThanOrEqual(1500);
     expect(lease().spec.leaseTransitions).toBe(1);
   });
 
@@ -128,8 +155,12 @@ describe('LeaseElector', () => {
     await a.e.release();
     expect(a.log).toContain('stopped');
     expect(a.e.isLeader()).toBe(false);
+    // Released: no holder, a 1 s duration, so the next candidate need not wait for expiry.
+    expect(lease().spec.holderIdentity ?? '').toBe('');
+    expect(lease().spec.leaseDurationSeconds).toBe(1);
     await until(() => b.e.isLeader(), 3000);
-    expect(Date.now() - t0).toBeLessThan(1000);
+    expect(Date.now() - t0).toBeLessThan(1900); // expiry would take >= 2 s
+    expect(lease().spec.leaseTransitions).toBe(1);
     expect(lease().spec.holderIdentity).toBe('b');
   });
 
@@ -202,7 +233,7 @@ describe('Manager with Lease election', () => {
     await leader.m.stop();
     await leader.done;
     await until(() => other.m.isLeader(), 3000);
-    expect(Date.now() - t0).toBeLessThan(1500);
+    expect(Date.now() - t0).toBeLessThan(1900); // expiry would take >= 2 s
     await until(() => running.size === 1);
     expect(overlap).toEqual([]);
   });

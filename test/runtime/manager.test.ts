@@ -175,13 +175,23 @@ describe('Manager', () => {
 
   it('gives runnables the grace period to drain, but not longer', async () => {
     const events: string[] = [];
-    const m = new Manager({ gracePeriodMs: 300, elector: new StandaloneElector() });
+    const m = new Manager({
+      gracePeriodMs: 300,
+      elector: new StandaloneElector(),
+      healthProbeBindAddress: '127.0.0.1:0',
+    });
     m.add(recorder('quick', true, events, 50));
     m.add(recorder('stuck', false, events, 10_000));
     const run = m.start();
     await until(() => events.includes('quick.start') && events.includes('stuck.start'));
+    expect((await probe(m, '/readyz')).status).toBe(200);
     const t0 = Date.now();
-    await m.stop();
+    const stopping = m.stop();
+    const during = await probe(m, '/readyz'); // still serving while draining, but not ready
+    expect(during.status).toBe(500);
+    expect(during.body).toContain('shutting down');
+    expect((await probe(m, '/healthz')).status).toBe(200);
+    await stopping;
     await run;
     const took = Date.now() - t0;
     expect(events).toContain('quick.stopped');

@@ -11,6 +11,8 @@ import {
   SECRET_RESOURCE,
   type StoredObject,
 } from '../../src/runtime/objects/types.ts';
+import { applyJsonPatch, mergePatch, PatchError, parseJsonPatch } from '../../src/runtime/patch.ts';
+import { labelsMatch, parseSelector, SelectorError } from '../../src/runtime/selector.ts';
 import { StoreError } from '../../src/runtime/store.ts';
 
 function setup() {
@@ -241,5 +243,60 @@ describe('object engine', () => {
     const b = px2.create(proxy('b'));
     expect(Number(b.metadata.resourceVersion)).toBe(engine.resourceVersion + 1);
     expect(errOf(() => px2.watch({ resourceVersion: '0x' }, () => {})).code).toBe(400);
+  });
+
+  it('label selector syntax: accepted forms match like Kubernetes, malformed ones are rejected', () => {
+    const l = { app: 'squid', 'crawl.example.com/pool': 'eu' };
+    expect(labelsMatch('app=squid,crawl.example.com/pool in (eu, us)', l)).toBe(true);
+    expect(labelsMatch('app==squid', l)).toBe(true);
+    expect(labelsMatch('app!=squid', l)).toBe(false);
+    expect(labelsMatch('missing!=x', l)).toBe(true);
+    expect(labelsMatch('missing notin (x)', l)).toBe(true);
+    expect(labelsMatch('missing in (x)', l)).toBe(false);
+    expect(labelsMatch('!app', l)).toBe(false);
+    expect(labelsMatch('', l)).toBe(true);
+    for (const bad of ['a in ()', '=b', 'a b', 'a in (x,,y)', 'a=(b', 'a=b,']) {
+      expect(() => parseSelector(bad), bad).toThrow(SelectorError);
+    }
+  });
+
+  it('patches follow RFC 7386 and RFC 6902 and never mutate their input', () => {
+    const doc = { a: { b: 1, c: [1, 2] }, d: 'x', 'e/f': { '~g': 1 } };
+    const frozen = JSON.stringify(doc);
+    expect(mergePatch(doc, { a: { b: null, c: [3] }, d: null, n: { m: 1 } })).toEqual({
+      a: { c: [3] },
+      'e/f': { '~g': 1 },
+      n: { m: 1 },
+    });
+    const ops = parseJsonPatch([
+      { op: 'add', path: '/a/c/1', value: 9 },
+      { op: 'add', path: '/a/c/-', value: 7 },
+      { op: 'remove', path: '/a/c/0' },
+      { op: 'move', from: '/d', path: '/moved' },
+      { op: 'copy', from: '/moved', path: '/copied' },
+      { op: 'replace', path: '/e~1f/~0g', value: 2 },
+      { op: 'test', path: '/a/c', value: [9, 2, 7] },
+    ]);
+    expect(applyJsonPatch(doc, ops)).toEqual({
+      a: { b: 1, c: [9, 2, 7] },
+      moved: 'x',
+      copied: 'x',
+      'e/f': { '~g': 2 },
+    });
+    expect(JSON.stringify(doc)).toBe(frozen);
+    const fails = (o: unknown) => {
+      try {
+        applyJsonPatch(doc, parseJsonPatch(o));
+      } catch (e) {
+        return e instanceof PatchError ? e.kind : 'other';
+      }
+      return 'ok';
+    };
+    expect(fails([{ op: 'replace', path: '/nope', value: 1 }])).toBe('failed');
+    expect(fails([{ op: 'remove', path: '/a/c/5' }])).toBe('failed');
+    expect(fails([{ op: 'test', path: '/d', value: 'y' }])).toBe('failed');
+    expect(fails([{ op: 'frobnicate', path: '/d' }])).toBe('bad');
+    expect(fails([{ op: 'add', path: '/d' }])).toBe('bad');
+    expect(fails({ op: 'add' })).toBe('bad');
   });
 });

@@ -11,6 +11,7 @@ import {
   batchOptionsFromEnv,
   extractTraceContext,
   injectTraceContext,
+  redactUrl,
   setupTracing,
   type Tracing,
   withSpan,
@@ -152,6 +153,13 @@ describe('setupTracing', () => {
     await withSpan(t.tracer, 'bad', {}, () => {}, extractTraceContext({ traceparent: 'garbage' }));
     expect(t.span('bad').parentSpanContext).toBeUndefined();
     expect(trace.getSpan(extractTraceContext({}))).toBeUndefined();
+  });
+
+  it('logs collector URLs without embedded credentials', () => {
+    expect(redactUrl('https://user:key@collector.example:4318/v1/traces?api_key=k#x')).toBe(
+      'https://collector.example:4318/v1/traces',
+    );
+    expect(redactUrl('not a url')).toBe('(unparsable URL)');
   });
 
   it('reads OTEL_BSP_* batch settings and ignores bad ones', () => {

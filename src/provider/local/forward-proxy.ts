@@ -15,6 +15,8 @@ export interface ForwardProxyOptions {
   log: Logger;
   /** Give up on an origin that has not accepted the TCP connection after this long. */
   connectTimeoutMs?: number;
+  /** Opens the origin connection of a tunnel; tests substitute one that never connects. */
+  dial?: (host: string, port: number) => net.Socket;
 }
 
 const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
@@ -39,12 +41,14 @@ export class ForwardProxy {
   private readonly authorized: (header: string | undefined) => boolean;
   private readonly log: Logger;
   private readonly connectTimeoutMs: number;
+  private readonly dial: (host: string, port: number) => net.Socket;
   private closed = false;
 
   constructor(opts: ForwardProxyOptions) {
     this.authorized = basicAuthChecker(opts.credentials);
     this.log = opts.log;
     this.connectTimeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    this.dial = opts.dial ?? ((host, port) => net.connect({ host, port, allowHalfOpen: true }));
     this.agent = new http.Agent({ keepAlive: true, maxFreeSockets: 16 });
     this.server = http.createServer({ requestTimeout: 0 });
     this.server.on('connection', (s: net.Socket) => this.track(s));
@@ -72,6 +76,12 @@ export class ForwardProxy {
       this.server.once('listening', onListening);
       this.server.listen({ port, host, exclusive: true });
     });
+  }
+
+  /** The bound port (after listen). */
+  get port(): number {
+    const a = this.server.address();
+    return typeof a === 'object' && a ? a.port : 0;
   }
 
   get listening(): boolean {
@@ -102,6 +112,7 @@ export class ForwardProxy {
       s.destroy();
       return;
     }
+    if (this.sockets.has(s)) return; // a keep-alive origin socket being reused
     this.sockets.add(s);
     s.once('close', () => this.sockets.delete(s));
   }
@@ -117,7 +128,7 @@ export class ForwardProxy {
       endRaw(client, 400, 'Bad Request');
       return;
     }
-    const upstream = net.connect({ host: target.host, port: target.port, allowHalfOpen: true });
+    const upstream = this.dial(target.host, target.port);
     this.track(upstream);
     let established = false;
     const timer = setTimeout(() => {
@@ -148,14 +159,18 @@ export class ForwardProxy {
         client.destroy();
       }
     });
-    const abandon = (self: Duplex, other: Duplex) => () => {
+    // A side that closed after both directions finished is a graceful close; the other side
+    // then finishes flushing on its own. Anything else (reset, destroy) cuts the tunnel.
+    const cut = (self: Duplex, other: Duplex) =>
+      !(other.writableEnded && other.readableEnded) || self.errored;
+    client.once('close', () => {
       clearTimeout(timer);
-      // A side that closed after both directions finished is a graceful close; the other side
-      // then finishes flushing on its own. Anything else (reset, destroy) cuts the tunnel.
-      if (!(other.writableEnded && other.readableEnded) || self.errored) other.destroy();
-    };
-    client.once('close', abandon(client, upstream));
-    upstream.once('close', abandon(upstream, client));
+      if (cut(client, upstream)) upstream.destroy();
+    });
+    upstream.once('close', () => {
+      // Before the tunnel is up, the error/timeout path owns the client (it sends 502/504).
+      if (established && cut(upstream, client)) client.destroy();
+    });
   }
 
   private onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {

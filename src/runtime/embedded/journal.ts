@@ -60,6 +60,7 @@ export async function readState(
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw e;
   }
+  if (text.trim() === '') return undefined; // created empty by hand: start fresh
   const lines = text.split('\n');
   let tornTail = false;
   const parsed: unknown[] = [];

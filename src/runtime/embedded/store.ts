@@ -5,7 +5,7 @@
  * that is durable before any write resolves, so a restart — even after kill -9 — resumes with
  * the same UIDs, credentials and instance IDs. A lock file keeps a second process off the state.
  */
-import { type FSWatcher, watch as fsWatch, statSync } from 'node:fs';
+import { type FSWatcher, watch as fsWatch, mkdirSync, statSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { validateProxy as defaultValidateProxy } from '../../api/validate.ts';
 import type { Logger } from '../../log/index.ts';
@@ -214,6 +214,7 @@ export async function createEmbeddedStore(opts: EmbeddedStoreOptions): Promise<E
   const statePath = resolve(opts.statePath);
   const manifestsPath = opts.manifests ? resolve(opts.manifests) : undefined;
   const validate = opts.validateProxy ?? defaultValidateProxy;
+  mkdirSync(dirname(statePath), { recursive: true, mode: 0o700 });
   const lock: Lock = acquireLock(`${statePath}.lock`);
   try {
     return await open();

@@ -289,23 +289,31 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
     const base = obj.metadata.resourceVersion ? obj : await this.read(obj.metadata, opts);
     const current = base.metadata.finalizers ?? [];
     const finalizers = current.includes(finalizer) ? current : [...current, finalizer];
-    return this.writeFinalizers(base, finalizers, opts);
+    const out = await this.writeFinalizers(base, finalizers, opts);
+    if (!out)
+      throw new StoreError('NotFound', 404, `${this.api.what} ${keyOf(base)}: gone while adding a finalizer`);
+    return out;
   }
 
   async removeFinalizer(obj: T, finalizer: string, opts?: WriteOptions): Promise<T | undefined> {
     const base = obj.metadata.resourceVersion ? obj : await this.read(obj.metadata, opts);
     const finalizers = (base.metadata.finalizers ?? []).filter((f) => f !== finalizer);
     const out = await this.writeFinalizers(base, finalizers, opts);
-    return isGone(out) ? undefined : out;
+    return out && !isGone(out) ? out : undefined;
   }
 
   /**
    * Merge patch of the whole finalizer list guarded by the resourceVersion it was computed
    * from, so a concurrent change to the list is a 409 rather than a lost finalizer.
    */
-  private async writeFinalizers(base: T, finalizers: string[], opts?: WriteOptions): Promise<T> {
+  private async writeFinalizers(base: T, finalizers: string[], opts?: WriteOptions): Promise<T | undefined> {
     const body = { metadata: { resourceVersion: base.metadata.resourceVersion, finalizers } };
-    return this.cache(await this.api.patch(base.metadata, body, 'merge', false, opts?.signal));
+    const out: unknown = await this.api.patch(base.metadata, body, 'merge', false, opts?.signal);
+    if (isObject<T>(out)) return this.cache(out);
+    // Some servers answer the patch that deletes the object with a Status instead of it.
+    const cached = this.get(base.metadata);
+    if (cached) this.informer.remove(cached);
+    return undefined;
   }
 
   watch(handler: (event: WatchEvent<T>) => void): Unsubscribe {

@@ -131,49 +131,66 @@ export class LeaseElector implements LeaderElector {
   async release(): Promise<void> {
     this.stopper?.abort();
     await this.loop;
-    if (!this.releasable || !this.observed) return;
+    if (!this.releasable) return;
     this.releasable = false;
-    const now = this.clock.now();
-    const spec: V1LeaseSpec = {
-      leaseDurationSeconds: 1,
-      acquireTime: micro(now),
-      renewTime: micro(now),
-      leaseTransitions: this.observed.spec?.leaseTransitions ?? 0,
-    };
-    try {
-      this.observed = await this.replace(spec, AbortSignal.timeout(this.renewDeadlineMs));
-      this.log.info('released leadership');
-    } catch (e) {
-      // 409: someone already moved on from our record; nothing of ours to release.
-      this.log.warn({ err: describe(e) }, 'could not release the leader lease');
+    const deadline = AbortSignal.timeout(this.renewDeadlineMs);
+    // Re-read first: a renew cut short by the stop may still have landed, moving the RV.
+    for (let attempt = 0; attempt < 3 && !deadline.aborted; attempt++) {
+      try {
+        const current = await this.api.readNamespacedLease(
+          { namespace: this.namespace, name: this.name },
+          callOptions({ signal: deadline }),
+        );
+        if (current.spec?.holderIdentity !== this.identity) return; // already someone else's
+        const now = this.clock.now();
+        const spec: V1LeaseSpec = {
+          leaseDurationSeconds: 1,
+          acquireTime: micro(now),
+          renewTime: micro(now),
+          leaseTransitions: current.spec?.leaseTransitions ?? 0,
+        };
+        this.observed = await this.replace(spec, deadline, current.metadata?.resourceVersion);
+        this.log.info('released leadership');
+        return;
+      } catch (e) {
+        if (statusCodeOf(e) !== 409) {
+          this.log.warn({ err: describe(e) }, 'could not release the leader lease');
+          return;
+        }
+      }
     }
   }
 
   private async campaign(signal: AbortSignal, cb: LeaderCallbacks): Promise<void> {
     this.log.info('campaigning for leadership');
+    let lastRenew = 0;
     while (!signal.aborted) {
+      lastRenew = this.clock.now();
       const r = await this.tryAcquireOrRenew(signal, this.renewDeadlineMs);
       this.notifyLeader(cb);
-      if (r === 'acquired') break;
+      if (r === 'acquired') {
+        this.releasable = true; // even if we are stopped right now, hand it back on release()
+        break;
+      }
       await this.sleep(this.retryPeriodMs * (1 + Math.random() * this.jitterFactor), signal);
     }
     if (signal.aborted) return;
     this.leading = true;
-    this.releasable = true;
     const leadership = new AbortController();
     this.log.info('acquired leadership');
     cb.onStartedLeading(leadership.signal);
-    let lastRenew = this.clock.now();
     let lost = false;
     while (!signal.aborted) {
       await this.sleep(this.retryPeriodMs, signal);
       if (signal.aborted) break;
-      const left = this.renewDeadlineMs - (this.clock.now() - lastRenew);
+      const attemptAt = this.clock.now();
+      const left = this.renewDeadlineMs - (attemptAt - lastRenew);
       const r = left > 0 ? await this.tryAcquireOrRenew(signal, left) : 'failed';
       if (signal.aborted) break;
       this.notifyLeader(cb);
       if (r === 'acquired') {
-        lastRenew = this.clock.now();
+        // Count from the attempt's start: peers time our lease from no earlier than that.
+        lastRenew = attemptAt;
         continue;
       }
       if (r === 'held-by-other' || this.clock.now() - lastRenew >= this.renewDeadlineMs) {

@@ -252,7 +252,10 @@ export class Collection {
 
   list(q: ListQuery = {}): { items: StoredObject[]; resourceVersion: string } {
     const match = this.matcher(q);
-    return { items: this.all().filter(match), resourceVersion: String(this.engine.resourceVersion) };
+    // Filter before copying: callers list small subsets of large collections.
+    const hits = [...this.objects.entries()].filter(([, o]) => match(o));
+    hits.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return { items: hits.map(([, o]) => deepClone(o)), resourceVersion: String(this.engine.resourceVersion) };
   }
 
   matcher(q: ListQuery): (obj: StoredObject) => boolean {

@@ -78,7 +78,7 @@ class Dispatcher {
         else if (!now && before) type = 'DELETED';
         else if (!now) return;
       } else if (ev.type === 'DELETED') {
-        if (!before && !now) return;
+        if (!before) return; // never in the cache, so nothing to remove
       } else if (!now) {
         return;
       }

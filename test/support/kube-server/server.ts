@@ -4,6 +4,12 @@
  * @kubernetes/client-node 2.0.1 relies on: JSON Status errors, list with selectors and paging,
  * watch streams from a resourceVersion with 410 and bookmarks, status subresource, merge / JSON /
  * apply patches, finalizers, Lease MicroTime validation, bearer auth, and fault injection.
+ *
+ * Deliberately not modelled (cover with the e2e suite on a real cluster): server-side apply
+ * field ownership and its conflicts (apply is a merge that needs a fieldManager), CRD schema
+ * validation/defaulting/pruning, admission, RBAC, ownerReference garbage collection, namespace
+ * existence, dryRun, resourceVersionMatch / sendInitialEvents, and consistent snapshots across
+ * list pages (later pages show current state; a page token older than compaction gets 410).
  */
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';

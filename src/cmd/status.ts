@@ -1,0 +1,74 @@
+/**
+ * cmd/status — `egress-proxies-operator status`: a readable table of the proxies a running
+ * operator knows, read from its discovery API (never credentials).
+ */
+import { DiscoveryClient } from '../discovery/client.ts';
+import type { ProxySnapshot } from '../lease/store.ts';
+import { errorMessage } from '../provider/errors.ts';
+import type { StatusFlags } from './flags.ts';
+
+function ago(iso: string | null, now: number): string {
+  if (!iso) return '-';
+  const s = Math.max(0, Math.round((Date.parse(iso) - now) / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.round(s / 60)}m`;
+  return `${Math.round(s / 3600)}h`;
+}
+
+/** Pure: snapshot rows → aligned text table. */
+export function formatStatusTable(rows: ProxySnapshot[], now = Date.now()): string {
+  const header = [
+    'NAMESPACE',
+    'NAME',
+    'PHASE',
+    'ADDRESS',
+    'HEALTHY',
+    'LATENCY',
+    'LEASES',
+    'LEASABLE',
+    'COOLDOWNS',
+  ];
+  const lines = rows.map((r) => {
+    const cooldowns = [
+      ...(r.cooldownUntil ? [`all ${ago(r.cooldownUntil, now)}`] : []),
+      ...r.targetCooldowns.map((c) => `${c.target} ${ago(c.until, now)}`),
+    ];
+    return [
+      r.namespace,
+      r.name,
+      r.deleting ? 'Deleting' : r.phase,
+      r.host && r.port ? `${r.host}:${r.port}` : '-',
+      r.healthy ? 'yes' : 'no',
+      r.latencyMillis === null ? '-' : `${r.latencyMillis}ms`,
+      r.maxLeases > 0 ? `${r.activeLeases}/${r.maxLeases}` : String(r.activeLeases),
+      r.leasable ? 'yes' : `no (${r.reason ?? 'unknown'})`,
+      cooldowns.length > 0 ? cooldowns.join(', ') : '-',
+    ];
+  });
+  const all = [header, ...lines];
+  const widths = header.map((_, i) => Math.max(...all.map((row) => (row[i] ?? '').length)));
+  return all
+    .map((row) =>
+      row
+        .map((c, i) => c.padEnd(widths[i] ?? 0))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
+}
+
+export async function runStatus(flags: StatusFlags): Promise<number> {
+  const client = new DiscoveryClient({
+    baseUrl: flags.server,
+    ...(flags.token ? { token: flags.token } : {}),
+  });
+  try {
+    const rows = await client.listProxies();
+    if (flags.output === 'json') process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
+    else process.stdout.write(`${rows.length === 0 ? 'no proxies' : formatStatusTable(rows)}\n`);
+    return 0;
+  } catch (err) {
+    process.stderr.write(`egress-proxies-operator status: ${flags.server}: ${errorMessage(err)}\n`);
+    return 1;
+  }
+}

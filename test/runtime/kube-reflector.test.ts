@@ -1,0 +1,192 @@
+/**
+ * Reflector edge cases with a scripted list/watch (no HTTP): in-stream ERROR events, servers
+ * that end watches at once (no busy loop), a sink that throws, resume from the last
+ * resourceVersion (bookmarks included) instead of relisting.
+ */
+import { describe, expect, it } from 'vitest';
+import type { KubeObject } from '../../src/api/meta.ts';
+import { sleep } from '../../src/runtime/clock.ts';
+import { Informer } from '../../src/runtime/kube/informer.ts';
+import { Reflector, type WatchClient } from '../../src/runtime/kube/reflector.ts';
+
+const obj = (name: string, rv: string): KubeObject => ({
+  metadata: { name, namespace: 'ns', resourceVersion: rv },
+});
+
+type Script = (
+  query: Record<string, unknown>,
+  emit: (type: string, o: unknown) => void,
+  end: (err?: unknown) => void,
+) => void;
+
+/** A WatchClient that plays one script per watch call (the last one repeats). */
+function scripted(scripts: Script[]): WatchClient & { calls: Array<Record<string, unknown>> } {
+  const calls: Array<Record<string, unknown>> = [];
+  return {
+    calls,
+    async watch(_path, query, cb, done) {
+      calls.push(query);
+      const ac = new AbortController();
+      let ended = false;
+      const end = (err?: unknown) => {
+        if (ended) return;
+        ended = true;
+        done(err ?? null);
+      };
+      ac.signal.addEventListener('abort', () => end());
+      const script = scripts[Math.min(calls.length - 1, scripts.length - 1)]!;
+      setTimeout(() => script(query, (t, o) => !ended && cb(t, o), end), 1);
+      return ac;
+    },
+  };
+}
+
+function run(r: Reflector<KubeObject>) {
+  const ac = new AbortController();
+  const done = r.run(ac.signal);
+  return async () => {
+    ac.abort();
+    await done;
+  };
+}
+
+const idle: Script = () => {};
+
+describe('Reflector', () => {
+  it('resumes from the last event or bookmark resourceVersion after a clean close, without relisting', async () => {
+    const inf = new Informer<KubeObject>('t');
+    let lists = 0;
+    const w = scripted([
+      (_q, emit, end) => {
+        emit('ADDED', obj('a', '11'));
+        emit('BOOKMARK', { metadata: { resourceVersion: '15' } });
+        end();
+      },
+      idle,
+    ]);
+    const r = new Reflector<KubeObject>({
+      name: 't',
+      list: async () => {
+        lists++;
+        return { items: [], metadata: { resourceVersion: '10' } };
+      },
+      watchClient: w,
+      watchPath: '/x',
+      sink: inf,
+      initialBackoffMs: 5,
+    });
+    const stop = run(r);
+    await sleep(50);
+    await stop();
+    expect(w.calls.map((q) => q.resourceVersion)).toEqual(['10', '15']);
+    expect(w.calls[0]?.allowWatchBookmarks).toBe(true);
+    expect(lists).toBe(1);
+    expect(inf.get('ns/a')).toBeDefined();
+  });
+
+  it('relists on an in-stream 410, backs off on other ERROR events', async () => {
+    const inf = new Informer<KubeObject>('t');
+    let lists = 0;
+    const w = scripted([
+      (_q, emit) => emit('ERROR', { kind: 'Status', code: 410, reason: 'Expired' }),
+      (_q, emit) => emit('ERROR', { kind: 'Status', code: 500, reason: 'InternalError' }),
+      idle,
+    ]);
+    const r = new Reflector<KubeObject>({
+      name: 't',
+      list: async () => {
+        lists++;
+        return { items: [obj('a', String(lists))], metadata: { resourceVersion: String(20 + lists) } };
+      },
+      watchClient: w,
+      watchPath: '/x',
+      sink: inf,
+      initialBackoffMs: 5,
+    });
+    const stop = run(r);
+    await sleep(80);
+    await stop();
+    expect(lists).toBe(2);
+    expect(r.stats.relistsOnGone).toBe(1);
+    expect(r.stats.errors).toBeGreaterThanOrEqual(1);
+    expect(w.calls.map((q) => q.resourceVersion).slice(0, 3)).toEqual(['21', '22', '22']);
+    expect(inf.get('ns/a')?.metadata.resourceVersion).toBe('2');
+  });
+
+  it('does not spin when the server ends every watch at once', async () => {
+    const w = scripted([(_q, _emit, end) => end()]);
+    const r = new Reflector<KubeObject>({
+      name: 't',
+      list: async () => ({ items: [], metadata: { resourceVersion: '1' } }),
+      watchClient: w,
+      watchPath: '/x',
+      sink: new Informer<KubeObject>('t'),
+      initialBackoffMs: 20,
+      maxBackoffMs: 100,
+    });
+    const stop = run(r);
+    await sleep(400);
+    await stop();
+    expect(w.calls.length).toBeLessThan(15); // a busy loop would make thousands
+    expect(w.calls.length).toBeGreaterThan(2);
+  });
+
+  it('a sink that throws loses that event only; the stream and later events go on', async () => {
+    const inf = new Informer<KubeObject>('t');
+    const sink = {
+      replace: (items: KubeObject[]) => inf.replace(items),
+      remove: (o: KubeObject) => inf.remove(o),
+      upsert: (o: KubeObject) => {
+        if (o.metadata.name === 'bad') throw new Error('boom');
+        inf.upsert(o);
+      },
+    };
+    const w = scripted([
+      (_q, emit) => {
+        emit('ADDED', obj('bad', '2'));
+        emit('ADDED', obj('good', '3'));
+      },
+    ]);
+    const r = new Reflector<KubeObject>({
+      name: 't',
+      list: async () => ({ items: [], metadata: { resourceVersion: '1' } }),
+      watchClient: w,
+      watchPath: '/x',
+      sink,
+    });
+    const stop = run(r);
+    await sleep(30);
+    await stop();
+    expect(inf.get('ns/good')).toBeDefined();
+    expect(w.calls).toHaveLength(1);
+  });
+
+  it('follows continue tokens and restarts the list when a token expires', async () => {
+    const inf = new Informer<KubeObject>('t');
+    const pages: string[] = [];
+    let expireOnce = true;
+    const r = new Reflector<KubeObject>({
+      name: 't',
+      pageSize: 1,
+      list: async ({ continue: c }) => {
+        pages.push(c ?? 'first');
+        if (c === 'p2' && expireOnce) {
+          expireOnce = false;
+          throw Object.assign(new Error('Expired'), { statusCode: 410 });
+        }
+        if (!c) return { items: [obj('a', '1')], metadata: { resourceVersion: '5', continue: 'p2' } };
+        return { items: [obj('b', '2')], metadata: { resourceVersion: '5' } };
+      },
+      watchClient: scripted([idle]),
+      watchPath: '/x',
+      sink: inf,
+      initialBackoffMs: 5,
+    });
+    const stop = run(r);
+    await sleep(50);
+    await stop();
+    expect(pages).toEqual(['first', 'p2', 'first', 'p2']);
+    expect(inf.list().map((o) => o.metadata.name)).toEqual(['a', 'b']);
+    expect(r.hasSynced()).toBe(true);
+  });
+});
