@@ -1,14 +1,15 @@
 /**
  * bench/health-servers — the far side of the health benchmark, run as a child process so its
- * CPU is not billed to the engine: one TLS origin (test CA) and a few minimal authenticated
- * CONNECT proxies on 127.0.0.1. Prints one JSON line {origin, proxies[], ca, username,
- * password} when ready; exits when stdin closes.
+ * CPU is not billed to the engine: one TLS origin (test CA) and/or a few minimal authenticated
+ * CONNECT proxies on 127.0.0.1 (`<origin|proxies|both> [count]`). Prints one JSON line with
+ * what it serves ({origin, ca} / {proxies[], username, password}); exits when stdin closes.
  */
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { createServer as createTlsServer } from 'node:tls';
 import { testPki } from '../test/support/origins.ts';
 
-const PROXIES = Number(process.argv[2] ?? 20);
+const ROLE = process.argv[2] ?? 'both';
+const PROXIES = Number(process.argv[3] ?? 20);
 const username = 'bench';
 const password = 'bench-password';
 const expected = `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`;
@@ -49,16 +50,23 @@ function connectProxy(): import('node:net').Server {
   });
 }
 
-const { cert, key, caCert } = testPki();
-// Raw TLS with a fixed answer: the far side must stay cheap enough to keep up on a small box.
-const origin = createTlsServer({ cert, key }, (socket) => {
-  socket.on('error', () => undefined);
-  socket.once('data', () => socket.end('HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n'));
-});
-const originPort = await listen(origin);
-const proxies: number[] = [];
-for (let i = 0; i < PROXIES; i++) proxies.push(await listen(connectProxy()));
-process.stdout.write(`${JSON.stringify({ origin: originPort, proxies, ca: caCert, username, password })}\n`);
+const out: Record<string, unknown> = { username, password };
+if (ROLE !== 'proxies') {
+  const { cert, key, caCert } = testPki();
+  // Raw TLS with a fixed answer: the far side must stay cheap enough to keep up on a small box.
+  const origin = createTlsServer({ cert, key }, (socket) => {
+    socket.on('error', () => undefined);
+    socket.once('data', () => socket.end('HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n'));
+  });
+  out.origin = await listen(origin);
+  out.ca = caCert;
+}
+if (ROLE !== 'origin') {
+  const proxies: number[] = [];
+  for (let i = 0; i < PROXIES; i++) proxies.push(await listen(connectProxy()));
+  out.proxies = proxies;
+}
+process.stdout.write(`${JSON.stringify(out)}\n`);
 process.stdin.resume();
 process.stdin.on('end', () => process.exit(0));
 process.stdin.on('close', () => process.exit(0));

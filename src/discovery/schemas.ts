@@ -200,6 +200,16 @@ export const ROUTES: RouteDef[] = [
   },
   {
     method: 'GET',
+    url: '/generate_204',
+    operationId: 'probeTarget',
+    summary:
+      'Always 204, never authenticated: a health-check target served by the operator itself, so proxies on loopback or a private network can be probed without internet access.',
+    auth: false,
+    statuses: { 204: 'No content.' },
+    schema: { response: {} },
+  },
+  {
+    method: 'GET',
     url: '/v1/proxies',
     operationId: 'listProxies',
     summary:

@@ -48,6 +48,9 @@ declare module 'fastify' {
 
 export const BODY_LIMIT_BYTES = 16 * 1024;
 
+/** Routes served without the bearer token (liveness and the built-in probe target). */
+const PUBLIC_ROUTES = new Set(ROUTES.filter((r) => !r.auth).map((r) => r.url));
+
 export interface DiscoveryServerOptions {
   /** `host:port`; `:8090` listens on all interfaces, port 0 picks a free one. */
   bindAddress: string;
@@ -204,7 +207,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
       parent,
     );
     req.otel = { span, ctx: trace.setSpan(parent, span), start: performance.now() };
-    if (!tokenHash || route === '/healthz') return done();
+    if (!tokenHash || (route !== undefined && PUBLIC_ROUTES.has(route))) return done();
     const header = req.headers.authorization;
     const given = header && /^bearer\s+/i.test(header) ? header.replace(/^bearer\s+/i, '').trim() : undefined;
     if (given !== undefined && timingSafeEqual(hash(given), tokenHash)) return done();
@@ -287,6 +290,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
 
   const handlers: Record<string, (req: FastifyRequest, reply: FastifyReply) => unknown> = {
     healthz: (_req, reply) => reply.send({ status: 'ok' }),
+    probeTarget: (_req, reply) => reply.code(204).send(),
     listProxies: (req, reply) =>
       within(req, () => {
         const q = req.query as Static<typeof ProxyListQuery>;

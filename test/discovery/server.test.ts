@@ -110,6 +110,13 @@ describe('routes', () => {
     expect(await res.json()).toEqual({ status: 'ok' });
   });
 
+  it('GET /generate_204 is an unauthenticated probe target', async () => {
+    const s = await setup();
+    const res = await fetch(`${s.server.url}/generate_204`);
+    expect(res.status).toBe(204);
+    expect(await res.text()).toBe('');
+  });
+
   it('POST /v1/leases grants with credentials; GET /v1/proxies never shows them', async () => {
     const s = await setup();
     const g = await s.call('POST', '/v1/leases', {
@@ -337,6 +344,7 @@ describe('auth', () => {
     const ok = await fetch(`${s.server.url}/v1/proxies`, { headers: { authorization: `bearer ${TOKEN}` } });
     expect(ok.status).toBe(200);
     expect((await fetch(`${s.server.url}/healthz`)).status).toBe(200);
+    expect((await fetch(`${s.server.url}/generate_204`)).status).toBe(204);
     expect(s.logLines.join('')).not.toContain(TOKEN);
   });
 
@@ -414,6 +422,7 @@ describe('observability', () => {
     };
     expect(doc.openapi).toMatch(/^3\./);
     expect(Object.keys(doc.paths).sort()).toEqual([
+      '/generate_204',
       '/healthz',
       '/openapi.json',
       '/v1/leases',

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { classify, notFound, permanent, ProviderError, quotaExceeded, wrap } from '../../src/provider/errors.ts';
+import {
+  classify,
+  notFound,
+  ProviderError,
+  permanent,
+  quotaExceeded,
+  wrap,
+} from '../../src/provider/errors.ts';
 
 describe('provider error classes', () => {
   it('treats unclassified errors as transient', () => {
