@@ -7,10 +7,18 @@
 import Type from 'typebox';
 import { DEFAULT_PROXY_PORT } from './constants.ts';
 import { ConditionSchema, ObjectMetaSchema } from './meta.ts';
-import { CLOUD_INIT_RULES, celValidations, HEALTH_CHECK_RULES, SPEC_RULES, TYPE_RULES } from './rules.ts';
+import {
+  CLOUD_INIT_RULES,
+  celValidations,
+  HEALTH_CHECK_RULES,
+  PROVIDER_RULES,
+  SPEC_RULES,
+  TYPE_RULES,
+} from './rules.ts';
 
 const Port = (description: string) => Type.Integer({ minimum: 1, maximum: 65535, description });
-const Name = (description: string) => Type.String({ minLength: 1, maxLength: 253, description });
+const Name = (description: string, extra: Record<string, unknown> = {}) =>
+  Type.String({ minLength: 1, maxLength: 253, description, ...extra });
 
 export const PROXY_TYPES = ['Managed', 'External'] as const;
 export type ProxyType = (typeof PROXY_TYPES)[number];
@@ -113,7 +121,11 @@ export const ProxySpecSchema = Type.Object(
         'x-kubernetes-validations': celValidations(TYPE_RULES),
       }),
     ),
-    provider: Type.Optional(Name('Managed only: a provider name from the providers config.')),
+    provider: Type.Optional(
+      Name('Managed only: a provider name from the providers config. Immutable.', {
+        'x-kubernetes-validations': celValidations(PROVIDER_RULES),
+      }),
+    ),
     placement: Type.Optional(PlacementSchema),
     cloudInit: Type.Optional(CloudInitSchema),
     port: Type.Optional(

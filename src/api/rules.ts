@@ -104,6 +104,19 @@ export const TYPE_RULES: readonly CelRule<string>[] = [
   },
 ];
 
+/**
+ * The reconciler deletes a retiring instance through the proxy's *current* provider, so a
+ * provider switch would strand the old instance (and its bill) in the old provider.
+ */
+export const PROVIDER_RULES: readonly CelRule<string>[] = [
+  {
+    rule: 'self == oldSelf',
+    message: 'provider is immutable; delete the Proxy and create it again to move it to another provider',
+    transition: true,
+    holds: (self, oldSelf) => oldSelf === undefined || self === oldSelf,
+  },
+];
+
 export const CLOUD_INIT_RULES: readonly CelRule<CloudInitView>[] = [
   {
     rule: 'has(self.inline) != has(self.secretRef)',
@@ -132,6 +145,7 @@ export const HEALTH_CHECK_RULES: readonly CelRule<HealthCheckView>[] = [
 export const PROXY_RULE_LOCATIONS = {
   spec: SPEC_RULES,
   'spec.type': TYPE_RULES,
+  'spec.provider': PROVIDER_RULES,
   'spec.cloudInit': CLOUD_INIT_RULES,
   'spec.healthCheck': HEALTH_CHECK_RULES,
 } as const;
@@ -174,6 +188,7 @@ export function checkProxyRules(spec: SpecView, oldSpec?: SpecView): FieldError[
   const out: FieldError[] = [];
   apply('spec', SPEC_RULES, spec, oldSpec, out);
   apply('spec.type', TYPE_RULES, spec.type, oldSpec?.type, out);
+  apply('spec.provider', PROVIDER_RULES, spec.provider, oldSpec?.provider, out);
   apply('spec.cloudInit', CLOUD_INIT_RULES, spec.cloudInit as CloudInitView | undefined, undefined, out);
   apply(
     'spec.healthCheck',

@@ -25,7 +25,7 @@ export const PROBE_REASONS = [
 export type ProbeReason = (typeof PROBE_REASONS)[number];
 
 export type ProbeResult =
-  | { ok: true; latencyMs: number; status: number }
+  | { ok: true; latencyMs: number; status?: number }
   | { ok: false; reason: ProbeReason; message: string; latencyMs: number; status?: number };
 
 export interface ProbeTarget {

@@ -221,8 +221,28 @@ export const PROXY_CASES: ProxyCase[] = [
   {
     name: 'update from a stored object without type (defaulted Managed)',
     obj: managed(),
-    old: { ...managed(), spec: { provider: 'p' } },
+    old: { ...managed(), spec: { provider: 'gcp-main' } },
     errors: [],
+  },
+
+  // spec.provider immutable: the old provider is the only one that can delete the old instance.
+  {
+    name: 'update keeping provider',
+    obj: managed({ drain: true }),
+    old: managed(),
+    errors: [],
+  },
+  {
+    name: 'update switching provider',
+    obj: managed({ provider: 'kvm-home' }),
+    old: managed(),
+    errors: ['spec.provider'],
+  },
+  {
+    name: 'update switching provider and changing placement',
+    obj: managed({ provider: 'kvm-home', placement: { zone: 'home' } }),
+    old: managed({ placement: { zone: 'europe-west1-b' } }),
+    errors: ['spec.provider'],
   },
 
   // Shapes: enums, unknown fields, types.
