@@ -98,6 +98,38 @@ describe('embedded store', () => {
     expect(store.proxies.get({ namespace: 'default', name: 'a' })?.spec.type).toBe('External');
   });
 
+  it('rejects a manifest edit that moves a Managed proxy to another provider, and keeps the stored one', async () => {
+    const dir = await tempDir();
+    const m = join(dir, 'manifests');
+    await (await import('node:fs/promises')).mkdir(m);
+    const managedYaml = (provider: string, extra = '') =>
+      `apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {name: eu-1}\nspec:\n  provider: ${provider}\n${extra}`;
+    await writeFile(join(m, 'p.yaml'), managedYaml('local'));
+    const store = await make({ manifests: m, statePath: join(dir, 'state.json') });
+    expect(store.manifestErrors()).toEqual([]);
+    const key = { namespace: 'default', name: 'eu-1' };
+
+    await writeFile(join(m, 'p.yaml'), managedYaml('gcp-main', '  drain: true\n'));
+    const errs = await store.rescan();
+    expect(errs).toEqual([
+      expect.objectContaining({
+        file: join(m, 'p.yaml'),
+        document: 1,
+        path: 'spec.provider',
+        message: expect.stringMatching(/immutable.*delete the Proxy and create it again/),
+      }),
+    ]);
+    const cur = store.proxies.get(key);
+    expect(cur?.spec.provider).toBe('local');
+    expect(cur?.spec.drain).toBeUndefined(); // the whole document was refused, not just the field
+    expect(cur?.metadata.generation).toBe(1);
+
+    // Other edits of the same proxy still apply.
+    await writeFile(join(m, 'p.yaml'), managedYaml('local', '  drain: true\n'));
+    expect(await store.rescan()).toEqual([]);
+    expect(store.proxies.get(key)?.spec.drain).toBe(true);
+  });
+
   it('bumps generation on spec changes only, keeps operator fields, deletes through finalizers when a manifest goes', async () => {
     const dir = await tempDir();
     const m = join(dir, 'manifests');
