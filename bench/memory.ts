@@ -23,7 +23,9 @@ function collectGarbage(): void {
   gc();
 }
 
-export async function runMemoryBench(opts: { proxies?: number; leases?: number } = {}): Promise<MemoryBenchResult> {
+export async function runMemoryBench(
+  opts: { proxies?: number; leases?: number } = {},
+): Promise<MemoryBenchResult> {
   const n = opts.proxies ?? 1000;
   const leaseCount = opts.leases ?? 5000;
   const store = createMemoryStore();
@@ -31,7 +33,11 @@ export async function runMemoryBench(opts: { proxies?: number; leases?: number }
   for (let i = 0; i < n; i++) {
     const name = `px-${i}`;
     store.seedSecret({
-      metadata: { name: `${name}-auth`, namespace: 'crawl', labels: { 'crawl.example.com/credentials-for': name } },
+      metadata: {
+        name: `${name}-auth`,
+        namespace: 'crawl',
+        labels: { 'crawl.example.com/credentials-for': name },
+      },
       data: { username: b64(`user-${i}`), password: b64(`password-${i}-${'x'.repeat(24)}`) },
     });
     store.seedProxy({
@@ -42,7 +48,12 @@ export async function runMemoryBench(opts: { proxies?: number; leases?: number }
         address: `10.0.${i >> 8}.${i & 255}`,
         port: 3128,
         conditions: [
-          { type: 'Healthy', status: 'True', reason: 'ProbeSucceeded', lastTransitionTime: new Date().toISOString() },
+          {
+            type: 'Healthy',
+            status: 'True',
+            reason: 'ProbeSucceeded',
+            lastTransitionTime: new Date().toISOString(),
+          },
         ],
       },
     });

@@ -18,7 +18,9 @@ for (const [name, file] of BENCHES) {
   if (only.length > 0 && !only.includes(name)) continue;
   console.log(`\n=== ${name} ===`);
   const started = Date.now();
-  const res = spawnSync(process.execPath, [fileURLToPath(new URL(file, import.meta.url))], { stdio: 'inherit' });
+  const res = spawnSync(process.execPath, [fileURLToPath(new URL(file, import.meta.url))], {
+    stdio: 'inherit',
+  });
   console.log(`(${name}: ${((Date.now() - started) / 1000).toFixed(1)} s, exit ${res.status})`);
   if (res.status !== 0) failed++;
 }

@@ -220,3 +220,12 @@ export type ProxyObject = Type.Static<typeof ProxySchema>;
 export function proxyType(spec: ProxySpec): ProxyType {
   return spec.type ?? 'Managed';
 }
+
+/**
+ * True in the phases whose status.address reaches a serving instance: `Ready`, and `Replacing`,
+ * where the old instance keeps serving until the switch (capacity never drops to zero during a
+ * rotation, SPEC §3.7). Leasing and health probing both go by this.
+ */
+export function phaseServes(phase: string | undefined): boolean {
+  return phase === 'Ready' || phase === 'Replacing';
+}

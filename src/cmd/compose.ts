@@ -97,10 +97,14 @@ function loggerFor(flags: CommonFlags): Logger {
   return createLogger({ level: flags.logLevel, ...(pretty === undefined ? {} : { pretty }) });
 }
 
-async function loadConfig(path: string): Promise<ProvidersConfig> {
+async function loadConfig(path: string, log: Logger): Promise<ProvidersConfig> {
   try {
-    return await loadProvidersConfig(path);
+    return await loadProvidersConfig(path, { logger: log.child({ component: 'config' }) });
   } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'EACCES' || code === 'EISDIR') {
+      throw new StartupError(`providers config ${path}: cannot read it (${code})`, { cause: err });
+    }
     throw new StartupError(errorMessage(err), { cause: err });
   }
 }
@@ -220,7 +224,7 @@ export async function buildApp(
     parsed.command === 'standalone'
       ? resolveStandalonePaths(parsed.flags).providersFile
       : parsed.flags.providersConfig;
-  const config = await loadConfig(providersFile);
+  const config = await loadConfig(providersFile, log);
 
   const tracing: Tracing = setupTracing({
     serviceName: 'egress-proxies-operator',

@@ -4,7 +4,7 @@
  * offset, the verdict state machine and when a latency change is worth reporting.
  */
 import { DEFAULT_PROXY_PORT } from '../api/constants.ts';
-import type { ProxyObject } from '../api/proxy.ts';
+import { phaseServes, type ProxyObject } from '../api/proxy.ts';
 
 export interface HealthCheckDefaults {
   url: string;
@@ -84,7 +84,7 @@ export function proxyAddress(proxy: ProxyObject): { host: string; port: number }
       : undefined;
   }
   const s = proxy.status;
-  if (s?.phase !== 'Ready' || !s.address) return undefined;
+  if (!phaseServes(s?.phase) || !s?.address) return undefined;
   return { host: s.address, port: s.port ?? proxy.spec.port ?? DEFAULT_PROXY_PORT };
 }
 

@@ -2,8 +2,9 @@
  * lease/store — the in-memory lease store (SPEC §6): which proxies may be handed out right
  * now, to whom, for how long, and which are cooling down globally or for one target.
  *
- * Grants do not scan the fleet. Every eligible proxy (Ready, healthy, not draining/deleting,
- * not in a global cooldown, below maxLeases) sits in a *view*: buckets by active-lease count,
+ * Grants do not scan the fleet. Every eligible proxy (serving at an address: Ready, or Replacing
+ * while the old instance still serves; healthy, not draining/deleting, not in a global
+ * cooldown, below maxLeases) sits in a *view*: buckets by active-lease count,
  * each a sorted list by (least recently leased, latency, name). A grant walks the lowest bucket
  * from the front and skips only proxies cooling down for the requested target. Views exist per
  * distinct (namespace, selector) a client asks for (LRU-bounded); the unfiltered view always
@@ -13,6 +14,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
+import { phaseServes } from '../api/proxy.ts';
 import { proxyUrlWithCredentials } from '../controller/credentials.ts';
 import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
@@ -583,7 +585,7 @@ export class LeaseStore {
   private eligible(e: Entry, now: number): boolean {
     return (
       !e.removed &&
-      e.phase === 'Ready' &&
+      phaseServes(e.phase) &&
       e.host !== '' &&
       !e.deleting &&
       e.healthy &&
@@ -637,7 +639,7 @@ export class LeaseStore {
 
   private reasonFor(e: Entry, target: string | undefined, now: number): NotLeasableReason | null {
     if (e.deleting) return 'Deleting';
-    if (e.phase !== 'Ready' || e.host === '') return 'NotReady';
+    if (!phaseServes(e.phase) || e.host === '') return 'NotReady';
     if (!e.healthy) return 'Unhealthy';
     if (e.draining) return 'Draining';
     if (e.globalUntil > now) return 'CoolingDown';

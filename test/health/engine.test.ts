@@ -480,6 +480,28 @@ describe('membership and metrics', () => {
     expect(r.engine.stats().targets).toBe(1);
   });
 
+  it('keeps probing a proxy through a replacement and follows the switch to the new address', async () => {
+    const r = rig();
+    r.store.seedProxy({
+      metadata: { name: 'm', namespace: NS },
+      spec: { provider: 'local' },
+      status: { phase: 'Ready', address: '127.0.0.1', port: 5901 },
+    });
+    r.engine.start();
+    await r.advance(1000);
+    const key = { namespace: NS, name: 'm' };
+    await r.store.proxies.patchStatus(key, { phase: 'Replacing' });
+    await settle();
+    const before = r.probe.callsFor(5901).length;
+    await r.advance(2000);
+    // The old instance still serves leases, so its health must stay current.
+    expect(r.probe.callsFor(5901).length).toBeGreaterThan(before);
+    await r.store.proxies.patchStatus(key, { phase: 'Ready', address: '127.0.0.1', port: 5902 });
+    await settle();
+    await r.advance(2000);
+    expect(r.probe.callsFor(5902).length).toBeGreaterThan(0);
+  });
+
   it('probes with the proxy credentials from its Secret', async () => {
     const r = rig();
     r.store.seedSecret({

@@ -118,6 +118,19 @@ describe('lease feed', () => {
     expect(created.metadata.uid).toBe(withFinalizer.metadata.uid);
   });
 
+  it('keeps a proxy leasable through a replacement and follows it to the new address', async () => {
+    const { store, leases, feed } = setup();
+    store.seedProxy(managed('p'));
+    await feed.idle();
+    const key = { namespace: 'crawl', name: 'p' };
+    await store.proxies.patchStatus(key, { phase: 'Replacing' });
+    await feed.idle();
+    expect(grantOf(leases)?.proxy).toMatchObject({ host: '127.0.0.1', port: 4000 });
+    await store.proxies.patchStatus(key, { phase: 'Ready', address: '127.0.0.2', port: 4001 });
+    await feed.idle();
+    expect(grantOf(leases)?.proxy).toMatchObject({ host: '127.0.0.2', port: 4001 });
+  });
+
   it('re-resolves credentials when the Secret changes', async () => {
     const { store, leases, feed } = setup();
     store.seedProxy(managed('p'));

@@ -65,6 +65,8 @@ describe('leasable rules', () => {
 
   it.each([
     ['not Ready', { phase: 'Provisioning' }, { ready: 0, healthy: 0 }],
+    ['Replacing before it ever had an address', { phase: 'Replacing', host: '' }, { ready: 0, healthy: 0 }],
+    ['Failed', { phase: 'Failed' }, { ready: 0, healthy: 0 }],
     ['no address', { host: '' }, { ready: 0, healthy: 0 }],
     ['being deleted', { deleting: true }, { ready: 0, healthy: 0 }],
     ['unhealthy', { healthy: false }, { ready: 1, healthy: 0 }],
@@ -82,6 +84,19 @@ describe('leasable rules', () => {
       atCapacity: 0,
     };
     expect(refused(store)).toEqual({ ...base, ...counts });
+  });
+
+  it('keeps leasing a Replacing proxy at its address: the old instance serves until the switch', () => {
+    const { store } = setup();
+    store.upsertProxy(info('a', { phase: 'Replacing', host: '10.0.0.1' }));
+    expect(grant(store).proxy).toMatchObject({ name: 'a', host: '10.0.0.1' });
+    expect(store.snapshot()[0]).toMatchObject({ phase: 'Replacing', leasable: true, reason: null });
+    // The switch moves the address; new grants go to the new instance.
+    store.upsertProxy(info('a', { phase: 'Ready', host: '10.0.0.2' }));
+    expect(grant(store).proxy.host).toBe('10.0.0.2');
+    // Replacing is still subject to every other rule.
+    store.upsertProxy(info('a', { phase: 'Replacing', healthy: false }));
+    expect(refused(store)).toMatchObject({ matching: 1, ready: 1, healthy: 0 });
   });
 
   it('respects maxLeases and frees capacity on release', () => {

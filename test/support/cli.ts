@@ -1,0 +1,320 @@
+/**
+ * test/support/cli — runs the real `egress-proxies-operator standalone` executable as a child
+ * process for end-to-end tests: a private copy of examples/standalone on free loopback ports,
+ * JSON log lines collected as they arrive, polling waits with generous deadlines, and every
+ * process killed (whole process group) when the test ends.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net, { type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { DiscoveryClient, type ProxySnapshot } from '../../src/discovery/client.ts';
+
+export const REPO_ROOT = resolve(import.meta.dirname, '../..');
+export const NODE = join(REPO_ROOT, 'node_modules/.bin/node');
+export const MAIN = join(REPO_ROOT, 'src/cmd/main.ts');
+const EXAMPLE = join(REPO_ROOT, 'examples/standalone');
+const EXAMPLE_DISCOVERY = '127.0.0.1:8090';
+const EXAMPLE_RANGE = /portRange: \{from: \d+, to: \d+\}/;
+const RANGE_SIZE = 40;
+
+/** A private copy of the example config, rewritten to ports nobody else uses. */
+export interface Workspace {
+  dir: string;
+  providersFile: string;
+  proxiesDir: string;
+  statePath: string;
+  discoveryPort: number;
+  healthPort: number;
+  portRange: { from: number; to: number };
+  discoveryUrl: string;
+  healthUrl: string;
+}
+
+export interface LogLine {
+  level: number;
+  msg: string;
+  [k: string]: unknown;
+}
+
+export interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+const workspaces: string[] = [];
+const running = new Set<CliProcess>();
+
+async function freePort(): Promise<number> {
+  const srv = net.createServer();
+  await new Promise<void>((ok, fail) => {
+    srv.once('error', fail);
+    srv.listen(0, '127.0.0.1', () => ok());
+  });
+  const { port } = srv.address() as AddressInfo;
+  await new Promise<void>((ok) => srv.close(() => ok()));
+  return port;
+}
+
+function canBind(port: number): Promise<boolean> {
+  return new Promise((ok) => {
+    const srv = net.createServer();
+    srv.once('error', () => ok(false));
+    srv.listen({ host: '127.0.0.1', port, exclusive: true }, () => srv.close(() => ok(true)));
+  });
+}
+
+/**
+ * A block of free ports below the kernel's ephemeral range (32768+), so outgoing connections of
+ * other tests do not land in it. Random start, so parallel test files rarely meet.
+ */
+async function freeRange(): Promise<{ from: number; to: number }> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const from = 21000 + Math.floor(Math.random() * (32000 - 21000 - RANGE_SIZE));
+    let ok = true;
+    for (let p = from; p < from + RANGE_SIZE && ok; p++) ok = await canBind(p);
+    if (ok) return { from, to: from + RANGE_SIZE - 1 };
+  }
+  throw new Error('no free block of ports for the local provider');
+}
+
+/** Copies examples/standalone to a temp dir and points every port at a free one. */
+export async function createWorkspace(): Promise<Workspace> {
+  const dir = mkdtempSync(join(tmpdir(), 'standalone-e2e-'));
+  workspaces.push(dir);
+  cpSync(EXAMPLE, dir, { recursive: true });
+  const [discoveryPort, healthPort, portRange] = [await freePort(), await freePort(), await freeRange()];
+  const providersFile = join(dir, 'providers.yaml');
+  const providers = readFileSync(providersFile, 'utf8');
+  if (!EXAMPLE_RANGE.test(providers)) throw new Error('examples/standalone/providers.yaml: no portRange');
+  writeFileSync(
+    providersFile,
+    providers.replace(EXAMPLE_RANGE, `portRange: {from: ${portRange.from}, to: ${portRange.to}}`),
+  );
+  const proxiesDir = join(dir, 'proxies');
+  for (const f of readdirSync(proxiesDir)) {
+    const path = join(proxiesDir, f);
+    writeFileSync(
+      path,
+      readFileSync(path, 'utf8').replaceAll(EXAMPLE_DISCOVERY, `127.0.0.1:${discoveryPort}`),
+    );
+  }
+  return {
+    dir,
+    providersFile,
+    proxiesDir,
+    statePath: join(dir, 'state.json'),
+    discoveryPort,
+    healthPort,
+    portRange,
+    discoveryUrl: `http://127.0.0.1:${discoveryPort}`,
+    healthUrl: `http://127.0.0.1:${healthPort}`,
+  };
+}
+
+/** The health-check URL the example manifests use, on this workspace's discovery port. */
+export function healthCheckUrl(ws: Workspace): string {
+  return `http://127.0.0.1:${ws.discoveryPort}/generate_204`;
+}
+
+/** The test runner's environment minus anything that would change the CLI's behaviour. */
+function cliEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, LOG_LEVEL: 'info', NO_COLOR: '1' };
+  for (const k of Object.keys(env)) {
+    if (k === 'DISCOVERY_TOKEN' || k.startsWith('OTEL_') || k === 'NODE_OPTIONS') delete env[k];
+  }
+  return env;
+}
+
+/** A running CLI process. */
+export class CliProcess {
+  readonly child: ChildProcess;
+  readonly logs: LogLine[] = [];
+  stdout = '';
+  stderr = '';
+  readonly exited: Promise<Exit>;
+  private exit: Exit | undefined;
+  private partial = '';
+
+  constructor(args: string[], cwd: string) {
+    this.child = spawn(NODE, [MAIN, ...args], {
+      cwd,
+      // Own process group: cleanup kills everything the CLI might have started.
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: cliEnv(),
+    });
+    running.add(this);
+    this.child.stdout?.setEncoding('utf8').on('data', (chunk: string) => this.onStdout(chunk));
+    this.child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+      this.stderr += chunk;
+    });
+    this.exited = new Promise((ok) => {
+      this.child.once('exit', (code, signal) => {
+        this.exit = { code, signal };
+        running.delete(this);
+        ok(this.exit);
+      });
+    });
+  }
+
+  get pid(): number {
+    return this.child.pid ?? -1;
+  }
+
+  get hasExited(): boolean {
+    return this.exit !== undefined;
+  }
+
+  private onStdout(chunk: string): void {
+    this.stdout += chunk;
+    const lines = (this.partial + chunk).split('\n');
+    this.partial = lines.pop() ?? '';
+    for (const line of lines) {
+      if (!line.trim()) continue;
+      try {
+        this.logs.push(JSON.parse(line) as LogLine);
+      } catch {
+        this.logs.push({ level: 0, msg: line, unparsed: true });
+      }
+    }
+  }
+
+  /** Sends a signal to the process (not its group): what a supervisor does. */
+  signal(sig: NodeJS.Signals): void {
+    if (!this.hasExited) this.child.kill(sig);
+  }
+
+  /** SIGKILL to the whole process group; resolves when the process is gone. */
+  async killHard(): Promise<Exit> {
+    if (!this.hasExited) {
+      try {
+        process.kill(-this.pid, 'SIGKILL');
+      } catch {
+        this.child.kill('SIGKILL');
+      }
+    }
+    return this.exited;
+  }
+
+  /** Waits for a log line matching `pred` (already seen or future). */
+  waitForLog(pred: (l: LogLine) => boolean, what: string, timeoutMs = 30_000): Promise<LogLine> {
+    return waitFor(() => this.logs.find(pred), `${what} (log)`, timeoutMs, this);
+  }
+
+  /** Last lines of output, for failure messages. */
+  tail(n = 15): string {
+    const out = this.stdout.split('\n').slice(-n).join('\n');
+    return `--- stdout (tail) ---\n${out}\n--- stderr ---\n${this.stderr}`;
+  }
+}
+
+/**
+ * Polls `probe` until it returns something other than undefined/false, or throws after
+ * `timeoutMs` (also early, with its output, if `proc` exits meanwhile).
+ */
+export async function waitFor<T>(
+  probe: () => T | undefined | false | Promise<T | undefined | false>,
+  what: string,
+  timeoutMs = 30_000,
+  proc?: CliProcess,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const v = await probe();
+      if (v !== undefined && v !== false) return v;
+    } catch (err) {
+      lastError = err;
+    }
+    if (proc?.hasExited) throw new Error(`process exited while waiting for ${what}\n${proc.tail()}`);
+    if (Date.now() > deadline) {
+      const why = lastError instanceof Error ? ` (last error: ${lastError.message})` : '';
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${why}${proc ? `\n${proc.tail()}` : ''}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** The standard command line for a workspace, plus `extra`. */
+export function standaloneArgs(ws: Workspace, extra: string[] = []): string[] {
+  return [
+    'standalone',
+    '--config',
+    ws.dir,
+    '--state',
+    ws.statePath,
+    '--discovery-bind-address',
+    `127.0.0.1:${ws.discoveryPort}`,
+    '--health-probe-bind-address',
+    `127.0.0.1:${ws.healthPort}`,
+    '--log-format',
+    'json',
+    ...extra,
+  ];
+}
+
+/** Starts `standalone` on the workspace. */
+export function startStandalone(ws: Workspace, extra: string[] = []): CliProcess {
+  return new CliProcess(standaloneArgs(ws, extra), ws.dir);
+}
+
+/** Runs the CLI with `args` to completion (for fail-fast cases); kills it after `timeoutMs`. */
+export async function runCli(
+  args: string[],
+  cwd: string,
+  timeoutMs = 20_000,
+): Promise<Exit & { stdout: string; stderr: string }> {
+  const proc = new CliProcess(args, cwd);
+  const timer = setTimeout(() => void proc.killHard(), timeoutMs);
+  const exit = await proc.exited;
+  clearTimeout(timer);
+  return { ...exit, stdout: proc.stdout, stderr: proc.stderr };
+}
+
+export function clientFor(ws: Workspace): DiscoveryClient {
+  return new DiscoveryClient({ baseUrl: ws.discoveryUrl, timeoutMs: 5_000 });
+}
+
+/** Waits until exactly `names` are listed, all Ready and healthy; returns the snapshots. */
+export function waitForReady(
+  ws: Workspace,
+  proc: CliProcess,
+  names: string[],
+  timeoutMs = 30_000,
+): Promise<ProxySnapshot[]> {
+  const client = clientFor(ws);
+  const want = [...names].sort().join(',');
+  return waitFor(
+    async () => {
+      const proxies = await client.listProxies();
+      const got = proxies.map((p) => p.name).sort().join(',');
+      return got === want && proxies.every((p) => p.phase === 'Ready' && p.healthy && p.port) && proxies;
+    },
+    `proxies ${want} Ready and healthy`,
+    timeoutMs,
+    proc,
+  );
+}
+
+/** Whether something accepts TCP connections on 127.0.0.1:port right now. */
+export function accepts(port: number, timeoutMs = 2_000): Promise<boolean> {
+  return new Promise((ok) => {
+    const sock = net.connect({ host: '127.0.0.1', port });
+    const done = (v: boolean) => {
+      sock.destroy();
+      ok(v);
+    };
+    sock.setTimeout(timeoutMs, () => done(false));
+    sock.once('connect', () => done(true));
+    sock.once('error', () => done(false));
+  });
+}
+
+/** Kills every process still running and removes the workspaces; call from afterEach/afterAll. */
+export async function cleanupCli(): Promise<void> {
+  await Promise.all([...running].map((p) => p.killHard()));
+  for (const dir of workspaces.splice(0)) rmSync(dir, { recursive: true, force: true });
+}
