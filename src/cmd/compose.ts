@@ -7,7 +7,6 @@
  */
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { loadProvidersConfig } from '../config/load.ts';
 import type { ProvidersConfig } from '../config/schema.ts';
@@ -19,20 +18,17 @@ import { startLeaseFeed } from '../lease/feed.ts';
 import { registerLeaseMetrics } from '../lease/metrics.ts';
 import { LeaseStore } from '../lease/store.ts';
 import { createLogger, type Logger } from '../log/index.ts';
-import { tokenReviewAuthorizer } from '../metrics/authorize.ts';
+import type { Authorize } from '../metrics/authorize.ts';
 import { registerProxyPhaseGauge } from '../metrics/fleet.ts';
 import { createMetricsRegistry } from '../metrics/index.ts';
 import { startMetricsServer } from '../metrics/server.ts';
 import { errorMessage } from '../provider/errors.ts';
-import { createKubernetesProvider, operatorNamespace } from '../provider/kubernetes/index.ts';
 import { createLocalProvider } from '../provider/local/index.ts';
 import { buildProviders, type ProviderFactory, type ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor, validateSchedule } from '../providerhealth/monitor.ts';
 import { createEmbeddedStore } from '../runtime/embedded/store.ts';
-import { createKubeClients, type KubeClients } from '../runtime/kube/client.ts';
-import { createKubeStore } from '../runtime/kube/store.ts';
+import type { KubeClients } from '../runtime/kube/client.ts';
 import { type LeaderElector, StandaloneElector } from '../runtime/leader/elector.ts';
-import { LeaseElector } from '../runtime/leader/lease.ts';
 import { Manager, type Runnable } from '../runtime/manager.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 import { WorkQueue } from '../runtime/workqueue.ts';
@@ -109,7 +105,7 @@ async function loadConfig(path: string, log: Logger): Promise<ProvidersConfig> {
   }
 }
 
-function providerFactories(kube: KubeClients | undefined): Record<string, ProviderFactory> {
+function providerFactories(kubernetes: ProviderFactory | undefined): Record<string, ProviderFactory> {
   const notYet =
     (type: string): ProviderFactory =>
     () => {
@@ -118,20 +114,13 @@ function providerFactories(kube: KubeClients | undefined): Record<string, Provid
   return {
     local: (entry, deps) =>
       createLocalProvider({ name: entry.name, config: entry.local ?? {}, log: deps.log }),
-    kubernetes: (entry, deps) => {
-      if (!kube) {
+    kubernetes:
+      kubernetes ??
+      (() => {
         throw new Error(
           'the kubernetes provider runs only in cluster mode (egress-proxies-operator operator)',
         );
-      }
-      return createKubernetesProvider({
-        name: entry.name,
-        config: entry.kubernetes ?? {},
-        core: kube.core,
-        apiHost: kube.kubeConfig.getCurrentCluster()?.server ?? '',
-        log: deps.log,
-      });
-    },
+      }),
     gcp: notYet('gcp'),
     kvm: notYet('kvm'),
   };
@@ -155,9 +144,10 @@ interface ModeParts {
   store: ObjectStore;
   elector: LeaderElector;
   kube?: KubeClients;
+  kubernetesProvider?: ProviderFactory;
+  metricsAuthorizer?: Authorize;
   providersFile: string;
   proxyNamespace?: string;
-  metricsSecure?: boolean;
 }
 
 async function standaloneParts(flags: StandaloneFlags, log: Logger): Promise<ModeParts> {
@@ -177,7 +167,20 @@ async function standaloneParts(flags: StandaloneFlags, log: Logger): Promise<Mod
   return { store, elector: new StandaloneElector(), providersFile: paths.providersFile };
 }
 
+/**
+ * Cluster mode. Its modules (client-node, undici 8) are loaded only here: they need
+ * Node ≥ 22.19, while standalone mode runs on any Node ≥ 22.12.
+ */
 async function operatorParts(flags: OperatorFlags, log: Logger): Promise<ModeParts> {
+  const [{ KubeConfig }, { createKubeClients }, { createKubeStore }, { LeaseElector }, k8sProvider, authz] =
+    await Promise.all([
+      import('@kubernetes/client-node'),
+      import('../runtime/kube/client.ts'),
+      import('../runtime/kube/store.ts'),
+      import('../runtime/leader/lease.ts'),
+      import('../provider/kubernetes/index.ts'),
+      import('../metrics/authorize.ts'),
+    ]);
   const kc = new KubeConfig();
   try {
     if (flags.kubeconfig) kc.loadFromFile(flags.kubeconfig);
@@ -194,18 +197,27 @@ async function operatorParts(flags: OperatorFlags, log: Logger): Promise<ModePar
   const elector: LeaderElector = flags.leaderElect
     ? new LeaseElector({
         api: kube.coordination,
-        namespace: flags.leaderElectionNamespace ?? operatorNamespace(),
+        namespace: flags.leaderElectionNamespace ?? k8sProvider.operatorNamespace(),
         name: LEADER_LEASE_NAME,
         log: log.child({ component: 'leader-election' }),
       })
     : new StandaloneElector();
+  const kubernetesProvider: ProviderFactory = (entry, deps) =>
+    k8sProvider.createKubernetesProvider({
+      name: entry.name,
+      config: entry.kubernetes ?? {},
+      core: kube.core,
+      apiHost: kc.getCurrentCluster()?.server ?? '',
+      log: deps.log,
+    });
   return {
     store,
     elector,
     kube,
+    kubernetesProvider,
+    ...(flags.metricsSecure ? { metricsAuthorizer: authz.tokenReviewAuthorizer(kc) } : {}),
     providersFile: flags.providersConfig,
     ...(flags.proxyNamespace ? { proxyNamespace: flags.proxyNamespace } : {}),
-    metricsSecure: flags.metricsSecure,
   };
 }
 
@@ -242,7 +254,7 @@ export async function buildApp(
 
   let providers: ProviderRegistry;
   try {
-    providers = await buildProviders(config, providerFactories(mode.kube), {
+    providers = await buildProviders(config, providerFactories(mode.kubernetesProvider), {
       log: log.child({ component: 'provider' }),
       registry,
       tracer,
@@ -335,9 +347,7 @@ export async function buildApp(
         bindAddress: flags.metricsBindAddress,
         registry,
         log: log.child({ component: 'metrics' }),
-        ...(mode.metricsSecure && mode.kube
-          ? { authorize: tokenReviewAuthorizer(mode.kube.kubeConfig) }
-          : {}),
+        ...(mode.metricsAuthorizer ? { authorize: mode.metricsAuthorizer } : {}),
       });
       if (server) log.info({ address: server.address }, 'metrics endpoint listening');
       await untilAborted(signal);

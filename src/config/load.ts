@@ -23,6 +23,9 @@ export class ProvidersConfigError extends Error {
 }
 
 export interface LoadOptions {
+  /** Where config warnings go (they never fail the load). Default: nowhere. */
+  log?: Logger;
+  /** Same as `log`; `log` wins when both are given. */
   logger?: Logger;
 }
 
@@ -43,7 +46,7 @@ export function parseProvidersConfig(text: string, file = '<providers config>'):
  * problems at once) or the file system error when the file cannot be read.
  */
 export async function loadProvidersConfig(path: string, opts: LoadOptions = {}): Promise<ProvidersConfig> {
-  const logger = opts.logger ?? silentLogger();
+  const logger = opts.log ?? opts.logger ?? silentLogger();
   const text = await readFile(path, 'utf8');
   const result = validateProvidersConfig(parseProvidersConfig(text, path));
   for (const w of result.warnings) logger.warn({ file: path, field: w.path }, `WARNING: ${w.message}`);

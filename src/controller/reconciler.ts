@@ -25,7 +25,7 @@ import {
   PROXY_KIND,
 } from '../api/constants.ts';
 import { keyOf, type ObjectKey, parseKey, type Secret } from '../api/meta.ts';
-import { type ProxyObject, proxyType } from '../api/proxy.ts';
+import { type ProxyObject, type ProxyStatus, proxyType } from '../api/proxy.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import type { CallContext, CreateRequest, Credentials, Instance, Provider } from '../provider/contract.ts';
 import { classify, errorMessage } from '../provider/errors.ts';
@@ -43,7 +43,7 @@ import {
   type WatchEvent,
 } from '../runtime/store.ts';
 import { credentialsFromSecret, credentialsSecretKey, proxyUrl } from './credentials.ts';
-import { applyIntent, provisionedCondition, type StatusIntent, statusPatch } from './status.ts';
+import { applyIntent, phaseChange, provisionedCondition, type StatusIntent, statusPatch } from './status.ts';
 
 export interface ProviderLookup {
   get(name: string): Provider | undefined;
@@ -223,10 +223,12 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
       const patch = statusPatch(base.status, next);
       if (!patch) return base;
       try {
-        return await store.proxies.patchStatus(run.key, patch, {
+        const written = await store.proxies.patchStatus(run.key, patch, {
           signal: run.signal,
           ...(base.metadata.resourceVersion ? { resourceVersion: base.metadata.resourceVersion } : {}),
         });
+        logPhaseChange(run, base.status, written.status);
+        return written;
       } catch (err) {
         if (!isConflict(err) || attempt + 1 >= opt.conflictRetries) throw err;
         base = await store.proxies.read(run.key, { signal: run.signal });
@@ -235,8 +237,28 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
     }
   }
 
+  /** One line per phase change: how a person follows a proxy through its life in the log. */
+  function logPhaseChange(run: Run, before: ProxyStatus | undefined, after: ProxyStatus | undefined): void {
+    const change = phaseChange(before, after);
+    if (change?.to === 'Failed') run.log.warn(change, 'proxy phase changed');
+    else if (change) run.log.info(change, 'proxy phase changed');
+    else if (before?.providerID && after?.providerID && before.providerID !== after.providerID) {
+      // A replacement that was Running at once never passes through Replacing.
+      run.log.info(
+        {
+          phase: after.phase,
+          providerID: after.providerID,
+          previousProviderID: before.providerID,
+          address: after.address,
+        },
+        'proxy switched to a new instance',
+      );
+    }
+  }
+
   async function releaseFinalizer(run: Run, p: ProxyObject): Promise<ReconcileResult> {
     await store.proxies.removeFinalizer(p, FINALIZER, { signal: run.signal });
+    run.log.info({ from: p.status?.phase ?? 'Pending' }, 'proxy deleted');
     await deleteGeneratedCredentials(run, p);
     return {};
   }
@@ -358,7 +380,6 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
       throw new ReconcileError(msg, { cause: err, retryAfterMs: opt.quotaBackoffMs });
     }
     if (cls === 'Permanent') {
-      run.log.warn({ err: msg }, 'permanent provider error; waiting for a spec change');
       await writeStatus(run, p, {
         phase: 'Failed',
         message: msg,
@@ -702,7 +723,6 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
         });
         return { proxy, result: { requeueAfter: opt.provisionPollMs } };
       }
-      run.log.info({ from: current, to: inst.id }, 'switching to the replacement instance');
       const retiring = [...(p.status?.retiring ?? []), ...(current === inst.id ? [] : [current])];
       const proxy = await writeStatus(run, p, { ...readyIntent(p, inst, req.name), retiring });
       return { proxy, result: readyRequeue() };

@@ -131,3 +131,39 @@ function sameJson(a: unknown, b: unknown): boolean {
 export function provisionedCondition(status: ProxyStatus | undefined): Condition | undefined {
   return status?.conditions?.find((c) => c.type === CONDITION_PROVISIONED);
 }
+
+/** The facts of one phase change, for the log line a person follows a proxy by. */
+export interface PhaseChange {
+  from: string;
+  to: string;
+  address?: string;
+  providerID?: string;
+  /** The instance the proxy served from before, when this change switched instances. */
+  previousProviderID?: string;
+  /** Reason of the Provisioned condition after the change. */
+  reason?: string;
+  message?: string;
+}
+
+/**
+ * The phase change from `before` to `after`, or undefined when the phase stayed. An unset phase
+ * reads as Pending, as everywhere else. Only status fields go in, and status never carries
+ * credentials (status.url has none).
+ */
+export function phaseChange(
+  before: ProxyStatus | undefined,
+  after: ProxyStatus | undefined,
+): PhaseChange | undefined {
+  const from = before?.phase ?? 'Pending';
+  const to = after?.phase ?? 'Pending';
+  if (from === to) return undefined;
+  const out: PhaseChange = { from, to };
+  if (after?.address) out.address = after.address;
+  if (after?.providerID) out.providerID = after.providerID;
+  if (before?.providerID && before.providerID !== after?.providerID)
+    out.previousProviderID = before.providerID;
+  const reason = provisionedCondition(after)?.reason;
+  if (reason) out.reason = reason;
+  if (after?.message) out.message = after.message;
+  return out;
+}

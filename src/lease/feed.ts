@@ -8,7 +8,7 @@
 import { isConditionTrue } from '../api/conditions.ts';
 import { CONDITION_HEALTHY, DEFAULT_PROXY_PORT } from '../api/constants.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
-import { type ProxyObject, proxyType } from '../api/proxy.ts';
+import { type ProxyObject, phaseServes, proxyType } from '../api/proxy.ts';
 import { credentialsSecretKey, readProxyCredentials } from '../controller/credentials.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import type { Credentials } from '../provider/contract.ts';
@@ -123,13 +123,20 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
         return;
       }
       if (stopped || generation.get(key) !== gen) return;
-      if (!creds && proxyType(p.spec) === 'Managed' && !warnedNoCredentials.has(key)) {
-        warnedNoCredentials.add(key);
-        log.warn(
-          { proxy: key },
-          'managed proxy has no credentials Secret yet; its lease URLs carry no credentials',
-        );
-      } else if (creds) warnedNoCredentials.delete(key);
+      if (creds) warnedNoCredentials.delete(key);
+      else if (proxyType(p.spec) === 'Managed') {
+        // A new proxy has no Secret until the reconciler generates it: normal, not worth a warning
+        // until the proxy serves (then its lease URLs would really go out without credentials).
+        const serving = phaseServes(p.status?.phase) && Boolean(p.status?.address);
+        if (!serving) log.debug({ proxy: key }, 'managed proxy has no credentials Secret yet');
+        else if (!warnedNoCredentials.has(key)) {
+          warnedNoCredentials.add(key);
+          log.warn(
+            { proxy: key },
+            'managed proxy serves but has no credentials Secret; its lease URLs carry no credentials',
+          );
+        }
+      }
       leases.upsertProxy(proxyInfo(p, creds));
     })();
     inflight.add(run);

@@ -87,6 +87,7 @@ export async function buildProviders(
       const type = (entry as { type: string }).type as ProviderType;
       const factory = Object.hasOwn(factories, type) ? factories[type] : undefined;
       if (!factory) throw new Error(`provider type "${type}" is not available in this mode`);
+      // The one place a provider's log lines get their `provider` key; providers add none.
       const p = await factory(entry, { ...deps, log: log.child({ provider: entry.name }) });
       if (p.name !== entry.name || p.type !== type) {
         // A mislabelled provider would attribute metrics and GC to the wrong name.

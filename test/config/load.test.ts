@@ -120,6 +120,10 @@ describe('loadProvidersConfig', () => {
     const config = await loadProvidersConfig(path, { logger: pino(sink) });
     expect(config.providers).toHaveLength(1);
     expect(lines).toHaveLength(1);
+    // `log`, the name every other component takes its logger by, works the same.
+    await loadProvidersConfig(path, { log: pino(sink) });
+    expect(lines).toHaveLength(2);
+    expect(JSON.parse(lines[1]!)).toMatchObject({ level: 40, field: 'providers[0].name' });
     expect(JSON.parse(lines[0]!)).toMatchObject({ level: 40, field: 'providers[0].name' });
     expect(lines[0]).toContain('no ProviderHealth object');
   });

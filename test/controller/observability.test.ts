@@ -30,6 +30,98 @@ describe('reconciler observability', () => {
     expect(spans[2]!.status.code).toBe(2); // ERROR
   });
 
+  it('logs exactly one line per phase change, at warn for Failed, that a person can follow', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const log = createLogger({
+      level: 'trace',
+      destination: {
+        write: (s: string) => lines.push(JSON.parse(s)) > 0,
+      } as unknown as NodeJS.WritableStream,
+    });
+    const h = await createHarness({ fake: { pendingGets: 1 }, deps: { log } });
+    const changes = () =>
+      lines
+        .filter((l) => l.msg === 'proxy phase changed')
+        .map((l) => ({ level: l.level, from: l.from, to: l.to, proxy: l.proxy, reason: l.reason }));
+
+    await h.seed('eu-1');
+    await h.reconcile('eu-1'); // Provisioning
+    await h.reconcile('eu-1'); // still Provisioning: no line
+    const first = h.proxy('eu-1')!.status!.providerID!;
+    h.fake.markRunning(first);
+    await h.reconcile('eu-1'); // Ready
+    await h.reconcile('eu-1'); // nothing changes: no line
+    const ready = lines.find((l) => l.msg === 'proxy phase changed' && l.to === 'Ready');
+    expect(ready).toMatchObject({ proxy: `${NS}/eu-1`, providerID: first, address: expect.any(String) });
+
+    // A spec change: Replacing while the new instance starts, then Ready on it.
+    h.fake.pendingGets = 1;
+    const cur = h.proxy('eu-1')!;
+    await h.store.proxies.update({ ...cur, spec: { ...cur.spec, placement: { zone: 'z2' } } });
+    await h.reconcile('eu-1');
+    const fresh = [...h.fake.instances.values()].find((i) => i.id !== first)!;
+    h.fake.markRunning(fresh.id);
+    await h.reconcile('eu-1');
+    const switched = lines.filter((l) => l.msg === 'proxy phase changed').at(-1);
+    expect(switched).toMatchObject({
+      from: 'Replacing',
+      to: 'Ready',
+      providerID: fresh.id,
+      previousProviderID: first,
+    });
+
+    // A permanent error on the next spec change: Failed, at warn, with the reason and message.
+    h.fake.fail('create', { errorClass: 'Permanent', message: 'machine type "huge" does not exist' });
+    const p = h.proxy('eu-1')!;
+    await h.store.proxies.update({
+      ...p,
+      spec: { ...p.spec, placement: { zone: 'z2', machineType: 'huge' } },
+    });
+    await h.reconcile('eu-1');
+    await h.reconcile('eu-1'); // still Failed: no second line
+    const failed = lines.filter((l) => l.to === 'Failed');
+    expect(failed).toHaveLength(1);
+    expect(failed[0]).toMatchObject({
+      level: 40,
+      reason: 'ProvisioningFailed',
+      message: 'machine type "huge" does not exist',
+    });
+    // The failure is said once: no separate warn line repeats it.
+    expect(lines.filter((l) => l.level === 40)).toHaveLength(1);
+
+    const info = 30;
+    const warn = 40;
+    expect(changes()).toEqual([
+      { level: info, from: 'Pending', to: 'Provisioning', proxy: `${NS}/eu-1`, reason: 'Provisioning' },
+      { level: info, from: 'Provisioning', to: 'Ready', proxy: `${NS}/eu-1`, reason: 'InstanceRunning' },
+      { level: info, from: 'Ready', to: 'Replacing', proxy: `${NS}/eu-1`, reason: 'InstanceRunning' },
+      { level: info, from: 'Replacing', to: 'Ready', proxy: `${NS}/eu-1`, reason: 'InstanceRunning' },
+      { level: warn, from: 'Ready', to: 'Failed', proxy: `${NS}/eu-1`, reason: 'ProvisioningFailed' },
+    ]);
+  });
+
+  it('logs a switch to a new instance that never passed through Replacing', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const log = createLogger({
+      level: 'info',
+      destination: {
+        write: (s: string) => lines.push(JSON.parse(s)) > 0,
+      } as unknown as NodeJS.WritableStream,
+    });
+    const h = await createHarness({ deps: { log } });
+    await h.seed('eu-1');
+    await h.reconcile('eu-1');
+    const first = h.proxy('eu-1')!.status!.providerID!;
+    const cur = h.proxy('eu-1')!;
+    await h.store.proxies.update({ ...cur, spec: { ...cur.spec, placement: { zone: 'z2' } } });
+    await h.reconcile('eu-1'); // the replacement is Running at once
+    const now = h.proxy('eu-1')!.status!;
+    expect(now.phase).toBe('Ready');
+    expect(lines.filter((l) => l.msg === 'proxy switched to a new instance')).toEqual([
+      expect.objectContaining({ providerID: now.providerID, previousProviderID: first, phase: 'Ready' }),
+    ]);
+  });
+
   it('never logs, traces or writes into status the credentials or the cloud-init content', async () => {
     const lines: string[] = [];
     const log = createLogger({

@@ -3,6 +3,7 @@ import { API_VERSION, FINALIZER, PROXY_KIND } from '../../src/api/constants.ts';
 import type { ProxyObject } from '../../src/api/proxy.ts';
 import { startLeaseFeed } from '../../src/lease/feed.ts';
 import { type LeaseGrant, LeaseStore } from '../../src/lease/store.ts';
+import { createLogger, type Logger } from '../../src/log/index.ts';
 import { FakeClock } from '../../src/runtime/clock.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
 
@@ -16,12 +17,12 @@ afterEach(() => {
   for (const c of cleanups.splice(0)) c();
 });
 
-function setup() {
+function setup(opts: { log?: Logger } = {}) {
   const clock = new FakeClock();
   const store = createMemoryStore({ clock });
   const leases = new LeaseStore({ clock });
   const ac = new AbortController();
-  const feed = startLeaseFeed({ store, leases, signal: ac.signal });
+  const feed = startLeaseFeed({ store, leases, signal: ac.signal, ...opts });
   cleanups.push(() => {
     ac.abort();
     leases.close();
@@ -129,6 +130,30 @@ describe('lease feed', () => {
     await store.proxies.patchStatus(key, { phase: 'Ready', address: '127.0.0.2', port: 4001 });
     await feed.idle();
     expect(grantOf(leases)?.proxy).toMatchObject({ host: '127.0.0.2', port: 4001 });
+  });
+
+  it('warns about missing credentials only once a Managed proxy serves without them', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const log = createLogger({
+      level: 'debug',
+      destination: {
+        write: (s: string) => lines.push(JSON.parse(s)) > 0,
+      } as unknown as NodeJS.WritableStream,
+    });
+    const { store, feed } = setup({ log });
+    const warnings = () => lines.filter((l) => l.level === 40).map((l) => l.proxy);
+    // Brand new: the reconciler has not generated the Secret yet. Expected, so only debug.
+    store.seedProxy({ ...managed('p'), status: { phase: 'Pending' } });
+    await feed.idle();
+    expect(warnings()).toEqual([]);
+    expect(lines.some((l) => l.level === 20 && l.proxy === 'crawl/p')).toBe(true);
+
+    // Serving without credentials is worth a warning, once.
+    await store.proxies.patchStatus({ namespace: 'crawl', name: 'p' }, managed('p').status);
+    await feed.idle();
+    await store.proxies.patchStatus({ namespace: 'crawl', name: 'p' }, { port: 4001 });
+    await feed.idle();
+    expect(warnings()).toEqual(['crawl/p']);
   });
 
   it('re-resolves credentials when the Secret changes', async () => {

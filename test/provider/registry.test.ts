@@ -1,7 +1,8 @@
+import net, { type AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import type { ProviderEntry, ProvidersConfig } from '../../src/config/schema.ts';
-import { silentLogger } from '../../src/log/index.ts';
+import { createLogger, silentLogger } from '../../src/log/index.ts';
 import {
   buildProviders,
   type CallContext,
@@ -10,6 +11,7 @@ import {
   type ProviderDeps,
   type ProviderFactory,
 } from '../../src/provider/index.ts';
+import { createLocalProvider } from '../../src/provider/local/index.ts';
 import { FakeProvider } from '../support/fake-provider.ts';
 
 const ctx = (): CallContext => ({ signal: new AbortController().signal, log: silentLogger() });
@@ -176,5 +178,48 @@ describe('buildProviders', () => {
     );
     await expect(providers.close()).resolves.toBeUndefined();
     expect(closed).toEqual(['b']);
+  });
+});
+
+describe('provider log lines', () => {
+  it('carry the provider name exactly once', async () => {
+    const lines: string[] = [];
+    const log = createLogger({
+      level: 'debug',
+      destination: { write: (line: string) => lines.push(line) > 0 } as unknown as NodeJS.WritableStream,
+    });
+    const free = net.createServer();
+    await new Promise<void>((r) => free.listen(0, '127.0.0.1', r));
+    const port = (free.address() as AddressInfo).port;
+    await new Promise((r) => free.close(r));
+    const providers = await buildProviders(
+      {
+        providers: [{ name: 'dev', type: 'local', local: { portRange: { from: port, to: port } } }],
+      } as unknown as ProvidersConfig,
+      {
+        local: (entry, d) =>
+          createLocalProvider({
+            name: entry.name,
+            config: { portRange: { from: port, to: port } },
+            log: d.log,
+          }),
+      },
+      { log, registry: new Registry() },
+    );
+    const dev = providers.get('dev')!;
+    await dev.create(ctx(), {
+      name: 'px-a',
+      uid: 'uid-a',
+      namespace: 'crawl',
+      proxyName: 'a',
+      port: 3128,
+      credentials: { username: 'u', password: 'p-very-secret-1' },
+    });
+    await providers.close();
+    expect(lines.some((l) => l.includes('local proxy started'))).toBe(true);
+    for (const line of lines) {
+      expect(line.match(/"provider":/g) ?? [], line).toHaveLength(1);
+      expect(JSON.parse(line).provider).toBe('dev');
+    }
   });
 });

@@ -6,6 +6,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -46,7 +47,7 @@ export interface Exit {
 const workspaces: string[] = [];
 const running = new Set<CliProcess>();
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const srv = net.createServer();
   await new Promise<void>((ok, fail) => {
     srv.once('error', fail);
@@ -232,14 +233,20 @@ export async function waitFor<T>(
     if (proc?.hasExited) throw new Error(`process exited while waiting for ${what}\n${proc.tail()}`);
     if (Date.now() > deadline) {
       const why = lastError instanceof Error ? ` (last error: ${lastError.message})` : '';
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${why}${proc ? `\n${proc.tail()}` : ''}`);
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}${why}${proc ? `\n${proc.tail()}` : ''}`,
+      );
     }
     await new Promise((r) => setTimeout(r, 100));
   }
 }
 
 /** The standard command line for a workspace, plus `extra`. */
-export function standaloneArgs(ws: Workspace, extra: string[] = []): string[] {
+export function standaloneArgs(
+  ws: Workspace,
+  extra: string[] = [],
+  ports: { discovery?: number; health?: number } = {},
+): string[] {
   return [
     'standalone',
     '--config',
@@ -247,9 +254,9 @@ export function standaloneArgs(ws: Workspace, extra: string[] = []): string[] {
     '--state',
     ws.statePath,
     '--discovery-bind-address',
-    `127.0.0.1:${ws.discoveryPort}`,
+    `127.0.0.1:${ports.discovery ?? ws.discoveryPort}`,
     '--health-probe-bind-address',
-    `127.0.0.1:${ws.healthPort}`,
+    `127.0.0.1:${ports.health ?? ws.healthPort}`,
     '--log-format',
     'json',
     ...extra,
@@ -257,8 +264,12 @@ export function standaloneArgs(ws: Workspace, extra: string[] = []): string[] {
 }
 
 /** Starts `standalone` on the workspace. */
-export function startStandalone(ws: Workspace, extra: string[] = []): CliProcess {
-  return new CliProcess(standaloneArgs(ws, extra), ws.dir);
+export function startStandalone(
+  ws: Workspace,
+  extra: string[] = [],
+  ports: { discovery?: number; health?: number } = {},
+): CliProcess {
+  return new CliProcess(standaloneArgs(ws, extra, ports), ws.dir);
 }
 
 /** Runs the CLI with `args` to completion (for fail-fast cases); kills it after `timeoutMs`. */
@@ -290,7 +301,10 @@ export function waitForReady(
   return waitFor(
     async () => {
       const proxies = await client.listProxies();
-      const got = proxies.map((p) => p.name).sort().join(',');
+      const got = proxies
+        .map((p) => p.name)
+        .sort()
+        .join(',');
       return got === want && proxies.every((p) => p.phase === 'Ready' && p.healthy && p.port) && proxies;
     },
     `proxies ${want} Ready and healthy`,
@@ -311,6 +325,52 @@ export function accepts(port: number, timeoutMs = 2_000): Promise<boolean> {
     sock.once('connect', () => done(true));
     sock.once('error', () => done(false));
   });
+}
+
+export function basicAuth(proxyUrl: string): string {
+  const u = new URL(proxyUrl);
+  const creds = `${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`;
+  return `Basic ${Buffer.from(creds).toString('base64')}`;
+}
+
+/** A plain-HTTP request in absolute form through the proxy, with or without its credentials. */
+export function httpViaProxy(
+  proxyUrl: string,
+  target: string,
+  auth: boolean,
+): Promise<{ status: number; headers: http.IncomingHttpHeaders }> {
+  const u = new URL(proxyUrl);
+  return new Promise((ok, fail) => {
+    const req = http.request(
+      {
+        host: u.hostname,
+        port: Number(u.port),
+        method: 'GET',
+        path: target,
+        headers: {
+          host: new URL(target).host,
+          ...(auth ? { 'proxy-authorization': basicAuth(proxyUrl) } : {}),
+        },
+        agent: false,
+        timeout: 10_000,
+      },
+      (res) => {
+        res.resume();
+        res.once('end', () => ok({ status: res.statusCode ?? 0, headers: res.headers }));
+      },
+    );
+    req.once('timeout', () => req.destroy(new Error('timeout')));
+    req.once('error', fail);
+    req.end();
+  });
+}
+
+/** Ports of the workspace's local-provider range that accept connections right now. */
+export async function listeningInRange(ws: Workspace): Promise<number[]> {
+  const ports: number[] = [];
+  for (let p = ws.portRange.from; p <= ws.portRange.to; p++) ports.push(p);
+  const open = await Promise.all(ports.map((p) => accepts(p)));
+  return ports.filter((_, i) => open[i]);
 }
 
 /** Kills every process still running and removes the workspaces; call from afterEach/afterAll. */

@@ -77,7 +77,8 @@ class PodProvider implements Provider, Checker {
     this.name = opts.name;
     this.core = opts.core;
     this.apiHost = opts.apiHost;
-    this.log = (opts.log ?? silentLogger()).child({ provider: opts.name });
+    // buildProviders hands every provider a logger already bound to its name.
+    this.log = opts.log ?? silentLogger();
     this.settings = podSettings(opts.config ?? {}, opts.defaultNamespace ?? operatorNamespace());
   }
 

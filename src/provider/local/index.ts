@@ -76,7 +76,8 @@ class LocalProxyProvider implements Provider, Checker {
   constructor(opts: LocalProviderOptions) {
     const cfg = opts.config ?? {};
     this.name = opts.name;
-    this.log = (opts.log ?? silentLogger()).child({ provider: opts.name });
+    // buildProviders hands every provider a logger already bound to its name.
+    this.log = opts.log ?? silentLogger();
     this.bindAddress = cfg.bindAddress ?? DEFAULT_LOCAL_BIND_ADDRESS;
     if (net.isIP(this.bindAddress) === 0) {
       throw new Error(

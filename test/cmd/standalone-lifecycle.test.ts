@@ -1,0 +1,137 @@
+/**
+ * End-to-end: the real `standalone` CLI's process lifecycle — state survives kill -9 (same
+ * proxies, same credentials, no duplicates), one process per state file, and SIGTERM shuts
+ * down cleanly and closes every proxy listener.
+ */
+import { existsSync } from 'node:fs';
+import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
+import type { DiscoveryClient, LeaseGrant } from '../../src/discovery/client.ts';
+import {
+  accepts,
+  type CliProcess,
+  cleanupCli,
+  clientFor,
+  createWorkspace,
+  freePort,
+  httpViaProxy,
+  listeningInRange,
+  startStandalone,
+  waitFor,
+  waitForReady,
+} from '../support/cli.ts';
+import { startHttpOrigin } from '../support/origins.ts';
+
+const NAMES = ['local-1', 'local-2', 'local-3'];
+
+afterEach(cleanupCli);
+
+/** One lease per proxy (the least-loaded rule spreads three leases over three proxies). */
+async function leaseEach(client: DiscoveryClient): Promise<Map<string, LeaseGrant>> {
+  const grants = new Map<string, LeaseGrant>();
+  for (let i = 0; i < NAMES.length; i++) {
+    const g = await client.lease({ ttlSeconds: 60 });
+    grants.set(g.proxy.name, g);
+  }
+  expect([...grants.keys()].sort()).toEqual(NAMES);
+  return grants;
+}
+
+/** proxy name → instance name, from the "local proxy started" log lines. */
+function instancesOf(proc: CliProcess): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  for (const l of proc.logs) {
+    if (l.msg !== 'local proxy started') continue;
+    const name = String(l.proxy).replace(/^crawl\//, '');
+    out.set(name, [...(out.get(name) ?? []), String(l.instance)]);
+  }
+  return out;
+}
+
+describe('standalone CLI: restarts', () => {
+  it('keeps proxies and credentials across kill -9, and refuses a second process on the same state', async () => {
+    const ws = await createWorkspace();
+    const origin = await startHttpOrigin();
+    onTestFinished(() => origin.close());
+    const first = startStandalone(ws);
+    const client = clientFor(ws);
+    const before = await waitForReady(ws, first, NAMES, 40_000);
+    const grantsBefore = await leaseEach(client);
+    const instancesBefore = instancesOf(first);
+    expect([...instancesBefore.keys()].sort()).toEqual(NAMES);
+    for (const list of instancesBefore.values()) expect(list).toHaveLength(1);
+
+    // A second process on the same state file fails fast and names the lock.
+    const [d2, h2] = [await freePort(), await freePort()];
+    const second = startStandalone(ws, [], { discovery: d2, health: h2 });
+    const secondExit = await waitFor(
+      () => second.hasExited && second.exited,
+      'second process to exit',
+      20_000,
+    );
+    expect(secondExit.code).not.toBe(0);
+    expect(secondExit.code).not.toBeNull();
+    expect(second.stderr).toContain(`${ws.statePath}.lock`);
+    expect(second.stderr).toContain(`pid ${first.pid}`);
+    expect(second.stderr.trim().split('\n')).toHaveLength(1);
+    expect(await accepts(d2)).toBe(false);
+    // …and the first one is unharmed.
+    expect((await client.listProxies()).map((p) => p.name)).toEqual(NAMES);
+
+    const killed = await first.killHard();
+    expect(killed.signal).toBe('SIGKILL');
+    for (const p of before) expect(await accepts(p.port as number)).toBe(false);
+
+    // Restart on the same state: the same proxies, credentials and instances; nothing doubled.
+    const third = startStandalone(ws);
+    const after = await waitForReady(ws, third, NAMES, 40_000);
+    expect(after.map((p) => p.name)).toEqual(NAMES);
+    // The state still says Ready from before the kill: wait until the listeners are back.
+    await waitFor(() => instancesOf(third).size === NAMES.length, 'instances re-created', 30_000, third);
+    const instancesAfter = instancesOf(third);
+    expect(instancesAfter).toEqual(instancesBefore);
+
+    const grantsAfter = await leaseEach(client);
+    for (const name of NAMES) {
+      const oldUrl = grantsBefore.get(name)?.proxy.url as string;
+      const newGrant = grantsAfter.get(name) as LeaseGrant;
+      expect(newGrant.proxy.url.replace(/@.*$/, '')).toBe(oldUrl.replace(/@.*$/, ''));
+      // The credentials from before the kill still open the proxy.
+      const res = await httpViaProxy(
+        `${oldUrl.replace(/@.*$/, '')}@127.0.0.1:${newGrant.proxy.port}`,
+        `${origin.baseUrl}/status/200`,
+        true,
+      );
+      expect(res.status).toBe(200);
+      // Leases are in memory only: the old ones are gone.
+      await expect(client.renew(grantsBefore.get(name)?.id as string, 30)).rejects.toMatchObject({
+        status: 404,
+      });
+    }
+    expect((await listeningInRange(ws)).sort()).toEqual(after.map((p) => p.port as number).sort());
+    expect(await listeningInRange(ws)).toHaveLength(3);
+  });
+});
+
+describe('standalone CLI: shutdown', () => {
+  it('exits 0 on SIGTERM, closes every proxy listener and removes its lock', async () => {
+    const ws = await createWorkspace();
+    const proc = startStandalone(ws);
+    const proxies = await waitForReady(ws, proc, NAMES, 40_000);
+    const grant = await clientFor(ws).lease({ ttlSeconds: 60 });
+    expect(await accepts(grant.proxy.port)).toBe(true);
+    expect(existsSync(`${ws.statePath}.lock`)).toBe(true);
+
+    const sentAt = Date.now();
+    proc.signal('SIGTERM');
+    const exit = await waitFor(() => proc.hasExited && proc.exited, 'exit after SIGTERM', 25_000);
+    expect(exit).toEqual({ code: 0, signal: null });
+    // The grace period is 30 s by default; an idle process must not need it.
+    expect(Date.now() - sentAt).toBeLessThan(25_000);
+
+    for (const p of proxies) expect(await accepts(p.port as number)).toBe(false);
+    expect(await accepts(ws.discoveryPort)).toBe(false);
+    expect(await accepts(ws.healthPort)).toBe(false);
+    expect(existsSync(`${ws.statePath}.lock`)).toBe(false);
+    expect(proc.logs.some((l) => l.level >= 50)).toBe(false);
+  });
+});
