@@ -2,7 +2,7 @@
 # Debian packages the test suite runs for real. Idempotent; quick when already installed.
 set -euo pipefail
 
-PACKAGES=(squid openssl curl)
+PACKAGES=(squid openssl curl genisoimage xorriso)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
