@@ -13,6 +13,7 @@ import type { ProvidersConfig } from '../config/schema.ts';
 import { createProxyReconciler } from '../controller/reconciler.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
 import { OrphanGC } from '../gc/gc.ts';
+import { EgressIpChecker } from '../health/egress.ts';
 import { HealthEngine } from '../health/engine.ts';
 import { startLeaseFeed } from '../lease/feed.ts';
 import { registerLeaseMetrics } from '../lease/metrics.ts';
@@ -276,6 +277,22 @@ export async function buildApp(
         ...(v.latencyMillis === undefined ? {} : { latencyMillis: v.latencyMillis }),
       }),
   });
+  // Optional (SPEC §5): publishes each proxy's egress IP in status.egressIP (leader only).
+  let egress: EgressIpChecker | undefined;
+  if (flags.egressIpUrl) {
+    try {
+      egress = new EgressIpChecker({
+        store,
+        url: flags.egressIpUrl,
+        log: log.child({ component: 'egress-ip' }),
+        registry,
+      });
+    } catch (err) {
+      await providers.close();
+      await store.stop();
+      throw new StartupError(errorMessage(err), { cause: err });
+    }
+  }
   const leases: LeaseStore = new LeaseStore({
     log: log.child({ component: 'leases' }),
     requestProbe: (key) => health.requestProbe(key),
@@ -378,6 +395,10 @@ export async function buildApp(
   );
   manager.add(service('orphan-gc', true, (signal) => gc.start(signal)));
   manager.add(service('provider-health', true, (signal) => monitor.start(signal)));
+  if (egress) {
+    const checker = egress;
+    manager.add(service('egress-ip', true, (signal) => checker.run(signal)));
+  }
 
   return {
     manager,

@@ -67,10 +67,10 @@ export function validateEgressOptions(o: EgressIpCheckerOptions): void {
   try {
     u = new URL(o.url);
   } catch {
-    throw new Error(`egress-ip-url: not a valid URL`);
+    throw new Error('--egress-ip-url: not a valid URL');
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:') {
-    throw new Error(`egress-ip-url: scheme must be http or https, got ${u.protocol}`);
+    throw new Error(`--egress-ip-url: scheme must be http or https, got ${u.protocol}`);
   }
   const int = (name: string, v: number | undefined, min: number, max: number) => {
     if (v !== undefined && (!Number.isInteger(v) || v < min || v > max)) {
@@ -381,8 +381,8 @@ type CheckOutcome = EgressCheckResult | 'written' | 'skipped';
 /** Per-proxy memory between checks (keyed by `namespace/name`). */
 interface TargetState {
   uid: string;
-  /** Window index of the last check started, and the address it went to. */
-  checkedWindow: number;
+  /** When the next check is due (clock ms), and the address the last one went to. */
+  due: number;
   checkedAddress: string;
   /** Last IP seen by this process, and the last one logged about (change / duplicate). */
   ip?: string;
@@ -548,37 +548,36 @@ export class EgressIpChecker {
   private async loop(signal: AbortSignal, alarm: Alarm, running: Set<Promise<unknown>>): Promise<void> {
     while (!signal.aborted) {
       const now = this.clock.now();
-      const window = Math.floor(now / this.intervalMs);
-      const windowEnd = (window + 1) * this.intervalMs;
-      let wake = windowEnd;
+      let wake = now + this.intervalMs;
       const seen = new Set<string>();
       for (const proxy of this.store.proxies.list()) {
-        const addr = proxyAddress(proxy);
-        if (!addr) continue;
         const key = keyOf(proxy);
-        const uid = proxy.metadata.uid ?? '';
+        // Kept while the proxy exists at all, so an instance that comes back elsewhere after a
+        // replacement is noticed as moved.
         seen.add(key);
-        const state = this.stateFor(key, uid);
-        const address = `${addr.host}:${addr.port}`;
-        // A new address (instance replaced) is checked at once: its old egress IP is stale.
-        const due =
-          state.checkedAddress !== '' && state.checkedAddress !== address
-            ? now
-            : nextSlot(window * this.intervalMs, scheduleOffset(uid, this.intervalMs), this.intervalMs);
-        if (state.checkedWindow >= window && state.checkedAddress === address) continue;
-        if (state.inFlight) {
-          wake = Math.min(wake, now + MIN_TICK_MS); // moved while being checked: again soon
+        const address = addressKey(proxy);
+        if (!address) continue;
+        const uid = proxy.metadata.uid ?? '';
+        const offset = scheduleOffset(uid, this.intervalMs);
+        let state = this.states.get(key);
+        if (!state || state.uid !== uid) {
+          // Nothing published yet: check now; otherwise at the proxy's slot.
+          const due = proxy.status?.egressIP ? nextSlot(now, offset, this.intervalMs) : now;
+          state = { uid, due, checkedAddress: address, inFlight: false };
+          this.states.set(key, state);
+        }
+        // A replaced instance (new address) is checked at once: its published IP is stale.
+        if (state.checkedAddress !== address) state.due = now;
+        if (state.due > now || state.inFlight) {
+          wake = Math.min(wake, state.inFlight ? now + MIN_TICK_MS : state.due);
           continue;
         }
-        if (due > now) {
-          wake = Math.min(wake, due);
-          continue;
-        }
-        state.checkedWindow = window;
+        state.due = nextSlot(now + 1, offset, this.intervalMs);
         state.checkedAddress = address;
         state.inFlight = true;
+        const current = state;
         const p = this.schedule(key, uid, signal).finally(() => {
-          state.inFlight = false;
+          current.inFlight = false;
           running.delete(p);
         });
         running.add(p);
@@ -627,7 +626,7 @@ export class EgressIpChecker {
   private stateFor(key: string, uid: string): TargetState {
     let s = this.states.get(key);
     if (!s || s.uid !== uid) {
-      s = { uid, checkedWindow: Number.NEGATIVE_INFINITY, checkedAddress: '', inFlight: false };
+      s = { uid, due: this.clock.now(), checkedAddress: '', inFlight: false };
       this.states.set(key, s);
     }
     return s;

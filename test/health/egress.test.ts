@@ -112,7 +112,7 @@ function seedManaged(
   store: MemoryStore,
   name: string,
   port: number,
-  opts: { password?: string; secret?: boolean } = {},
+  opts: { password?: string; secret?: boolean; egressIP?: string } = {},
 ): ProxyObject {
   if (opts.secret !== false) {
     store.seedSecret({
@@ -131,6 +131,7 @@ function seedManaged(
       port,
       url: `http://127.0.0.1:${port}`,
       health: { latencyMillis: 12 },
+      ...(opts.egressIP ? { egressIP: opts.egressIP } : {}),
       conditions: [
         {
           type: CONDITION_PROVISIONED,
@@ -230,6 +231,17 @@ describe('parseEgressAnswer', () => {
   it('counts every proxy that shares its IP with another', () => {
     expect(countDuplicates(['a', 'b', 'c'])).toBe(0);
     expect(countDuplicates(['a', 'a', 'b', 'c', 'c', 'c'])).toBe(5);
+  });
+});
+
+describe('EgressIpChecker options', () => {
+  it('rejects bad options with an error naming the field', () => {
+    const store = createMemoryStore();
+    expect(() => new EgressIpChecker({ store, url: 'ftp://x/ip' })).toThrow(/--egress-ip-url: scheme/);
+    expect(() => new EgressIpChecker({ store, url: 'not a url' })).toThrow(/--egress-ip-url/);
+    expect(() => new EgressIpChecker({ store, url: 'https://x/ip', intervalMs: 0 })).toThrow(/intervalMs/);
+    expect(() => new EgressIpChecker({ store, url: 'https://x/ip', concurrency: 0 })).toThrow(/concurrency/);
+    expect(() => new EgressIpChecker({ store, url: 'https://x/ip', timeoutMs: -1 })).toThrow(/timeoutMs/);
   });
 });
 
@@ -426,7 +438,7 @@ describe('EgressIpChecker through real forward proxies', () => {
     expect(r.writes()).toBe(2); // the conflicting attempt and the retry
   });
 
-  it('run() spreads checks over the interval, once per proxy per interval, and stops on abort', async () => {
+  it('run() spreads checks over the interval, once per proxy per interval, reacts to new and moved proxies, stops on abort', async () => {
     const clock = new FakeClock(); // starts on an interval boundary
     const origin = await startIpOrigin(true, clock);
     const intervalMs = 60_000;
@@ -436,7 +448,8 @@ describe('EgressIpChecker through real forward proxies', () => {
     const r = rig(origin.url, { clock, intervalMs });
     for (const [i, name] of names.entries()) {
       const p = await startProxy(`127.0.0.${i + 2}`);
-      const obj = seedManaged(r.store, name, p.proxy.port);
+      // Already published (by an earlier leader): re-checked at the proxy's own slot.
+      const obj = seedManaged(r.store, name, p.proxy.port, { egressIP: '192.0.2.1' });
       offsets.set(name, scheduleOffset(obj.metadata.uid ?? '', intervalMs));
       byAddress.set(`127.0.0.${i + 2}`, name);
     }
@@ -444,15 +457,18 @@ describe('EgressIpChecker through real forward proxies', () => {
     const start = clock.now();
     const done = r.checker.run(ac.signal);
     const step = async (ms: number) => {
-      for (let t = 0; t < ms; t += 1000) {
-        clock.advance(1000);
+      const settle = async () => {
         for (let i = 0; i < 5; i++) await new Promise<void>((res) => setImmediate(res));
+      };
+      for (let t = 0; t < ms; t += 1000) {
+        await settle(); // watch events are delivered asynchronously
+        clock.advance(1000);
+        await settle();
         // Real I/O: let launched checks finish before fake time moves on.
         await vi.waitFor(() => expect(r.checker.inFlight).toBe(0));
       }
     };
     await step(2 * intervalMs);
-    console.log(JSON.stringify(origin.seen.map((s) => [s.from, s.at - start])), JSON.stringify([...offsets]));
     await vi.waitFor(() => expect(origin.seen).toHaveLength(6));
     for (const name of names) {
       const times = origin.seen.filter((s) => byAddress.get(s.from) === name).map((s) => s.at - start);
@@ -469,10 +485,24 @@ describe('EgressIpChecker through real forward proxies', () => {
     // The instance behind 'a' is replaced (new address): checked at the next tick, not a
     // whole interval later, because its published IP is now stale.
     const replacement = await startProxy('127.0.0.9');
-    await r.store.proxies.patchStatus({ namespace: NS, name: 'a' }, { port: replacement.proxy.port });
+    await r.store.proxies.patchStatus({ namespace: NS, name: 'a' }, { phase: 'Provisioning' });
+    await step(2000);
+    await r.store.proxies.patchStatus(
+      { namespace: NS, name: 'a' },
+      { phase: 'Ready', port: replacement.proxy.port },
+    );
     await step(2000);
     expect(status(r.store, 'a')?.egressIP).toBe('127.0.0.9');
+
+    // A new proxy with nothing published yet is checked within a tick, not at its slot.
+    const fresh = await startProxy('127.0.0.10');
+    seedManaged(r.store, 'fresh', fresh.proxy.port);
+    await step(1000);
+    expect(status(r.store, 'fresh')?.egressIP).toBe('127.0.0.10');
+
+    const t0 = performance.now();
     ac.abort();
     await done;
+    expect(performance.now() - t0).toBeLessThan(1000);
   });
 });
