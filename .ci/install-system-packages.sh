@@ -2,7 +2,11 @@
 # Debian packages the test suite runs for real. Idempotent; quick when already installed.
 set -euo pipefail
 
-PACKAGES=(squid openssl curl genisoimage xorriso)
+PACKAGES=(
+  squid openssl curl genisoimage xorriso util-linux
+  libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
+  openssh-server openssh-client
+)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -5,7 +5,7 @@
  */
 import net from 'node:net';
 import { ProxyAgent, fetch as undiciFetch } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type DiscoveryClient, NoneLeasableError } from '../../src/discovery/client.ts';
 import {
   type CliProcess,
@@ -19,6 +19,9 @@ import {
 } from '../support/cli.ts';
 import { type Origin, startHttpOrigin, startTlsOrigin, testPki } from '../support/origins.ts';
 
+// Real child processes on a possibly loaded 2-core machine: generous, one-sided limits.
+vi.setConfig({ testTimeout: 120_000, hookTimeout: 90_000 });
+
 const NAMES = ['local-1', 'local-2', 'local-3'];
 
 let ws: Workspace;
@@ -26,6 +29,8 @@ let proc: CliProcess;
 let client: DiscoveryClient;
 let tlsOrigin: Origin;
 let httpOrigin: Origin;
+/** Every proxy password a grant handed out; none may ever reach the logs. */
+const passwords = new Set<string>();
 
 beforeAll(async () => {
   [ws, tlsOrigin, httpOrigin] = await Promise.all([createWorkspace(), startTlsOrigin(), startHttpOrigin()]);
@@ -84,7 +89,8 @@ describe('standalone CLI: lease and use a proxy', () => {
     try {
       const url = new URL(grant.proxy.url);
       expect(url.username).not.toBe('');
-      expect(url.password).not.toBe('');
+      expect(url.password.length).toBeGreaterThanOrEqual(16);
+      passwords.add(decodeURIComponent(url.password));
       expect(`${url.hostname}:${url.port}`).toBe(`${grant.proxy.host}:${grant.proxy.port}`);
 
       const agent = new ProxyAgent({ uri: grant.proxy.url, requestTls: { ca: testPki().caCert } });
@@ -96,6 +102,19 @@ describe('standalone CLI: lease and use a proxy', () => {
         expect(tlsOrigin.requests).toBe(before + 1);
       } finally {
         await agent.close();
+      }
+      // The same client with a wrong password is refused by the proxy: the tunnel above was real.
+      const wrong = new URL(grant.proxy.url);
+      wrong.password = 'wrong';
+      const denied = new ProxyAgent({ uri: wrong.href, requestTls: { ca: testPki().caCert } });
+      try {
+        const before = tlsOrigin.requests;
+        await expect(
+          undiciFetch(`${tlsOrigin.baseUrl}/status/200`, { dispatcher: denied }),
+        ).rejects.toThrow();
+        expect(tlsOrigin.requests).toBe(before);
+      } finally {
+        await denied.close();
       }
 
       const beforeHttp = httpOrigin.requests;
@@ -190,5 +209,21 @@ describe('standalone CLI: per-target cooldowns', () => {
     }
     const after = (await client.listProxies()).find((p) => p.name === 'local-3');
     expect(after?.activeLeases).toBe(0);
+  });
+});
+
+describe('standalone CLI: secrets stay out of the logs', () => {
+  it('never writes a proxy password to stdout or stderr', async () => {
+    for (let i = 0; i < 3; i++) {
+      const g = await client.lease({ ttlSeconds: 30 });
+      passwords.add(decodeURIComponent(new URL(g.proxy.url).password));
+    }
+    await client.listProxies();
+    expect(passwords.size).toBe(3);
+    expect(proc.logs.length).toBeGreaterThan(10);
+    for (const pw of passwords) {
+      expect(proc.stdout).not.toContain(pw);
+      expect(proc.stderr).not.toContain(pw);
+    }
   });
 });

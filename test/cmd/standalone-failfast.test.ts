@@ -4,8 +4,11 @@
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { accepts, cleanupCli, createWorkspace, runCli, standaloneArgs } from '../support/cli.ts';
+
+// Real child processes on a possibly loaded 2-core machine: generous, one-sided limits.
+vi.setConfig({ testTimeout: 120_000, hookTimeout: 90_000 });
 
 afterEach(cleanupCli);
 
@@ -61,5 +64,18 @@ describe('standalone CLI: fail fast', () => {
     expect(res.code).toBe(2);
     expect(res.stderr.trim().split('\n')).toEqual([expect.stringContaining('providers.yaml')]);
     expect(existsSync(ws.statePath)).toBe(false);
+  });
+
+  it('refuses a corrupt state file, naming file and line, and leaves it untouched', async () => {
+    const ws = await createWorkspace();
+    const corrupt = 'not a snapshot\n{"also":"ignored"}\n';
+    writeFileSync(ws.statePath, corrupt);
+    const res = await runCli(standaloneArgs(ws), ws.dir);
+    expect(res.code).toBe(2);
+    expect(res.stderr.trim().split('\n')).toEqual([
+      expect.stringMatching(new RegExp(`${ws.statePath.replaceAll('.', '\\.')}.*line 1`)),
+    ]);
+    expect(readFileSync(ws.statePath, 'utf8')).toBe(corrupt);
+    expect(existsSync(`${ws.statePath}.lock`)).toBe(false);
   });
 });

@@ -6,7 +6,7 @@
  */
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { DiscoveryClient, ProxySnapshot } from '../../src/discovery/client.ts';
 import {
   accepts,
@@ -21,6 +21,9 @@ import {
   waitFor,
   waitForReady,
 } from '../support/cli.ts';
+
+// Real child processes on a possibly loaded 2-core machine: generous, one-sided limits.
+vi.setConfig({ testTimeout: 120_000, hookTimeout: 90_000 });
 
 const NAMES = ['local-1', 'local-2', 'local-3'];
 
@@ -120,9 +123,8 @@ describe('standalone CLI: manifest edits while running', () => {
     expect(await accepts(newPort)).toBe(true);
     const grant2 = await client.lease({ selector: 'pool=extra', ttlSeconds: 30 });
     expect(grant2.proxy.port).toBe(newPort);
-    await client.release(grant2.id);
 
-    // Remove.
+    // Remove, while a crawler still holds a lease on it.
     rmSync(file);
     await waitFor(
       async () => (await client.listProxies()).every((p) => p.name !== 'local-4'),
@@ -132,6 +134,8 @@ describe('standalone CLI: manifest edits while running', () => {
     );
     await waitFor(async () => !(await accepts(newPort)), `port ${newPort} closed`, 10_000, proc);
     expect(stoppedInstances()).toContain(instances[1]);
+    await expect(client.lease({ selector: 'pool=extra' })).rejects.toMatchObject({ status: 409 });
+    await client.release(grant2.id);
     // The example proxies were not touched.
     expect((await client.listProxies()).map((p) => p.name)).toEqual(NAMES);
   });

@@ -47,6 +47,17 @@ export interface Exit {
 const workspaces: string[] = [];
 const running = new Set<CliProcess>();
 
+// Detached children outlive a test worker that dies: kill their groups when this process exits.
+process.once('exit', () => {
+  for (const p of running) {
+    try {
+      process.kill(-p.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+});
+
 export async function freePort(): Promise<number> {
   const srv = net.createServer();
   await new Promise<void>((ok, fail) => {
@@ -276,7 +287,7 @@ export function startStandalone(
 export async function runCli(
   args: string[],
   cwd: string,
-  timeoutMs = 20_000,
+  timeoutMs = 60_000,
 ): Promise<Exit & { stdout: string; stderr: string }> {
   const proc = new CliProcess(args, cwd);
   const timer = setTimeout(() => void proc.killHard(), timeoutMs);

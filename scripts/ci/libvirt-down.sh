@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Tears down what scripts/ci/libvirt-up.sh started: test domains ('ci-' prefix), the test pool and its
+# volumes, then sshd, libvirtd and virtlogd by pid file. Safe to run when nothing is up.
+set -uo pipefail
+
+DIR=${LIBVIRT_CI_DIR:-/var/tmp/egress-proxies-ci/libvirt}
+POOL=${LIBVIRT_CI_POOL:-ci-pool}
+PREFIX=${LIBVIRT_CI_DOMAIN_PREFIX:-ci-}
+V=(virsh -q -c qemu:///system)
+
+alive() { [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+pid_of() { [ -f "$1" ] && cat "$1" 2>/dev/null || true; }
+
+if alive "$(pid_of "$DIR/run/libvirtd.pid")"; then
+  # Domains first: a running qemu outlives libvirtd.
+  for d in $("${V[@]}" list --all --name 2>/dev/null | grep "^$PREFIX"); do
+    "${V[@]}" destroy "$d" >/dev/null 2>&1
+    "${V[@]}" undefine "$d" --nvram >/dev/null 2>&1 || "${V[@]}" undefine "$d" >/dev/null 2>&1
+  done
+  for v in $("${V[@]}" vol-list "$POOL" 2>/dev/null | awk '$1 {print $1}'); do
+    "${V[@]}" vol-delete --pool "$POOL" "$v" >/dev/null 2>&1
+  done
+  "${V[@]}" pool-destroy "$POOL" >/dev/null 2>&1
+  "${V[@]}" pool-undefine "$POOL" >/dev/null 2>&1
+fi
+
+for n in sshd libvirtd virtlogd; do
+  f="$DIR/run/$n.pid"
+  p=$(pid_of "$f")
+  if alive "$p"; then
+    kill -TERM "$p"
+    for _ in $(seq 1 100); do alive "$p" || break; sleep 0.1; done
+    alive "$p" && kill -KILL "$p"
+  fi
+  rm -f "$f"
+done
+rm -f "$DIR/env.json"
+echo "libvirt-down: done"

@@ -1,0 +1,538 @@
+/**
+ * provider/kvm/libvirt — the typed libvirt calls the kvm provider needs, each one an XDR encoding
+ * of its `remote_*_args`, a procedure number from libvirt's remote_protocol.x, and a decoding of
+ * its `remote_*_ret`. One LibvirtConnection wraps one RpcClient (one socket or SSH channel).
+ */
+import type { Duplex } from 'node:stream';
+import type { Logger } from '../../log/index.ts';
+import type { Clock } from '../../runtime/clock.ts';
+import { type CallOptions, type KeepaliveOptions, LibvirtError, RpcClient } from './rpc.ts';
+import { XdrReader, XdrWriter } from './xdr.ts';
+
+/** Procedure numbers (remote_procedure in src/remote/remote_protocol.x). */
+export const Proc = {
+  CONNECT_OPEN: 1,
+  CONNECT_CLOSE: 2,
+  CONNECT_GET_VERSION: 4,
+  CONNECT_GET_CAPABILITIES: 7,
+  DOMAIN_GET_XML_DESC: 14,
+  DOMAIN_LOOKUP_BY_NAME: 23,
+  CONNECT_GET_HOSTNAME: 59,
+  CONNECT_SUPPORTS_FEATURE: 60,
+  AUTH_LIST: 66,
+  STORAGE_POOL_REFRESH: 83,
+  STORAGE_POOL_LOOKUP_BY_NAME: 84,
+  STORAGE_POOL_GET_INFO: 87,
+  STORAGE_VOL_CREATE_XML: 93,
+  STORAGE_VOL_DELETE: 94,
+  STORAGE_VOL_LOOKUP_BY_NAME: 95,
+  STORAGE_VOL_GET_INFO: 98,
+  STORAGE_VOL_GET_PATH: 100,
+  DOMAIN_IS_ACTIVE: 150,
+  STORAGE_POOL_IS_ACTIVE: 154,
+  CONNECT_GET_LIB_VERSION: 157,
+  DOMAIN_CREATE_WITH_FLAGS: 196,
+  STORAGE_VOL_UPLOAD: 208,
+  STORAGE_VOL_DOWNLOAD: 209,
+  DOMAIN_GET_STATE: 212,
+  DOMAIN_UNDEFINE_FLAGS: 231,
+  DOMAIN_DESTROY_FLAGS: 234,
+  DOMAIN_SHUTDOWN_FLAGS: 258,
+  CONNECT_LIST_ALL_DOMAINS: 273,
+  STORAGE_POOL_LIST_ALL_VOLUMES: 282,
+  DOMAIN_DEFINE_XML_FLAGS: 350,
+  DOMAIN_INTERFACE_ADDRESSES: 353,
+} as const;
+
+/** virErrorNumber values the provider branches on. */
+export const ErrorCode = {
+  INTERNAL_ERROR: 1,
+  NO_SUPPORT: 3,
+  INVALID_ARG: 8,
+  OPERATION_FAILED: 9,
+  XML_ERROR: 27,
+  SYSTEM_ERROR: 38,
+  RPC: 39,
+  NO_DOMAIN: 42,
+  AUTH_FAILED: 45,
+  NO_STORAGE_POOL: 49,
+  NO_STORAGE_VOL: 50,
+  OPERATION_INVALID: 55,
+  CONFIG_UNSUPPORTED: 67,
+  OPERATION_TIMEOUT: 68,
+  ARGUMENT_UNSUPPORTED: 74,
+  OPERATION_ABORTED: 78,
+  OPERATION_UNSUPPORTED: 84,
+  AGENT_UNRESPONSIVE: 86,
+  ACCESS_DENIED: 88,
+  STORAGE_VOL_EXIST: 90,
+} as const;
+
+/** virDomainState */
+export const DomainState = {
+  NOSTATE: 0,
+  RUNNING: 1,
+  BLOCKED: 2,
+  PAUSED: 3,
+  SHUTDOWN: 4,
+  SHUTOFF: 5,
+  CRASHED: 6,
+  PMSUSPENDED: 7,
+} as const;
+
+/** virStoragePoolState */
+export const PoolState = { INACTIVE: 0, BUILDING: 1, RUNNING: 2, DEGRADED: 3, INACCESSIBLE: 4 } as const;
+
+export const POOL_STATE_NAMES = ['inactive', 'building', 'running', 'degraded', 'inaccessible'] as const;
+
+/** virDomainUndefineFlagsValues */
+export const UndefineFlags = {
+  MANAGED_SAVE: 1,
+  SNAPSHOTS_METADATA: 2,
+  NVRAM: 4,
+  KEEP_NVRAM: 8,
+  CHECKPOINTS_METADATA: 16,
+} as const;
+
+/** virDomainInterfaceAddressesSource */
+export const AddressSource = { LEASE: 0, AGENT: 1, ARP: 2 } as const;
+
+/** virConnectListAllDomainsFlags (subset) */
+export const ListDomainsFlags = { ACTIVE: 1, INACTIVE: 2, PERSISTENT: 4, TRANSIENT: 8 } as const;
+
+/** virDomainXMLFlags (subset) */
+export const DomainXmlFlags = { SECURE: 1, INACTIVE: 2 } as const;
+
+/** remote_auth_type */
+export const AuthType = { NONE: 0, SASL: 1, POLKIT: 2 } as const;
+
+const FEATURE_PROGRAM_KEEPALIVE = 10;
+const UUID_LEN = 16;
+
+export interface DomainRef {
+  name: string;
+  uuid: Buffer;
+  /** -1 while the domain is not running. */
+  id: number;
+}
+
+export interface PoolRef {
+  name: string;
+  uuid: Buffer;
+}
+
+export interface VolRef {
+  pool: string;
+  name: string;
+  key: string;
+}
+
+export interface PoolInfo {
+  state: number;
+  capacity: number;
+  allocation: number;
+  available: number;
+}
+
+export interface VolInfo {
+  type: number;
+  capacity: number;
+  allocation: number;
+}
+
+export interface DomainStateInfo {
+  state: number;
+  reason: number;
+}
+
+export interface IpAddress {
+  /** 0 = IPv4, 1 = IPv6 (virIPAddrType). */
+  type: number;
+  addr: string;
+  prefix: number;
+}
+
+export interface DomainInterface {
+  name: string;
+  hwaddr: string | null;
+  addrs: IpAddress[];
+}
+
+/** "9.0.0" from libvirt's packed major*1_000_000 + minor*1_000 + micro. */
+export function formatVersion(v: number): string {
+  return `${Math.floor(v / 1_000_000)}.${Math.floor(v / 1000) % 1000}.${v % 1000}`;
+}
+
+export function uuidString(uuid: Buffer): string {
+  const h = uuid.toString('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+export function isLibvirtError(err: unknown, code?: number): err is LibvirtError {
+  return err instanceof LibvirtError && (code === undefined || err.code === code);
+}
+
+// --- XDR pieces shared by many calls ---
+
+const writeDomain = (w: XdrWriter, d: DomainRef) => w.string(d.name).fixedOpaque(d.uuid, UUID_LEN).int(d.id);
+const readDomain = (r: XdrReader): DomainRef => ({
+  name: r.string(),
+  uuid: r.fixedOpaque(UUID_LEN),
+  id: r.int(),
+});
+const writePool = (w: XdrWriter, p: PoolRef) => w.string(p.name).fixedOpaque(p.uuid, UUID_LEN);
+const readPool = (r: XdrReader): PoolRef => ({ name: r.string(), uuid: r.fixedOpaque(UUID_LEN) });
+const writeVol = (w: XdrWriter, v: VolRef) => w.string(v.pool).string(v.name).string(v.key);
+const readVol = (r: XdrReader): VolRef => ({ pool: r.string(), name: r.string(), key: r.string() });
+const safeNumber = (v: bigint): number =>
+  v > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(v);
+
+function decodeAll<T>(body: Buffer, read: (r: XdrReader) => T): T {
+  const r = new XdrReader(body);
+  const v = read(r);
+  r.end();
+  return v;
+}
+
+export interface OpenOptions {
+  /** Driver URI on the far side, e.g. qemu:///system. */
+  uri?: string;
+  signal?: AbortSignal | undefined;
+  logger?: Logger;
+  clock?: Clock;
+  keepalive?: KeepaliveOptions | false;
+  label?: string;
+}
+
+export class LibvirtConnection {
+  readonly rpc: RpcClient;
+
+  constructor(rpc: RpcClient) {
+    this.rpc = rpc;
+  }
+
+  /**
+   * Speaks the connection handshake on `stream`: auth list (only "none" is supported — the
+   * socket's unix permissions are the authorization), the keepalive feature (so libvirtd pings
+   * us and answers our pings), then CONNECT_OPEN. Closes the stream if any step fails.
+   */
+  static async open(stream: Duplex, opts: OpenOptions = {}): Promise<LibvirtConnection> {
+    const rpc = new RpcClient(stream, {
+      ...(opts.logger ? { logger: opts.logger } : {}),
+      ...(opts.clock ? { clock: opts.clock } : {}),
+      ...(opts.keepalive !== undefined ? { keepalive: opts.keepalive } : {}),
+      ...(opts.label ? { label: opts.label } : {}),
+    });
+    const conn = new LibvirtConnection(rpc);
+    const o = { signal: opts.signal };
+    try {
+      const auth = await conn.authList(o);
+      if (auth.length > 0 && !auth.includes(AuthType.NONE)) {
+        throw new LibvirtError({
+          code: ErrorCode.AUTH_FAILED,
+          domain: 0,
+          level: 2,
+          message: `libvirtd requires authentication (${auth.join(',')}); only socket permissions (auth "none") are supported`,
+        });
+      }
+      await conn.supportsFeature(FEATURE_PROGRAM_KEEPALIVE, o);
+      await conn.connectOpen(opts.uri ?? 'qemu:///system', 0, o);
+      return conn;
+    } catch (err) {
+      rpc.close();
+      throw err;
+    }
+  }
+
+  get isOpen(): boolean {
+    return this.rpc.isOpen;
+  }
+
+  onClose(fn: (err: Error | undefined) => void): () => void {
+    return this.rpc.onClose(fn);
+  }
+
+  /** CONNECT_CLOSE, bounded by `timeoutMs`, then closes the transport whatever happened. */
+  async close(timeoutMs = 2000): Promise<void> {
+    if (!this.rpc.isOpen) return;
+    try {
+      await this.rpc.call(Proc.CONNECT_CLOSE, undefined, { signal: AbortSignal.timeout(timeoutMs) });
+    } catch {
+      // closing anyway
+    } finally {
+      this.rpc.close();
+    }
+  }
+
+  private async invoke(
+    proc: number,
+    args: XdrWriter | undefined,
+    opts: CallOptions | undefined,
+  ): Promise<Buffer> {
+    return this.rpc.call(proc, args?.bytes(), opts);
+  }
+
+  private async invokeVoid(
+    proc: number,
+    args: XdrWriter | undefined,
+    opts: CallOptions | undefined,
+  ): Promise<void> {
+    const body = await this.invoke(proc, args, opts);
+    decodeAll(body, () => undefined);
+  }
+
+  // --- connection ---
+
+  async authList(opts?: CallOptions): Promise<number[]> {
+    const body = await this.invoke(Proc.AUTH_LIST, undefined, opts);
+    return decodeAll(body, (r) => r.array((x) => x.int(), 20));
+  }
+
+  async supportsFeature(feature: number, opts?: CallOptions): Promise<boolean> {
+    const body = await this.invoke(Proc.CONNECT_SUPPORTS_FEATURE, new XdrWriter().int(feature), opts);
+    return decodeAll(body, (r) => r.int() !== 0);
+  }
+
+  async connectOpen(uri: string | null, flags: number, opts?: CallOptions): Promise<void> {
+    const w = new XdrWriter().optional(uri, (x, s) => x.string(s)).uint(flags);
+    await this.invokeVoid(Proc.CONNECT_OPEN, w, opts);
+  }
+
+  async getHostname(opts?: CallOptions): Promise<string> {
+    const body = await this.invoke(Proc.CONNECT_GET_HOSTNAME, undefined, opts);
+    return decodeAll(body, (r) => r.string());
+  }
+
+  /** libvirt's own version, packed (use formatVersion). */
+  async getLibVersion(opts?: CallOptions): Promise<number> {
+    const body = await this.invoke(Proc.CONNECT_GET_LIB_VERSION, undefined, opts);
+    return decodeAll(body, (r) => safeNumber(r.uhyper()));
+  }
+
+  /** The hypervisor's (QEMU's) version, packed (use formatVersion). */
+  async getVersion(opts?: CallOptions): Promise<number> {
+    const body = await this.invoke(Proc.CONNECT_GET_VERSION, undefined, opts);
+    return decodeAll(body, (r) => safeNumber(r.uhyper()));
+  }
+
+  async getCapabilities(opts?: CallOptions): Promise<string> {
+    const body = await this.invoke(Proc.CONNECT_GET_CAPABILITIES, undefined, opts);
+    return decodeAll(body, (r) => r.string());
+  }
+
+  // --- storage pools ---
+
+  async storagePoolLookupByName(name: string, opts?: CallOptions): Promise<PoolRef> {
+    const body = await this.invoke(Proc.STORAGE_POOL_LOOKUP_BY_NAME, new XdrWriter().string(name), opts);
+    return decodeAll(body, readPool);
+  }
+
+  async storagePoolGetInfo(pool: PoolRef, opts?: CallOptions): Promise<PoolInfo> {
+    const w = new XdrWriter();
+    writePool(w, pool);
+    const body = await this.invoke(Proc.STORAGE_POOL_GET_INFO, w, opts);
+    return decodeAll(body, (r) => ({
+      state: r.uint(), // `unsigned char` travels as a full XDR word
+      capacity: safeNumber(r.uhyper()),
+      allocation: safeNumber(r.uhyper()),
+      available: safeNumber(r.uhyper()),
+    }));
+  }
+
+  async storagePoolIsActive(pool: PoolRef, opts?: CallOptions): Promise<boolean> {
+    const w = new XdrWriter();
+    writePool(w, pool);
+    const body = await this.invoke(Proc.STORAGE_POOL_IS_ACTIVE, w, opts);
+    return decodeAll(body, (r) => r.int() !== 0);
+  }
+
+  async storagePoolRefresh(pool: PoolRef, opts?: CallOptions): Promise<void> {
+    const w = new XdrWriter();
+    writePool(w, pool);
+    w.uint(0);
+    await this.invokeVoid(Proc.STORAGE_POOL_REFRESH, w, opts);
+  }
+
+  async storagePoolListAllVolumes(pool: PoolRef, opts?: CallOptions): Promise<VolRef[]> {
+    const w = new XdrWriter();
+    writePool(w, pool);
+    w.int(1).uint(0);
+    const body = await this.invoke(Proc.STORAGE_POOL_LIST_ALL_VOLUMES, w, opts);
+    return decodeAll(body, (r) => {
+      const vols = r.array(readVol);
+      r.uint();
+      return vols;
+    });
+  }
+
+  // --- storage volumes ---
+
+  async storageVolLookupByName(pool: PoolRef, name: string, opts?: CallOptions): Promise<VolRef> {
+    const w = new XdrWriter();
+    writePool(w, pool);
+    w.string(name);
+    const body = await this.invoke(Proc.STORAGE_VOL_LOOKUP_BY_NAME, w, opts);
+    return decodeAll(body, readVol);
+  }
+
+  async storageVolCreateXml(pool: PoolRef, xml: string, flags = 0, opts?: CallOptions): Promise<VolRef> {
+    const w = new XdrWriter();
+    writePool(w, pool);
+    w.string(xml).uint(flags);
+    const body = await this.invoke(Proc.STORAGE_VOL_CREATE_XML, w, opts);
+    return decodeAll(body, readVol);
+  }
+
+  async storageVolDelete(vol: VolRef, flags = 0, opts?: CallOptions): Promise<void> {
+    const w = new XdrWriter();
+    writeVol(w, vol);
+    w.uint(flags);
+    await this.invokeVoid(Proc.STORAGE_VOL_DELETE, w, opts);
+  }
+
+  async storageVolGetInfo(vol: VolRef, opts?: CallOptions): Promise<VolInfo> {
+    const w = new XdrWriter();
+    writeVol(w, vol);
+    const body = await this.invoke(Proc.STORAGE_VOL_GET_INFO, w, opts);
+    return decodeAll(body, (r) => ({
+      type: r.int(), // `char` travels as a full XDR word
+      capacity: safeNumber(r.uhyper()),
+      allocation: safeNumber(r.uhyper()),
+    }));
+  }
+
+  async storageVolGetPath(vol: VolRef, opts?: CallOptions): Promise<string> {
+    const w = new XdrWriter();
+    writeVol(w, vol);
+    const body = await this.invoke(Proc.STORAGE_VOL_GET_PATH, w, opts);
+    return decodeAll(body, (r) => r.string());
+  }
+
+  /**
+   * Writes `data` into the volume from `offset` (length 0 = up to the end of the data).
+   * libvirt neither truncates a shorter upload nor enforces the volume's capacity.
+   */
+  async storageVolUpload(
+    vol: VolRef,
+    data: Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>,
+    opts: CallOptions & { offset?: number; length?: number } = {},
+  ): Promise<void> {
+    const w = new XdrWriter();
+    writeVol(w, vol);
+    w.uhyper(opts.offset ?? 0)
+      .uhyper(opts.length ?? 0)
+      .uint(0);
+    await this.rpc.upload(Proc.STORAGE_VOL_UPLOAD, w.bytes(), data, opts);
+  }
+
+  /** Streams the volume's bytes from `offset` (length 0 = to the end). */
+  storageVolDownload(
+    vol: VolRef,
+    opts: CallOptions & { offset?: number; length?: number } = {},
+  ): AsyncGenerator<Buffer> {
+    const w = new XdrWriter();
+    writeVol(w, vol);
+    w.uhyper(opts.offset ?? 0)
+      .uhyper(opts.length ?? 0)
+      .uint(0);
+    return this.rpc.download(Proc.STORAGE_VOL_DOWNLOAD, w.bytes(), opts);
+  }
+
+  // --- domains ---
+
+  async domainDefineXml(xml: string, flags = 0, opts?: CallOptions): Promise<DomainRef> {
+    const body = await this.invoke(
+      Proc.DOMAIN_DEFINE_XML_FLAGS,
+      new XdrWriter().string(xml).uint(flags),
+      opts,
+    );
+    return decodeAll(body, readDomain);
+  }
+
+  async domainLookupByName(name: string, opts?: CallOptions): Promise<DomainRef> {
+    const body = await this.invoke(Proc.DOMAIN_LOOKUP_BY_NAME, new XdrWriter().string(name), opts);
+    return decodeAll(body, readDomain);
+  }
+
+  /** Starts a defined domain; returns the reference with its new id. */
+  async domainCreate(dom: DomainRef, flags = 0, opts?: CallOptions): Promise<DomainRef> {
+    const w = new XdrWriter();
+    writeDomain(w, dom);
+    w.uint(flags);
+    const body = await this.invoke(Proc.DOMAIN_CREATE_WITH_FLAGS, w, opts);
+    return decodeAll(body, readDomain);
+  }
+
+  /** Hard power-off. */
+  async domainDestroy(dom: DomainRef, flags = 0, opts?: CallOptions): Promise<void> {
+    const w = new XdrWriter();
+    writeDomain(w, dom);
+    w.uint(flags);
+    await this.invokeVoid(Proc.DOMAIN_DESTROY_FLAGS, w, opts);
+  }
+
+  /** Graceful shutdown request (ACPI or agent, per flags); returns before the guest is off. */
+  async domainShutdown(dom: DomainRef, flags = 0, opts?: CallOptions): Promise<void> {
+    const w = new XdrWriter();
+    writeDomain(w, dom);
+    w.uint(flags);
+    await this.invokeVoid(Proc.DOMAIN_SHUTDOWN_FLAGS, w, opts);
+  }
+
+  async domainUndefine(dom: DomainRef, flags = 0, opts?: CallOptions): Promise<void> {
+    const w = new XdrWriter();
+    writeDomain(w, dom);
+    w.uint(flags);
+    await this.invokeVoid(Proc.DOMAIN_UNDEFINE_FLAGS, w, opts);
+  }
+
+  async domainGetState(dom: DomainRef, opts?: CallOptions): Promise<DomainStateInfo> {
+    const w = new XdrWriter();
+    writeDomain(w, dom);
+    w.uint(0);
+    const body = await this.invoke(Proc.DOMAIN_GET_STATE, w, opts);
+    return decodeAll(body, (r) => ({ state: r.int(), reason: r.int() }));
+  }
+
+  async domainIsActive(dom: DomainRef, opts?: CallOptions): Promise<boolean> {
+    const w = new XdrWriter();
+    writeDomain(w, dom);
+    const body = await this.invoke(Proc.DOMAIN_IS_ACTIVE, w, opts);
+    return decodeAll(body, (r) => r.int() !== 0);
+  }
+
+  async domainGetXmlDesc(dom: DomainRef, flags = 0, opts?: CallOptions): Promise<string> {
+    const w = new XdrWriter();
+    writeDomain(w, dom);
+    w.uint(flags);
+    const body = await this.invoke(Proc.DOMAIN_GET_XML_DESC, w, opts);
+    return decodeAll(body, (r) => r.string());
+  }
+
+  async domainInterfaceAddresses(
+    dom: DomainRef,
+    source: number,
+    opts?: CallOptions,
+  ): Promise<DomainInterface[]> {
+    const w = new XdrWriter();
+    writeDomain(w, dom);
+    w.uint(source).uint(0);
+    const body = await this.invoke(Proc.DOMAIN_INTERFACE_ADDRESSES, w, opts);
+    return decodeAll(body, (r) =>
+      r.array((x) => ({
+        name: x.string(),
+        hwaddr: x.optional((y) => y.string()),
+        addrs: x.array((y) => ({ type: y.int(), addr: y.string(), prefix: y.uint() })),
+      })),
+    );
+  }
+
+  async listAllDomains(flags = 0, opts?: CallOptions): Promise<DomainRef[]> {
+    const body = await this.invoke(Proc.CONNECT_LIST_ALL_DOMAINS, new XdrWriter().int(1).uint(flags), opts);
+    return decodeAll(body, (r) => {
+      const doms = r.array(readDomain);
+      r.uint();
+      return doms;
+    });
+  }
+}
