@@ -24,6 +24,7 @@ import { registerProxyPhaseGauge } from '../metrics/fleet.ts';
 import { createMetricsRegistry } from '../metrics/index.ts';
 import { startMetricsServer } from '../metrics/server.ts';
 import { errorMessage } from '../provider/errors.ts';
+import { createGcpProvider } from '../provider/gcp/index.ts';
 import { createLocalProvider } from '../provider/local/index.ts';
 import { buildProviders, type ProviderFactory, type ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor, validateSchedule } from '../providerhealth/monitor.ts';
@@ -122,7 +123,10 @@ function providerFactories(kubernetes: ProviderFactory | undefined): Record<stri
           'the kubernetes provider runs only in cluster mode (egress-proxies-operator operator)',
         );
       }),
-    gcp: notYet('gcp'),
+    gcp: (entry, deps) => {
+      if (!entry.gcp) throw new Error('the gcp block is required for a provider of type gcp');
+      return createGcpProvider({ name: entry.name, config: entry.gcp, log: deps.log });
+    },
     kvm: notYet('kvm'),
   };
 }

@@ -1,0 +1,531 @@
+/**
+ * provider/gcp — the `gcp` provider: each instance is a Compute Engine VM with an ephemeral
+ * external IP, configured by cloud-init in its `user-data` metadata. Four API calls (insert,
+ * get, delete, aggregatedList) through @google-cloud/compute's REST transport, fire-and-forget:
+ * the reconciler polls `get` instead of waiting on operations. Optionally one managed firewall
+ * rule per proxy port (get/insert, once per port and process).
+ *
+ * Cancellation: google-gax calls take no AbortSignal, so every call is raced against ctx.signal
+ * — the caller returns at once, the abandoned HTTP request ends at its own timeout.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import type { FirewallsClient, InstancesClient } from '@google-cloud/compute';
+import type { ClientOptions, googleAuthLibrary } from 'google-gax';
+
+import type { Logger } from 'pino';
+import type { TargetStatus } from '../../api/providerhealth.ts';
+import type { GcpProviderConfig } from '../../config/schema.ts';
+import { silentLogger } from '../../log/index.ts';
+import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
+import { notFound, ProviderError, permanent, transient } from '../errors.ts';
+import { defaultCloudInit } from './cloud-init.ts';
+import { checkMessage, checkReason, parseError, raceSignal, toProviderError, type Where } from './errors.ts';
+import { buildFirewallRule, ruleMatches } from './firewall.ts';
+import {
+  buildInsertResource,
+  type GceInstance,
+  type GcpSettings,
+  gcpSettings,
+  instanceFromGce,
+  lastSegment,
+  MANAGED_FILTER,
+  parseProviderID,
+  providerIDOf,
+  requestProblems,
+  sanitizeGcpLabelValue,
+} from './instance.ts';
+
+type AuthClient = googleAuthLibrary.AuthClient;
+type ExternalAccountClientOptions = googleAuthLibrary.ExternalAccountClientOptions;
+
+/**
+ * The Google libraries, loaded on first use: importing them costs seconds (compute's protos),
+ * which every operator start would pay even with no gcp provider configured.
+ */
+let gaxModule: Promise<typeof import('google-gax')> | undefined;
+let computeModule: Promise<typeof import('@google-cloud/compute')> | undefined;
+function loadGax() {
+  gaxModule ??= import('google-gax');
+  return gaxModule;
+}
+async function loadGoogle() {
+  computeModule ??= import('@google-cloud/compute').then(
+    (c) => (c as { default?: typeof import('@google-cloud/compute') }).default ?? c,
+  );
+  const [gax, compute] = await Promise.all([loadGax(), computeModule]);
+  return { gax, compute };
+}
+
+export const GCP_PROVIDER_TYPE = 'gcp';
+export const COMPUTE_ADDRESS = 'compute.googleapis.com';
+const CLOUD_PLATFORM_SCOPE = 'https://www.googleapis.com/auth/cloud-platform';
+const DEFAULT_CALL_TIMEOUT_MS = 60_000;
+/** Instances per aggregatedList page in listByTag (GCE's maximum). */
+const LIST_PAGE_SIZE = 500;
+
+/** Client options the provider passes on (tests: apiEndpoint, port, protocol, authClient). */
+export type GcpClientOptions = Pick<
+  ClientOptions,
+  'apiEndpoint' | 'port' | 'protocol' | 'authClient' | 'fallback'
+>;
+
+export interface GcpProviderOptions {
+  name: string;
+  config: GcpProviderConfig;
+  log?: Logger;
+  /** Overrides of the compute client options; an `authClient` here replaces credentials loading. */
+  clientOptions?: GcpClientOptions;
+  /** Deadline of each API call (default 60 s); ctx.signal may end it sooner. */
+  callTimeoutMs?: number;
+  /** Instances per aggregatedList page in listByTag (default 500, GCE's maximum). */
+  listPageSize?: number;
+}
+
+export type GcpProvider = Provider & Checker & { close(): Promise<void> };
+
+export function createGcpProvider(opts: GcpProviderOptions): GcpProvider {
+  return new GceProvider(opts);
+}
+
+interface Clients {
+  instances: InstancesClient;
+  /** Built on first use: only a provider managing the firewall rule needs it. */
+  firewalls(): FirewallsClient;
+  close(): Promise<void>;
+}
+
+/** `apiEndpoint` of the config (host, host:port or URL) as client options. */
+export function endpointOptions(apiEndpoint: string | undefined): GcpClientOptions {
+  if (!apiEndpoint) return {};
+  if (/^https?:\/\//.test(apiEndpoint)) {
+    const u = new URL(apiEndpoint);
+    const protocol = u.protocol.slice(0, -1);
+    return {
+      apiEndpoint: u.hostname,
+      port: u.port ? Number(u.port) : protocol === 'http' ? 80 : 443,
+      protocol,
+    };
+  }
+  const m = /^(.*?)(?::(\d+))?$/.exec(apiEndpoint);
+  return m?.[2] ? { apiEndpoint: m[1] ?? '', port: Number(m[2]) } : { apiEndpoint };
+}
+
+/**
+ * The auth client of a credentials file, by its declared type, with the type-specific
+ * constructor (the generic loader accepts any type, including ones that fetch arbitrary URLs).
+ * Missing or unreadable: transient (a Secret mount may appear); anything else: permanent.
+ */
+export async function credentialsFromFile(file: string): Promise<AuthClient> {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? 'error';
+    throw transient(`gcp.credentialsFile ${file} is not readable (${code})`);
+  }
+  let json: Record<string, unknown>;
+  try {
+    json = JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    throw permanent(`gcp.credentialsFile ${file} is not JSON (want a service-account key file)`);
+  }
+  const { googleAuthLibrary: gal } = await loadGax();
+  const str = (k: string) => (typeof json[k] === 'string' ? (json[k] as string) : undefined);
+  const scopes = [CLOUD_PLATFORM_SCOPE];
+  switch (json.type) {
+    case 'service_account': {
+      const email = str('client_email');
+      const key = str('private_key');
+      if (!email || !key) {
+        throw permanent(
+          `gcp.credentialsFile ${file}: a service_account key needs client_email and private_key`,
+        );
+      }
+      const keyId = str('private_key_id');
+      return new gal.JWT({ email, key, scopes, ...(keyId ? { keyId } : {}) });
+    }
+    case 'authorized_user': {
+      const clientId = str('client_id');
+      const clientSecret = str('client_secret');
+      const refreshToken = str('refresh_token');
+      if (!clientId || !clientSecret || !refreshToken) {
+        throw permanent(
+          `gcp.credentialsFile ${file}: authorized_user credentials need client_id, client_secret and refresh_token`,
+        );
+      }
+      return new gal.UserRefreshClient({ clientId, clientSecret, refreshToken });
+    }
+    case 'external_account': {
+      let client: AuthClient | null;
+      try {
+        client = gal.ExternalAccountClient.fromJSON({
+          ...(json as unknown as ExternalAccountClientOptions),
+          scopes,
+        });
+      } catch (err) {
+        throw permanent(`gcp.credentialsFile ${file}: ${(err as Error).message}`);
+      }
+      if (!client) throw permanent(`gcp.credentialsFile ${file}: not a valid external_account configuration`);
+      return client;
+    }
+    default:
+      throw permanent(
+        `gcp.credentialsFile ${file}: type ${JSON.stringify(json.type)} is not supported (want service_account, external_account or authorized_user)`,
+      );
+  }
+}
+
+class GceProvider implements Provider, Checker {
+  readonly name: string;
+  readonly type = GCP_PROVIDER_TYPE;
+  private readonly config: GcpProviderConfig;
+  private readonly settings: GcpSettings;
+  private readonly log: Logger;
+  private readonly clientOptions: GcpClientOptions;
+  private readonly timeout: number;
+  private readonly pageSize: number;
+  private clients: Clients | undefined;
+  private building: Promise<Clients> | undefined;
+  /** Firewall rules known to exist, by port (a failed ensure is retried on the next create). */
+  private readonly firewallReady = new Map<number, Promise<void>>();
+  private closed = false;
+
+  constructor(opts: GcpProviderOptions) {
+    this.name = opts.name;
+    this.config = opts.config;
+    this.settings = gcpSettings(opts.config);
+    this.log = opts.log ?? silentLogger();
+    this.timeout = opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.pageSize = opts.listPageSize ?? LIST_PAGE_SIZE;
+    this.clientOptions = { ...endpointOptions(opts.config.apiEndpoint), ...opts.clientOptions };
+    const file = opts.config.credentialsFile;
+    if (file && !this.clientOptions.authClient && !existsSync(file)) {
+      // A Secret mount may appear later: calls fail (transient) until it does.
+      this.log.warn(
+        { credentialsFile: file },
+        'gcp credentials file does not exist yet; calls fail until it appears',
+      );
+    }
+  }
+
+  async create(ctx: CallContext, req: CreateRequest): Promise<Instance> {
+    const problems = requestProblems(req);
+    const zone = req.zone ?? '';
+    const id = providerIDOf({ project: this.settings.project, zone, name: req.name });
+    if (problems.length > 0) {
+      throw permanent(`${this.name} create ${req.name}: ${problems.join('; ')}`, this.where('create', id));
+    }
+    const userData = req.cloudInit ?? defaultCloudInit(req);
+    let resource: ReturnType<typeof buildInsertResource>;
+    try {
+      resource = buildInsertResource({ ...req, zone }, this.settings, userData);
+    } catch (err) {
+      throw permanent(`${this.name} create ${req.name}: ${(err as Error).message}`, this.where('create', id));
+    }
+    const secrets = [userData, req.credentials.password];
+    const c = await this.client(ctx, 'create', id);
+    await this.ensureFirewall(ctx, c, req.port);
+    let existed = false;
+    try {
+      await raceSignal(
+        () =>
+          c.instances.insert(
+            { project: this.settings.project, zone, instanceResource: resource },
+            this.callOpts(),
+          ),
+        ctx.signal,
+      );
+      this.log.info(
+        { instance: req.name, zone, proxy: `${req.namespace}/${req.proxyName}`, spot: this.settings.spot },
+        'gcp instance insert accepted',
+      );
+    } catch (err) {
+      // Already there (a retry after a crash or a lost answer): create is idempotent by name.
+      if (parseError(err).http !== 409) {
+        throw toProviderError(err, { ...this.where('create', id), secrets }, ctx.signal);
+      }
+      existed = true;
+      ctx.log.debug({ instance: req.name, zone }, 'gcp instance already exists; reading it back');
+    }
+    // Fire-and-forget: the operation is not awaited; a fresh read gives what exists now.
+    const pending: Instance = {
+      id,
+      name: req.name,
+      state: 'Pending',
+      uid: req.uid,
+      namespace: req.namespace,
+    };
+    let inst: Instance;
+    try {
+      inst = await this.read(ctx, c, { project: this.settings.project, zone, name: req.name }, 'create');
+    } catch (err) {
+      // The insert was accepted (or the VM is there): a read that fails now — not visible yet,
+      // throttled — must not turn a successful create into an error; the reconciler polls get.
+      if (!existed || (err instanceof ProviderError && err.errorClass === 'NotFound')) return pending;
+      throw err;
+    }
+    if (existed && inst.uid !== undefined && inst.uid !== sanitizeGcpLabelValue(req.uid)) {
+      throw permanent(
+        `${this.name} create ${id}: an instance of that name exists and does not belong to this Proxy`,
+        this.where('create', id),
+      );
+    }
+    return inst;
+  }
+
+  async get(ctx: CallContext, providerID: string): Promise<Instance> {
+    const ref = parseProviderID(providerID, this.name);
+    const c = await this.client(ctx, 'get', providerID);
+    return this.read(ctx, c, ref, 'get');
+  }
+
+  async delete(ctx: CallContext, providerID: string): Promise<void> {
+    const ref = parseProviderID(providerID, this.name);
+    const c = await this.client(ctx, 'delete', providerID);
+    try {
+      await raceSignal(
+        () =>
+          c.instances.delete({ project: ref.project, zone: ref.zone, instance: ref.name }, this.callOpts()),
+        ctx.signal,
+      );
+      this.log.info({ instance: ref.name, zone: ref.zone }, 'gcp instance delete accepted');
+    } catch (err) {
+      if (parseError(err).http !== 404)
+        throw toProviderError(err, this.where('delete', providerID), ctx.signal);
+    }
+  }
+
+  async listByTag(ctx: CallContext): Promise<Instance[]> {
+    const c = await this.client(ctx, 'listByTag');
+    const out: Instance[] = [];
+    try {
+      await this.eachScope(ctx, c, this.pageSize, (scope, instances, warning) => {
+        if (warning && warning !== 'NO_RESULTS_ON_PAGE') {
+          // e.g. UNREACHABLE: a zone did not answer; its instances are missing from this sweep.
+          this.log.warn({ scope, warning }, 'gcp aggregated list: scope reported a warning');
+        }
+        const zone = scope.startsWith('zones/') ? scope.slice('zones/'.length) : undefined;
+        for (const inst of instances) out.push(instanceFromGce(inst, this.settings.project, zone));
+        return true;
+      });
+    } catch (err) {
+      throw toProviderError(err, this.where('listByTag'), ctx.signal);
+    }
+    ctx.log.debug({ count: out.length }, 'gcp managed instances listed');
+    return out;
+  }
+
+  /**
+   * One page of at most one managed instance project-wide: the credentials, the Compute API
+   * and the compute.instances.list permission GC depends on, in a single request.
+   */
+  async check(ctx: CallContext): Promise<TargetStatus[]> {
+    const start = Date.now();
+    const target: TargetStatus = {
+      name: this.settings.project,
+      address: this.clientOptions.apiEndpoint ?? COMPUTE_ADDRESS,
+      ready: false,
+      reason: 'Unreachable',
+    };
+    try {
+      const c = await this.client(ctx, 'check');
+      await this.eachScope(ctx, c, 1, () => false);
+      target.ready = true;
+      target.reason = 'Reachable';
+    } catch (err) {
+      if (err instanceof ProviderError) {
+        // Credentials not loadable (the only ProviderError here): no request was made.
+        target.reason = ctx.signal.aborted ? 'Timeout' : 'Unreachable';
+        target.message = err.message.slice(0, 1024);
+      } else {
+        target.reason = checkReason(err, ctx.signal);
+        target.message = checkMessage(err);
+      }
+    }
+    target.latencyMillis = Math.max(0, Date.now() - start);
+    return [target];
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const c = this.clients ?? (await this.building?.catch(() => undefined));
+    this.clients = undefined;
+    if (c) await c.close();
+  }
+
+  // ---- internals ----------------------------------------------------------------------------
+
+  /**
+   * Walks the aggregated list of managed instances; `visit` returns false to stop (check).
+   * Empty scopes come with a NO_RESULTS_ON_PAGE warning and no instances. Each step of the
+   * lazy iterator (one page request at most) is raced against the signal.
+   */
+  private async eachScope(
+    ctx: CallContext,
+    c: Clients,
+    pageSize: number,
+    visit: (scope: string, instances: GceInstance[], warning: string | undefined) => boolean,
+  ): Promise<void> {
+    const it = c.instances
+      .aggregatedListAsync(
+        { project: this.settings.project, filter: MANAGED_FILTER, maxResults: pageSize },
+        { ...this.callOpts(), autoPaginate: false },
+      )
+      [Symbol.asyncIterator]();
+    for (;;) {
+      const step = await raceSignal(() => it.next(), ctx.signal);
+      if (step.done) return;
+      const [scope, scoped] = step.value;
+      const warning = scoped.warning?.code ?? undefined;
+      if (!visit(scope, (scoped.instances ?? []) as GceInstance[], warning ?? undefined)) return;
+    }
+  }
+
+  private async read(
+    ctx: CallContext,
+    c: Clients,
+    ref: { project: string; zone: string; name: string },
+    op: string,
+  ): Promise<Instance> {
+    const id = providerIDOf(ref);
+    let inst: GceInstance;
+    try {
+      [inst] = await raceSignal(
+        () => c.instances.get({ project: ref.project, zone: ref.zone, instance: ref.name }, this.callOpts()),
+        ctx.signal,
+      );
+    } catch (err) {
+      if (parseError(err).http === 404) {
+        throw notFound(`${this.name} ${op} ${id}: instance not found`, this.where(op, id));
+      }
+      throw toProviderError(err, this.where(op, id), ctx.signal);
+    }
+    return instanceFromGce(inst, ref.project, lastSegment(inst.zone) || ref.zone);
+  }
+
+  /** Creates the port's firewall rule unless it exists; once per port and process. */
+  private async ensureFirewall(ctx: CallContext, c: Clients, port: number): Promise<void> {
+    const fw = this.settings.firewall;
+    if (!fw) return;
+    let ready = this.firewallReady.get(port);
+    if (!ready) {
+      ready = this.createFirewall(ctx, c, port, fw.sourceRanges);
+      this.firewallReady.set(port, ready);
+      ready.catch(() => this.firewallReady.delete(port));
+    }
+    await raceSignal(ready, ctx.signal);
+  }
+
+  private async createFirewall(ctx: CallContext, c: Clients, port: number, ranges: string[]): Promise<void> {
+    const rule = buildFirewallRule(this.settings, port, ranges);
+    const project = this.settings.project;
+    const where = this.where('create', `projects/${project}/global/firewalls/${rule.name}`);
+    try {
+      const [existing] = await raceSignal(
+        () => c.firewalls().get({ project, firewall: rule.name }, this.callOpts()),
+        ctx.signal,
+      );
+      if (!ruleMatches(existing, rule)) {
+        this.log.warn(
+          { firewall: rule.name, want: rule.sourceRanges },
+          'gcp firewall rule exists with other source ranges or tags; leaving it as it is',
+        );
+      }
+      return;
+    } catch (err) {
+      if (parseError(err).http !== 404) throw toProviderError(err, where, ctx.signal);
+    }
+    try {
+      await raceSignal(
+        () => c.firewalls().insert({ project, firewallResource: rule }, this.callOpts()),
+        ctx.signal,
+      );
+      this.log.info(
+        { firewall: rule.name, port, sourceRanges: rule.sourceRanges },
+        'gcp firewall rule created',
+      );
+    } catch (err) {
+      if (parseError(err).http !== 409) throw toProviderError(err, where, ctx.signal);
+    }
+  }
+
+  /** The compute clients, built on first use once credentials can be loaded. */
+  private async client(ctx: CallContext, op: string, providerID?: string): Promise<Clients> {
+    if (this.clients) return this.clients;
+    if (this.closed) throw transient(`${this.name} ${op}: provider is closed`, this.where(op, providerID));
+    if (!this.building) {
+      const p = this.buildClients();
+      this.building = p;
+      p.then(
+        (c) => {
+          this.clients = c;
+        },
+        () => {
+          this.building = undefined;
+        },
+      );
+    }
+    try {
+      return await raceSignal(this.building, ctx.signal);
+    } catch (err) {
+      if (err instanceof ProviderError) {
+        throw new ProviderError(
+          err.errorClass,
+          `${this.name} ${op}: ${err.message}`,
+          this.where(op, providerID),
+        );
+      }
+      throw toProviderError(err, this.where(op, providerID), ctx.signal);
+    }
+  }
+
+  /**
+   * The auth client, resolved here rather than by google-gax: gax resolves credentials lazily
+   * inside a promise nobody awaits, so a missing file or absent ADC would surface as an
+   * unhandled rejection that kills the process.
+   */
+  private async buildClients(): Promise<Clients> {
+    const { compute, gax } = await loadGoogle();
+    let authClient = this.clientOptions.authClient;
+    if (!authClient) {
+      const file = this.config.credentialsFile;
+      try {
+        authClient = file
+          ? await credentialsFromFile(file)
+          : await new gax.googleAuthLibrary.GoogleAuth({ scopes: [CLOUD_PLATFORM_SCOPE] }).getClient();
+      } catch (err) {
+        if (err instanceof ProviderError) throw err;
+        const what = file ? `gcp.credentialsFile ${file}` : 'application default credentials';
+        throw transient(`${what}: cannot load credentials: ${(err as Error).message}`);
+      }
+    }
+    const opts: ClientOptions = {
+      fallback: true,
+      // gax's own request logging would print request bodies (user-data): never on.
+      enableTelemetryLogging: false,
+      ...this.clientOptions,
+      authClient,
+    };
+    if (this.closed) throw transient('provider is closed');
+    const instances = new compute.InstancesClient(opts);
+    let firewalls: FirewallsClient | undefined;
+    return {
+      instances,
+      firewalls: () => {
+        firewalls ??= new compute.FirewallsClient(opts);
+        return firewalls;
+      },
+      close: async () => {
+        await Promise.allSettled([instances.close(), firewalls?.close()]);
+      },
+    };
+  }
+
+  private callOpts() {
+    return { retry: null, timeout: this.timeout };
+  }
+
+  private where(op: string, providerID?: string): Where {
+    return providerID === undefined ? { op, provider: this.name } : { op, provider: this.name, providerID };
+  }
+}

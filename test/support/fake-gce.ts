@@ -1,0 +1,337 @@
+/**
+ * test/support/fake-gce — a small stateful Compute Engine REST server on 127.0.0.1 for the gcp
+ * provider's tests. It serves exactly the paths @google-cloud/compute's REST transport calls
+ * (instances insert/get/delete, aggregated instances list, firewalls get/insert), answers like
+ * GCE (Operation objects for writes, `{error:{code,message,errors:[{reason}]}}` for failures,
+ * NO_RESULTS_ON_PAGE warnings for empty scopes), and offers fault injection and a request log.
+ */
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export type Json = Record<string, unknown>;
+
+export interface RecordedRequest {
+  method: string;
+  path: string;
+  query: Record<string, string>;
+  headers: Record<string, string | string[] | undefined>;
+  /** Raw body text (may contain secrets: tests only inspect it, never print it). */
+  body: string;
+}
+
+export interface Fault {
+  /** Matched against `METHOD path`, e.g. /^GET .*\/instances\// */
+  match: RegExp;
+  status: number;
+  /** errors[0].reason, e.g. QUOTA_EXCEEDED, rateLimitExceeded. */
+  reason?: string;
+  message?: string;
+  /** How many requests it answers (default: forever). */
+  times?: number;
+  /** Delay before answering (ms). */
+  delayMs?: number;
+  /** Destroy the socket instead of answering (a network failure). */
+  drop?: boolean;
+  /** Answer with this raw body instead of a GCE error (e.g. HTML from a proxy). */
+  rawBody?: string;
+}
+
+export interface FakeGce {
+  host: '127.0.0.1';
+  port: number;
+  requests: RecordedRequest[];
+  /** Stored instances by `project/zone/name`, GCE JSON shape. */
+  instances: Map<string, Json>;
+  firewalls: Map<string, Json>;
+  /** Zones reported as (empty) scopes in aggregated lists. */
+  zones: string[];
+  /** Page size used when the request has no maxResults (GCE: 500). */
+  defaultPageSize: number;
+  /** Access tokens handed out at POST /token (STS exchange). */
+  tokensIssued: number;
+  inject(fault: Fault): void;
+  clearFaults(): void;
+  /** Adds or replaces an instance (defaults: RUNNING, created now). */
+  put(project: string, zone: string, name: string, fields?: Json): Json;
+  /** Sets status and (optionally) the external IP of a stored instance. */
+  setStatus(project: string, zone: string, name: string, status: string, natIP?: string): void;
+  close(): Promise<void>;
+}
+
+const BASE = '/compute/v1/projects/';
+const SELF = 'https://www.googleapis.com/compute/v1/projects/';
+
+export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<FakeGce> {
+  const requests: RecordedRequest[] = [];
+  const instances = new Map<string, Json>();
+  const firewalls = new Map<string, Json>();
+  let faults: Array<Fault & { used: number }> = [];
+  let nextId = 1000;
+
+  const fake: FakeGce = {
+    host: '127.0.0.1',
+    port: 0,
+    requests,
+    instances,
+    firewalls,
+    zones: opts.zones ?? ['us-central1-a', 'us-central1-b', 'europe-west1-b'],
+    defaultPageSize: 500,
+    tokensIssued: 0,
+    inject: (f) => {
+      faults.push({ ...f, used: 0 });
+    },
+    clearFaults: () => {
+      faults = [];
+    },
+    put: (project, zone, name, fields = {}) => {
+      const inst = newInstance(project, zone, name, String(nextId++), {});
+      Object.assign(inst, { status: 'RUNNING' }, fields);
+      instances.set(`${project}/${zone}/${name}`, inst);
+      return inst;
+    },
+    setStatus: (project, zone, name, status, natIP) => {
+      const inst = instances.get(`${project}/${zone}/${name}`);
+      if (!inst) throw new Error(`fake-gce: no instance ${project}/${zone}/${name}`);
+      inst.status = status;
+      if (natIP !== undefined) {
+        const nic = (inst.networkInterfaces as Json[] | undefined)?.[0];
+        const ac = (nic?.accessConfigs as Json[] | undefined)?.[0];
+        if (ac) ac.natIP = natIP;
+      }
+    },
+    close: () => new Promise((r) => server.close(() => r())),
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse, body: string): Promise<void> => {
+    const url = new URL(req.url ?? '/', 'http://127.0.0.1');
+    const path = url.pathname;
+    const method = req.method ?? 'GET';
+    requests.push({
+      method,
+      path,
+      query: Object.fromEntries(url.searchParams),
+      headers: { ...req.headers },
+      body,
+    });
+    const fault = faults.find((f) => f.match.test(`${method} ${path}`) && (f.times ?? Infinity) > f.used);
+    if (fault) {
+      fault.used++;
+      if (fault.delayMs) await new Promise((r) => setTimeout(r, fault.delayMs));
+      if (fault.drop) {
+        req.socket.destroy();
+        return;
+      }
+      if (fault.rawBody !== undefined) {
+        res.writeHead(fault.status, { 'content-type': 'text/html' }).end(fault.rawBody);
+        return;
+      }
+      return error(
+        res,
+        fault.status,
+        fault.reason ?? 'backendError',
+        fault.message ?? `injected ${fault.status}`,
+      );
+    }
+    if (path === '/token' && method === 'POST') {
+      // STS token exchange for `external_account` credentials files pointing here.
+      fake.tokensIssued++;
+      return json(res, 200, {
+        access_token: `fake-token-${fake.tokensIssued}`,
+        issued_token_type: 'urn:ietf:params:oauth:token-type:access_token',
+        token_type: 'Bearer',
+        expires_in: 3600,
+      });
+    }
+    if (!path.startsWith(BASE)) return error(res, 404, 'notFound', `no such path ${path}`);
+    const parts = path.slice(BASE.length).split('/').map(decodeURIComponent);
+    const project = parts[0] ?? '';
+
+    // projects/{p}/zones/{z}/instances[/{name}]
+    if (parts[1] === 'zones' && parts[3] === 'instances') {
+      const zone = parts[2] ?? '';
+      const name = parts[4];
+      if (name === undefined && method === 'POST') {
+        let resource: Json;
+        try {
+          resource = JSON.parse(body) as Json;
+        } catch {
+          return error(res, 400, 'parseError', 'Parse Error');
+        }
+        const iname = String(resource.name ?? '');
+        if (!/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/.test(iname)) {
+          return error(res, 400, 'invalid', `Invalid value for field 'resource.name': '${iname}'.`);
+        }
+        const key = `${project}/${zone}/${iname}`;
+        const target = `projects/${project}/zones/${zone}/instances/${iname}`;
+        if (instances.has(key))
+          return error(res, 409, 'alreadyExists', `The resource '${target}' already exists`);
+        instances.set(key, newInstance(project, zone, iname, String(nextId++), resource));
+        return json(res, 200, operation(project, zone, 'insert', target));
+      }
+      if (name !== undefined && parts.length === 5) {
+        const key = `${project}/${zone}/${name}`;
+        const target = `projects/${project}/zones/${zone}/instances/${name}`;
+        const inst = instances.get(key);
+        if (!inst) return error(res, 404, 'notFound', `The resource '${target}' was not found`);
+        if (method === 'GET') return json(res, 200, inst);
+        if (method === 'DELETE') {
+          instances.delete(key);
+          return json(res, 200, operation(project, zone, 'delete', target));
+        }
+      }
+      return error(res, 405, 'methodNotAllowed', `${method} ${path}`);
+    }
+
+    // projects/{p}/aggregated/instances
+    if (parts[1] === 'aggregated' && parts[2] === 'instances' && parts.length === 3 && method === 'GET') {
+      const pred = parseFilter(url.searchParams.get('filter'));
+      if (pred === 'invalid') return error(res, 400, 'invalid', 'Invalid list filter expression.');
+      const max = Number(url.searchParams.get('maxResults') ?? fake.defaultPageSize);
+      const offset = Number(url.searchParams.get('pageToken') ?? 0);
+      const all = [...instances.entries()]
+        .filter(([k, v]) => k.startsWith(`${project}/`) && pred(v))
+        .sort(([a], [b]) => a.localeCompare(b));
+      const page = all.slice(offset, offset + max);
+      const items: Record<string, Json> = {};
+      const zones = new Set([...fake.zones, ...all.map(([k]) => k.split('/')[1] ?? '')]);
+      for (const z of [...zones].sort()) {
+        const here = page.filter(([k]) => k.split('/')[1] === z).map(([, v]) => v);
+        const scope = `zones/${z}`;
+        items[scope] = here.length
+          ? { instances: here }
+          : {
+              warning: {
+                code: 'NO_RESULTS_ON_PAGE',
+                message: `There are no results for scope '${scope}' on this page.`,
+                data: [{ key: 'scope', value: scope }],
+              },
+            };
+      }
+      const out: Json = {
+        kind: 'compute#instanceAggregatedList',
+        id: `projects/${project}/aggregated/instances`,
+        items,
+        selfLink: `${SELF}${project}/aggregated/instances`,
+      };
+      if (offset + max < all.length) out.nextPageToken = String(offset + max);
+      return json(res, 200, out);
+    }
+
+    // projects/{p}/global/firewalls[/{name}]
+    if (parts[1] === 'global' && parts[2] === 'firewalls') {
+      const name = parts[3];
+      if (name === undefined && method === 'POST') {
+        const resource = JSON.parse(body) as Json;
+        const fname = String(resource.name ?? '');
+        const target = `projects/${project}/global/firewalls/${fname}`;
+        if (firewalls.has(`${project}/${fname}`))
+          return error(res, 409, 'alreadyExists', `The resource '${target}' already exists`);
+        firewalls.set(`${project}/${fname}`, {
+          ...resource,
+          kind: 'compute#firewall',
+          id: String(nextId++),
+          selfLink: `${SELF}${target.slice('projects/'.length)}`,
+        });
+        return json(res, 200, operation(project, undefined, 'insert', target));
+      }
+      if (name !== undefined && method === 'GET') {
+        const fw = firewalls.get(`${project}/${name}`);
+        if (!fw)
+          return error(
+            res,
+            404,
+            'notFound',
+            `The resource 'projects/${project}/global/firewalls/${name}' was not found`,
+          );
+        return json(res, 200, fw);
+      }
+      return error(res, 405, 'methodNotAllowed', `${method} ${path}`);
+    }
+    return error(res, 404, 'notFound', `no such path ${path}`);
+  };
+
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      handle(req, res, Buffer.concat(chunks).toString('utf8')).catch((err: unknown) => {
+        if (!res.headersSent) error(res, 500, 'backendError', String(err));
+      });
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  fake.port = (server.address() as AddressInfo).port;
+  return fake;
+
+  function operation(project: string, zone: string | undefined, type: string, target: string): Json {
+    const name = `operation-${Date.now()}-${randomUUID().slice(0, 8)}`;
+    const where = zone ? `zones/${zone}` : 'global';
+    return {
+      kind: 'compute#operation',
+      id: String(nextId++),
+      name,
+      operationType: type,
+      targetLink: `${SELF}${target.slice('projects/'.length)}`,
+      status: 'RUNNING',
+      progress: 0,
+      insertTime: new Date().toISOString(),
+      startTime: new Date().toISOString(),
+      ...(zone ? { zone: `${SELF}${project}/zones/${zone}` } : {}),
+      selfLink: `${SELF}${project}/${where}/operations/${name}`,
+    };
+  }
+}
+
+/** A new instance as GCE reports it right after insert: PROVISIONING, no external IP yet. */
+function newInstance(project: string, zone: string, name: string, id: string, resource: Json): Json {
+  const nics = ((resource.networkInterfaces as Json[] | undefined) ?? [{}]).map((nic, i) => ({
+    ...nic,
+    kind: 'compute#networkInterface',
+    name: `nic${i}`,
+    networkIP: `10.128.0.${(Number(id) % 250) + 2}`,
+    accessConfigs: ((nic.accessConfigs as Json[] | undefined) ?? []).map((ac) => ({
+      kind: 'compute#accessConfig',
+      ...ac,
+    })),
+  }));
+  return {
+    ...resource,
+    kind: 'compute#instance',
+    id,
+    name,
+    status: 'PROVISIONING',
+    // GCE answers in Pacific time with an offset, not UTC.
+    creationTimestamp: '2026-11-30T04:05:06.789-08:00',
+    zone: `${SELF}${project}/zones/${zone}`,
+    selfLink: `${SELF}${project}/zones/${zone}/instances/${name}`,
+    networkInterfaces: nics,
+  };
+}
+
+/** The filters the provider uses: `labels.K = V`, `labels.K != V`, `labels.K:*`; else invalid. */
+function parseFilter(filter: string | null): ((inst: Json) => boolean) | 'invalid' {
+  if (filter === null || filter === '') return () => true;
+  const m = /^labels\.([a-z0-9_-]+)\s*(=|!=|:)\s*"?([^"]*)"?$/.exec(filter.trim());
+  if (!m) return 'invalid';
+  const [, key = '', op, value] = m;
+  return (inst) => {
+    const v = (inst.labels as Record<string, string> | undefined)?.[key];
+    if (op === ':') return v !== undefined;
+    return op === '=' ? v === value : v !== value;
+  };
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { 'content-type': 'application/json; charset=UTF-8' }).end(JSON.stringify(body));
+}
+
+function error(res: ServerResponse, status: number, reason: string, message: string): void {
+  json(res, status, {
+    error: {
+      code: status,
+      message,
+      errors: [{ message, domain: reason === 'notFound' ? 'global' : 'usageLimits', reason }],
+    },
+  });
+}
