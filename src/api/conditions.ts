@@ -8,11 +8,15 @@ export function findCondition(conditions: Condition[] | undefined, type: string)
   return conditions?.find((c) => c.type === type);
 }
 
-/** Returns a new list with `next` set; keeps lastTransitionTime unless the status changed. */
+/**
+ * Returns a new list with `next` set in place of the condition of its type, every other
+ * condition kept; lastTransitionTime stays unless the status changed. `now` as a string is
+ * used as written (an RFC 3339 timestamp).
+ */
 export function setCondition(
-  conditions: Condition[] | undefined,
+  conditions: readonly Condition[] | undefined,
   next: Omit<Condition, 'lastTransitionTime'> & { lastTransitionTime?: string },
-  now: Date,
+  now: Date | string,
 ): Condition[] {
   const list = conditions ? [...conditions] : [];
   const i = list.findIndex((c) => c.type === next.type);
@@ -20,7 +24,7 @@ export function setCondition(
   const lastTransitionTime =
     prev && prev.status === next.status
       ? prev.lastTransitionTime
-      : (next.lastTransitionTime ?? now.toISOString());
+      : (next.lastTransitionTime ?? (typeof now === 'string' ? now : now.toISOString()));
   const merged: Condition = { ...next, lastTransitionTime };
   if (i >= 0) list[i] = merged;
   else list.push(merged);

@@ -43,7 +43,14 @@ import {
   type WatchEvent,
 } from '../runtime/store.ts';
 import { credentialsFromSecret, credentialsSecretKey, proxyUrl } from './credentials.ts';
-import { applyIntent, phaseChange, provisionedCondition, type StatusIntent, statusPatch } from './status.ts';
+import {
+  applyIntent,
+  notProvisioned,
+  phaseChange,
+  provisionedCondition,
+  type StatusIntent,
+  statusPatch,
+} from './status.ts';
 
 export interface ProviderLookup {
   get(name: string): Provider | undefined;
@@ -370,29 +377,18 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
   async function onProviderError(run: Run, p: ProxyObject, err: unknown): Promise<ReconcileResult> {
     const cls = classify(err);
     const msg = errorMessage(err);
-    const keepPhase = p.status?.phase && p.status.phase !== 'Failed' ? {} : { phase: 'Pending' as const };
+    // A phase in progress stays; a proxy with none yet, or a Failed one now retrying, is Pending.
+    const retryPhase = p.status?.phase && p.status.phase !== 'Failed' ? undefined : 'Pending';
     if (cls === 'QuotaExceeded') {
-      await writeStatus(run, p, {
-        ...keepPhase,
-        message: msg,
-        provisioned: { status: 'False', reason: REASONS.quota, message: msg },
-      });
+      await writeStatus(run, p, notProvisioned(REASONS.quota, msg, retryPhase));
       throw new ReconcileError(msg, { cause: err, retryAfterMs: opt.quotaBackoffMs });
     }
     if (cls === 'Permanent') {
-      await writeStatus(run, p, {
-        phase: 'Failed',
-        message: msg,
-        provisioned: { status: 'False', reason: REASONS.permanent, message: msg },
-      });
+      await writeStatus(run, p, notProvisioned(REASONS.permanent, msg, 'Failed'));
       return {};
     }
     if (p.status?.phase !== 'Ready') {
-      await writeStatus(run, p, {
-        ...keepPhase,
-        message: msg,
-        provisioned: { status: 'False', reason: REASONS.transient, message: msg },
-      });
+      await writeStatus(run, p, notProvisioned(REASONS.transient, msg, retryPhase));
     }
     throw new ReconcileError(msg, { cause: err });
   }
@@ -496,11 +492,7 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
     if (!ep) {
       // The schema forbids this; a hand-edited standalone file may not have been validated.
       const msg = 'spec.endpoint is required for External proxies';
-      await writeStatus(run, p, {
-        phase: 'Failed',
-        message: msg,
-        provisioned: { status: 'False', reason: REASONS.invalid, message: msg },
-      });
+      await writeStatus(run, p, notProvisioned(REASONS.invalid, msg, 'Failed'));
       return {};
     }
     await writeStatus(run, p, {
@@ -591,11 +583,7 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
     const provider = providers.get(providerName);
     if (!provider) {
       const msg = `provider "${providerName}" is not configured`;
-      await writeStatus(run, p, {
-        phase: 'Failed',
-        message: msg,
-        provisioned: { status: 'False', reason: REASONS.providerNotConfigured, message: msg },
-      });
+      await writeStatus(run, p, notProvisioned(REASONS.providerNotConfigured, msg, 'Failed'));
       return {};
     }
     const uid = p.metadata.uid;
@@ -603,11 +591,7 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
 
     const hasInstance = Boolean(p.status?.providerID);
     const resolveFailed = async (reason: string, msg: string): Promise<never> => {
-      await writeStatus(run, p, {
-        ...(hasInstance ? {} : { phase: 'Pending' as const }),
-        message: msg,
-        provisioned: { status: 'False', reason, message: msg },
-      });
+      await writeStatus(run, p, notProvisioned(reason, msg, hasInstance ? undefined : 'Pending'));
       throw new ReconcileError(msg);
     };
     const cloudInit = resolveCloudInit(p);

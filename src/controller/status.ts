@@ -5,6 +5,7 @@
  * only fields that actually changed go into the merge patch, so an unchanged status costs no
  * write and the other writer's fields are never part of our patch.
  */
+import { setCondition } from '../api/conditions.ts';
 import { CONDITION_PROVISIONED } from '../api/constants.ts';
 import type { Condition } from '../api/meta.ts';
 import type { ProxyPhase, ProxyStatus } from '../api/proxy.ts';
@@ -29,6 +30,18 @@ export interface StatusIntent {
   provisioned?: ConditionIntent;
 }
 
+/**
+ * Not provisioned, for `reason`: the message goes both to status.message and to the Provisioned
+ * condition. With `phase` (e.g. Failed) the phase moves too; without it, it stays.
+ */
+export function notProvisioned(reason: string, message: string, phase?: ProxyPhase): StatusIntent {
+  return {
+    ...(phase ? { phase } : {}),
+    message,
+    provisioned: { status: 'False', reason, message },
+  };
+}
+
 /** The status fields the reconciler writes; everything else belongs to someone else. */
 export const RECONCILER_FIELDS = [
   'phase',
@@ -42,33 +55,6 @@ export const RECONCILER_FIELDS = [
   'observedGeneration',
   'conditions',
 ] as const;
-
-/**
- * Sets one condition, keeping every other condition as it is. lastTransitionTime moves only
- * when the status value flips, like Kubernetes' meta.SetStatusCondition.
- */
-export function setCondition(
-  conditions: readonly Condition[] | undefined,
-  type: string,
-  intent: ConditionIntent,
-  now: string,
-  observedGeneration?: number,
-): Condition[] {
-  const out = (conditions ?? []).map((c) => ({ ...c }));
-  const i = out.findIndex((c) => c.type === type);
-  const prev = i >= 0 ? out[i] : undefined;
-  const next: Condition = {
-    type,
-    status: intent.status,
-    reason: intent.reason,
-    lastTransitionTime: prev && prev.status === intent.status ? prev.lastTransitionTime : now,
-  };
-  if (intent.message) next.message = intent.message;
-  if (observedGeneration !== undefined) next.observedGeneration = observedGeneration;
-  if (i >= 0) out[i] = next;
-  else out.push(next);
-  return out;
-}
 
 export function applyIntent(
   base: ProxyStatus | undefined,
@@ -94,12 +80,17 @@ export function applyIntent(
     else next.retiring = [...new Set(intent.retiring)];
   }
   if (intent.provisioned) {
+    const { status, reason, message } = intent.provisioned;
     next.conditions = setCondition(
       next.conditions,
-      CONDITION_PROVISIONED,
-      intent.provisioned,
+      {
+        type: CONDITION_PROVISIONED,
+        status,
+        reason,
+        ...(message ? { message } : {}),
+        ...(generation !== undefined ? { observedGeneration: generation } : {}),
+      },
       now,
-      generation,
     );
   }
   if (generation !== undefined) next.observedGeneration = generation;

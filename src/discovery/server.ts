@@ -30,6 +30,7 @@ import { Counter, type Registry } from 'prom-client';
 import type { Static, TSchema } from 'typebox';
 import { LeaseInputError, type LeaseStore, type NoneLeasableCounts } from '../lease/store.ts';
 import { silentLogger } from '../log/index.ts';
+import { parseBindAddress } from '../metrics/bind.ts';
 import { buildOpenApi } from './openapi.ts';
 import {
   type LeaseIdParams,
@@ -82,12 +83,14 @@ export class FieldError extends Error {
   }
 }
 
-export function parseBindAddress(bind: string): { host: string; port: number } {
-  const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d{1,5})$/.exec(bind.trim());
-  const port = Number(m?.[3]);
-  if (!m || port > 65535) throw new Error(`discovery bind address "${bind}" is not host:port`);
-  const host = m[1] ?? m[2] ?? '';
-  return { host: host === '' ? '0.0.0.0' : host, port };
+/** The discovery API's listen address: `:port` means every IPv4 interface; it cannot be disabled. */
+export function discoveryBindAddress(bind: string): { host: string; port: number } {
+  const parsed = parseBindAddress(bind, 'discovery bind address');
+  if (!parsed)
+    throw new Error(
+      `discovery bind address "${bind}" must be host:port; the discovery API cannot be disabled`,
+    );
+  return { host: parsed.host ?? '0.0.0.0', port: parsed.port };
 }
 
 function fieldOf(part: string, path: string): string {
@@ -159,7 +162,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
   const log = opts.log ?? silentLogger();
   const tracer = opts.tracer ?? trace.getTracer('egress-proxies-operator/discovery');
   const propagator = new W3CTraceContextPropagator();
-  const { host, port } = parseBindAddress(opts.bindAddress);
+  const { host, port } = discoveryBindAddress(opts.bindAddress);
   // Trimmed: a token mounted from a file-created Secret often ends in a newline.
   const token = opts.token?.trim();
   if (token === '') {

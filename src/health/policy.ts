@@ -4,7 +4,7 @@
  * offset, the verdict state machine and when a latency change is worth reporting.
  */
 import { DEFAULT_PROXY_PORT } from '../api/constants.ts';
-import { phaseServes, type ProxyObject } from '../api/proxy.ts';
+import { type ProxyObject, phaseServes } from '../api/proxy.ts';
 
 export interface HealthCheckDefaults {
   url: string;

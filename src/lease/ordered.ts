@@ -1,7 +1,8 @@
 /**
  * lease/ordered — the two ordered containers the lease store needs so that a grant does not
  * scan the fleet: a chunked sorted list (insert/delete O(log n + chunk), in-order walk from the
- * front) and a binary min-heap (for lease expiries and cooldown ends).
+ * front) and a binary min-heap whose items know their position, so a lease's expiry can be
+ * re-keyed or dropped in O(log n) (also used for cooldown ends).
  */
 
 const CHUNK = 128;
@@ -86,57 +87,6 @@ export class SortedList<T> {
   }
 }
 
-export class MinHeap<T> {
-  private items: T[] = [];
-  private readonly less: (a: T, b: T) => boolean;
-
-  constructor(less: (a: T, b: T) => boolean) {
-    this.less = less;
-  }
-
-  get size(): number {
-    return this.items.length;
-  }
-
-  peek(): T | undefined {
-    return this.items[0];
-  }
-
-  push(item: T): void {
-    const a = this.items;
-    a.push(item);
-    let i = a.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (!this.less(a[i]!, a[p]!)) break;
-      [a[i], a[p]] = [a[p]!, a[i]!];
-      i = p;
-    }
-  }
-
-  pop(): T | undefined {
-    const a = this.items;
-    if (a.length === 0) return undefined;
-    const top = a[0];
-    const last = a.pop()!;
-    if (a.length > 0) {
-      a[0] = last;
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        const r = l + 1;
-        let m = i;
-        if (l < a.length && this.less(a[l]!, a[m]!)) m = l;
-        if (r < a.length && this.less(a[r]!, a[m]!)) m = r;
-        if (m === i) break;
-        [a[i], a[m]] = [a[m]!, a[i]!];
-        i = m;
-      }
-    }
-    return top;
-  }
-}
-
 /** A min-heap whose items know their position, so any item can be removed or re-keyed in O(log n). */
 export class IndexedHeap<T extends { heapIndex: number }> {
   private items: T[] = [];
@@ -158,6 +108,13 @@ export class IndexedHeap<T extends { heapIndex: number }> {
     item.heapIndex = this.items.length;
     this.items.push(item);
     this.up(item.heapIndex);
+  }
+
+  /** Removes and returns the least item. */
+  pop(): T | undefined {
+    const top = this.items[0];
+    if (top) this.remove(top);
+    return top;
   }
 
   /** Restores order after the item's key changed. */

@@ -18,7 +18,7 @@ import { phaseServes } from '../api/proxy.ts';
 import { proxyUrlWithCredentials } from '../controller/credentials.ts';
 import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
-import { IndexedHeap, MinHeap, SortedList } from './ordered.ts';
+import { IndexedHeap, SortedList } from './ordered.ts';
 import { matchesSelector, parseSelector, type Selector, SelectorError } from './selector.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
 
@@ -145,20 +145,10 @@ export interface LeaseStoreOptions {
   maxViews?: number;
 }
 
-interface Entry {
-  key: string;
-  namespace: string;
-  name: string;
-  uid: string;
-  labels: Record<string, string>;
-  phase: string;
-  healthy: boolean;
+/** A proxy as the store holds it: its facts (credentials folded into `url`) plus lease state. */
+interface Entry extends Omit<ProxyInfo, 'credentials' | 'latencyMillis'> {
+  /** true once the health engine has spoken: its verdicts win over the status condition. */
   healthFromVerdict: boolean;
-  draining: boolean;
-  deleting: boolean;
-  maxLeases: number;
-  host: string;
-  port: number;
   url: string;
   latencyMillis: number | undefined;
   active: number;
@@ -281,7 +271,9 @@ export class LeaseStore {
   private readonly proxies = new Map<string, Entry>();
   private readonly leases = new Map<string, Lease>();
   private readonly expiries = new IndexedHeap<Lease>((a, b) => a.expiresAt < b.expiresAt);
-  private readonly cooldownEnds = new MinHeap<{ at: number; entry: Entry }>((a, b) => a.at < b.at);
+  private readonly cooldownEnds = new IndexedHeap<{ at: number; entry: Entry; heapIndex: number }>(
+    (a, b) => a.at < b.at,
+  );
   private readonly baseView = new View(undefined, undefined);
   /** Filtered views by `namespace \0 canonical selector`, in LRU order (oldest first). */
   private readonly views = new Map<string, View>();
@@ -513,7 +505,7 @@ export class LeaseStore {
       this.update(e, () => {
         e.globalUntil = until;
       });
-      this.cooldownEnds.push({ at: until, entry: e });
+      this.cooldownEnds.push({ at: until, entry: e, heapIndex: -1 });
       try {
         this.requestProbe?.(e.key);
       } catch (err) {

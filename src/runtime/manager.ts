@@ -7,6 +7,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type Logger, silentLogger } from '../log/index.ts';
+import { type BindAddress, parseBindAddress } from '../metrics/bind.ts';
 import { LeaderElectionLost, type LeaderElector, StandaloneElector } from './leader/elector.ts';
 import type { ObjectStore } from './store.ts';
 
@@ -38,24 +39,12 @@ export interface ManagerOptions {
   log?: Logger;
 }
 
-/** Parses `host:port` / `:port` / `[v6]:port`; undefined when disabled. */
-export function parseBindAddress(addr: string | undefined): { host?: string; port: number } | undefined {
-  if (addr === undefined || addr === '' || addr === '0') return undefined;
-  const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d{1,5})$/.exec(addr);
-  const port = m ? Number(m[3]) : Number.NaN;
-  if (!m || port > 65535) {
-    throw new Error(`invalid bind address "${addr}": want host:port, :port or [v6]:port`);
-  }
-  const host = m[1] ?? (m[2] === '' ? undefined : m[2]);
-  return host === undefined ? { port } : { host, port };
-}
-
 type Phase = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 
 export class Manager {
   private readonly store: ManagerOptions['store'];
   private readonly elector: LeaderElector;
-  private readonly bind: { host?: string; port: number } | undefined;
+  private readonly bind: BindAddress | undefined;
   private readonly gracePeriodMs: number;
   private readonly cacheSyncTimeoutMs: number;
   private readonly log: Logger;
@@ -84,7 +73,10 @@ export class Manager {
   constructor(opts: ManagerOptions = {}) {
     this.store = opts.store;
     this.elector = opts.elector ?? new StandaloneElector();
-    this.bind = parseBindAddress(opts.healthProbeBindAddress);
+    // Unset, empty or "0": no probe server.
+    this.bind = opts.healthProbeBindAddress
+      ? (parseBindAddress(opts.healthProbeBindAddress, 'health probe bind address') ?? undefined)
+      : undefined;
     this.gracePeriodMs = opts.gracePeriodMs ?? 30_000;
     this.cacheSyncTimeoutMs = opts.cacheSyncTimeoutMs ?? 120_000;
     this.log = opts.log ?? silentLogger();
@@ -282,7 +274,7 @@ export class Manager {
     else this.resolveDone();
   }
 
-  private listen(bind: { host?: string; port: number }): Promise<void> {
+  private listen(bind: BindAddress): Promise<void> {
     const server = createServer((req, res) => void this.serve(req, res));
     this.server = server;
     return new Promise((resolve, reject) => {

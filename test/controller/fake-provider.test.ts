@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { silentLogger } from '../../src/log/index.ts';
 import type { CreateRequest } from '../../src/provider/contract.ts';
 import { classify } from '../../src/provider/errors.ts';
 import { FakeProvider } from '../support/fake-provider.ts';
+import { callContext } from '../support/provider-calls.ts';
 
-const ctx = (signal = new AbortController().signal) => ({ signal, log: silentLogger() });
+const ctx = callContext;
 const req = (name: string): CreateRequest => ({
   name,
   uid: 'uid-1',

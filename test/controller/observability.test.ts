@@ -1,7 +1,7 @@
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { describe, expect, it } from 'vitest';
 import { LABEL_CLOUD_INIT_SECRET } from '../../src/api/constants.ts';
-import { createLogger } from '../../src/log/index.ts';
+import { captureLog } from '../support/log.ts';
 import { createHarness, NS } from './harness.ts';
 
 describe('reconciler observability', () => {
@@ -31,13 +31,7 @@ describe('reconciler observability', () => {
   });
 
   it('logs exactly one line per phase change, at warn for Failed, that a person can follow', async () => {
-    const lines: Record<string, unknown>[] = [];
-    const log = createLogger({
-      level: 'trace',
-      destination: {
-        write: (s: string) => lines.push(JSON.parse(s)) > 0,
-      } as unknown as NodeJS.WritableStream,
-    });
+    const { log, lines } = captureLog('trace');
     const h = await createHarness({ fake: { pendingGets: 1 }, deps: { log } });
     const changes = () =>
       lines
@@ -101,13 +95,7 @@ describe('reconciler observability', () => {
   });
 
   it('logs a switch to a new instance that never passed through Replacing', async () => {
-    const lines: Record<string, unknown>[] = [];
-    const log = createLogger({
-      level: 'info',
-      destination: {
-        write: (s: string) => lines.push(JSON.parse(s)) > 0,
-      } as unknown as NodeJS.WritableStream,
-    });
+    const { log, lines } = captureLog('info');
     const h = await createHarness({ deps: { log } });
     await h.seed('eu-1');
     await h.reconcile('eu-1');
@@ -123,11 +111,7 @@ describe('reconciler observability', () => {
   });
 
   it('never logs, traces or writes into status the credentials or the cloud-init content', async () => {
-    const lines: string[] = [];
-    const log = createLogger({
-      level: 'trace',
-      destination: { write: (s: string) => lines.push(s) > 0 } as unknown as NodeJS.WritableStream,
-    });
+    const { log, raw: lines } = captureLog('trace');
     const exporter = new InMemorySpanExporter();
     const provider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] });
     const h = await createHarness({ deps: { log, tracer: provider.getTracer('t') } });

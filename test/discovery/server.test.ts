@@ -7,7 +7,11 @@ import {
   LeaseNotFoundError,
   NoneLeasableError,
 } from '../../src/discovery/client.ts';
-import { type DiscoveryServer, parseBindAddress, startDiscoveryServer } from '../../src/discovery/server.ts';
+import {
+  type DiscoveryServer,
+  discoveryBindAddress,
+  startDiscoveryServer,
+} from '../../src/discovery/server.ts';
 import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
 import { createLogger } from '../../src/log/index.ts';
 import { FakeClock, sleep } from '../../src/runtime/clock.ts';
@@ -360,11 +364,12 @@ describe('auth', () => {
 
 describe('configuration', () => {
   it('parses bind addresses and refuses a blank token', async () => {
-    expect(parseBindAddress(':8090')).toEqual({ host: '0.0.0.0', port: 8090 });
-    expect(parseBindAddress('127.0.0.1:0')).toEqual({ host: '127.0.0.1', port: 0 });
-    expect(parseBindAddress('[::1]:9000')).toEqual({ host: '::1', port: 9000 });
-    expect(() => parseBindAddress('8090')).toThrow(/host:port/);
-    expect(() => parseBindAddress('a:70000')).toThrow(/host:port/);
+    expect(discoveryBindAddress(':8090')).toEqual({ host: '0.0.0.0', port: 8090 });
+    expect(discoveryBindAddress('127.0.0.1:0')).toEqual({ host: '127.0.0.1', port: 0 });
+    expect(discoveryBindAddress('[::1]:9000')).toEqual({ host: '::1', port: 9000 });
+    expect(() => discoveryBindAddress('8090')).toThrow(/host:port/);
+    expect(() => discoveryBindAddress('a:70000')).toThrow(/host:port/);
+    expect(() => discoveryBindAddress('0')).toThrow(/cannot be disabled/);
     const leases = new LeaseStore();
     closers.push(() => leases.close());
     await expect(

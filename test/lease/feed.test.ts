@@ -3,9 +3,10 @@ import { API_VERSION, FINALIZER, PROXY_KIND } from '../../src/api/constants.ts';
 import type { ProxyObject } from '../../src/api/proxy.ts';
 import { startLeaseFeed } from '../../src/lease/feed.ts';
 import { type LeaseGrant, LeaseStore } from '../../src/lease/store.ts';
-import { createLogger, type Logger } from '../../src/log/index.ts';
+import type { Logger } from '../../src/log/index.ts';
 import { FakeClock } from '../../src/runtime/clock.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
+import { captureLog } from '../support/log.ts';
 
 const NOW = '2026-01-01T00:00:00Z';
 const healthy = [
@@ -133,13 +134,7 @@ describe('lease feed', () => {
   });
 
   it('warns about missing credentials only once a Managed proxy serves without them', async () => {
-    const lines: Record<string, unknown>[] = [];
-    const log = createLogger({
-      level: 'debug',
-      destination: {
-        write: (s: string) => lines.push(JSON.parse(s)) > 0,
-      } as unknown as NodeJS.WritableStream,
-    });
+    const { log, lines } = captureLog('debug');
     const { store, feed } = setup({ log });
     const warnings = () => lines.filter((l) => l.level === 40).map((l) => l.proxy);
     // Brand new: the reconciler has not generated the Secret yet. Expected, so only debug.

@@ -52,10 +52,8 @@ describe('IndexedHeap', () => {
             }
           }
           const popped: number[] = [];
-          for (let top = heap.peek(); top; top = heap.peek()) {
-            heap.remove(top);
-            popped.push(top.key);
-          }
+          for (let top = heap.pop(); top; top = heap.pop()) popped.push(top.key);
+          expect(heap.size).toBe(0);
           expect(popped).toEqual([...live].map((x) => x.key).sort((a, b) => a - b));
         },
       ),

@@ -2,7 +2,6 @@ import { SpanStatusCode } from '@opentelemetry/api';
 import { type Histogram, Registry } from 'prom-client';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { TargetStatus } from '../../src/api/providerhealth.ts';
-import { silentLogger } from '../../src/log/index.ts';
 import { notFound, permanent, quotaExceeded, transient } from '../../src/provider/errors.ts';
 import {
   type CallContext,
@@ -15,9 +14,10 @@ import {
   withTracing,
 } from '../../src/provider/index.ts';
 import { withSpan } from '../../src/tracing/index.ts';
+import { callContext } from '../support/provider-calls.ts';
 import { setupTestTracing, type TestTracing } from '../support/tracing.ts';
 
-const ctx = (): CallContext => ({ signal: new AbortController().signal, log: silentLogger() });
+const ctx = callContext;
 
 /** get(id) answers by id: `ok…` succeeds, `slow` waits 30 ms, others throw the mapped error. */
 function tinyProvider(): Provider & { closed: number; check(): Promise<TargetStatus[]> } {

@@ -1,29 +1,14 @@
-import { Writable } from 'node:stream';
-import pino from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { CallContext, CreateRequest } from '../../src/provider/contract.ts';
 import { classify } from '../../src/provider/errors.ts';
 import { createKubernetesProvider, type KubernetesProvider } from '../../src/provider/kubernetes/index.ts';
 import { createKubeClients, type KubeClients } from '../../src/runtime/kube/client.ts';
 import { type KubeServer, startKubeServer } from '../support/kube-server/index.ts';
+import { captureLog } from '../support/log.ts';
+import { callContext, createRequest, TEST_CREDENTIALS } from '../support/provider-calls.ts';
 
-const creds = { username: 'crawler', password: 'Very-Secret-Password-42' };
-const ctx = (signal: AbortSignal = new AbortController().signal): CallContext => ({
-  signal,
-  log: pino({ level: 'silent' }),
-});
-
-function req(name: string, extra: Partial<CreateRequest> = {}): CreateRequest {
-  return {
-    name,
-    uid: `uid-${name}`,
-    namespace: 'crawl',
-    proxyName: name,
-    port: 3128,
-    credentials: creds,
-    ...extra,
-  };
-}
+const creds = TEST_CREDENTIALS;
+const ctx = callContext;
+const req = createRequest;
 
 const errorOf = async (p: Promise<unknown>): Promise<Error> => {
   try {
@@ -38,7 +23,7 @@ describe('kubernetes provider against a Kubernetes REST server', () => {
   let server: KubeServer;
   let clients: KubeClients;
   let provider: KubernetesProvider;
-  const logs: string[] = [];
+  const captured = captureLog('debug');
 
   beforeAll(async () => {
     server = await startKubeServer();
@@ -49,22 +34,14 @@ describe('kubernetes provider against a Kubernetes REST server', () => {
       core: clients.core,
       apiHost: server.url,
       listPageSize: 2,
-      log: pino(
-        { level: 'debug' },
-        new Writable({
-          write(c, _e, cb) {
-            logs.push(String(c));
-            cb();
-          },
-        }),
-      ),
+      log: captured.log,
     });
   });
   afterEach(() => server.clearFaults());
   afterAll(async () => {
     await clients?.close();
     await server?.stop();
-    expect(logs.join('')).not.toContain(creds.password);
+    expect(captured.raw.join('')).not.toContain(creds.password);
   });
 
   const pods = () => server.resource('pods');

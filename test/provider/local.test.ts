@@ -1,30 +1,19 @@
 import { once } from 'node:events';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
-import { Writable } from 'node:stream';
 import pino from 'pino';
 import { fetch, ProxyAgent } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { CallContext, CreateRequest } from '../../src/provider/contract.ts';
 import { classify } from '../../src/provider/errors.ts';
 import { ForwardProxy } from '../../src/provider/local/forward-proxy.ts';
 import { createLocalProvider, type LocalProvider, preferredPort } from '../../src/provider/local/index.ts';
+import { captureLog } from '../support/log.ts';
 import { closedPort, type Origin, startTlsOrigin, testPki } from '../support/origins.ts';
+import { callContext, createRequest, TEST_CREDENTIALS } from '../support/provider-calls.ts';
 
-const creds = { username: 'crawler', password: 's3cret-Pa55word-xyz' };
-const ctx = (): CallContext => ({ signal: new AbortController().signal, log: pino({ level: 'silent' }) });
-
-function req(name: string, extra: Partial<CreateRequest> = {}): CreateRequest {
-  return {
-    name,
-    uid: `uid-${name}`,
-    namespace: 'crawl',
-    proxyName: name,
-    port: 3128,
-    credentials: creds,
-    ...extra,
-  };
-}
+const creds = TEST_CREDENTIALS;
+const ctx = callContext;
+const req = createRequest;
 
 const basic = (u: string, p: string) => `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}`;
 
@@ -167,21 +156,13 @@ describe('local provider', () => {
   let tls: Origin;
   let echo: Awaited<ReturnType<typeof startEchoOrigin>>;
   let halfClose: Awaited<ReturnType<typeof startHalfCloseOrigin>>;
-  const logLines: string[] = [];
+  const captured = captureLog('debug');
   const providers: LocalProvider[] = [];
   const make = async (size = 20) => {
     const p = createLocalProvider({
       name: 'dev',
       config: { portRange: await freeRange(size) },
-      log: pino(
-        { level: 'debug' },
-        new Writable({
-          write(chunk, _enc, cb) {
-            logLines.push(String(chunk));
-            cb();
-          },
-        }),
-      ),
+      log: captured.log,
       connectTimeoutMs: 2000,
     });
     providers.push(p);
@@ -199,7 +180,7 @@ describe('local provider', () => {
   afterAll(async () => {
     await Promise.all([tls.close(), echo.close(), halfClose.close()]);
     // Credentials must never reach the logs, whatever happened above.
-    const all = logLines.join('');
+    const all = captured.raw.join('');
     expect(all).not.toContain(creds.password);
     expect(all).not.toContain(Buffer.from(`${creds.username}:${creds.password}`).toString('base64'));
   });

@@ -1,11 +1,9 @@
-import net, { type AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import type { ProviderEntry, ProvidersConfig } from '../../src/config/schema.ts';
-import { createLogger, silentLogger } from '../../src/log/index.ts';
+import { silentLogger } from '../../src/log/index.ts';
 import {
   buildProviders,
-  type CallContext,
   isChecker,
   ProviderBuildError,
   type ProviderDeps,
@@ -13,8 +11,11 @@ import {
 } from '../../src/provider/index.ts';
 import { createLocalProvider } from '../../src/provider/local/index.ts';
 import { FakeProvider } from '../support/fake-provider.ts';
+import { captureLog } from '../support/log.ts';
+import { closedPort } from '../support/origins.ts';
+import { callContext, createRequest } from '../support/provider-calls.ts';
 
-const ctx = (): CallContext => ({ signal: new AbortController().signal, log: silentLogger() });
+const ctx = callContext;
 
 const config = (...entries: Array<[string, string]>): ProvidersConfig =>
   ({ providers: entries.map(([name, type]) => ({ name, type })) }) as unknown as ProvidersConfig;
@@ -64,14 +65,7 @@ describe('buildProviders', () => {
     );
 
     const home = providers.get('home')!;
-    await home.create(ctx(), {
-      name: 'px-1',
-      uid: 'u',
-      namespace: 'ns',
-      proxyName: 'p',
-      port: 3128,
-      credentials: { username: 'u', password: 'p' },
-    });
+    await home.create(ctx(), createRequest('px-1'));
     expect(await requests(reg)).toBe(1);
     expect(isChecker(home)).toBe(false);
 
@@ -183,15 +177,8 @@ describe('buildProviders', () => {
 
 describe('provider log lines', () => {
   it('carry the provider name exactly once', async () => {
-    const lines: string[] = [];
-    const log = createLogger({
-      level: 'debug',
-      destination: { write: (line: string) => lines.push(line) > 0 } as unknown as NodeJS.WritableStream,
-    });
-    const free = net.createServer();
-    await new Promise<void>((r) => free.listen(0, '127.0.0.1', r));
-    const port = (free.address() as AddressInfo).port;
-    await new Promise((r) => free.close(r));
+    const { log, raw: lines } = captureLog('debug');
+    const port = await closedPort();
     const providers = await buildProviders(
       {
         providers: [{ name: 'dev', type: 'local', local: { portRange: { from: port, to: port } } }],
@@ -207,14 +194,7 @@ describe('provider log lines', () => {
       { log, registry: new Registry() },
     );
     const dev = providers.get('dev')!;
-    await dev.create(ctx(), {
-      name: 'px-a',
-      uid: 'uid-a',
-      namespace: 'crawl',
-      proxyName: 'a',
-      port: 3128,
-      credentials: { username: 'u', password: 'p-very-secret-1' },
-    });
+    await dev.create(ctx(), createRequest('px-a'));
     await providers.close();
     expect(lines.some((l) => l.includes('local proxy started'))).toBe(true);
     for (const line of lines) {

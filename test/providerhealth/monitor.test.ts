@@ -1,22 +1,12 @@
-import { Writable } from 'node:stream';
-import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import type { TargetStatus } from '../../src/api/providerhealth.ts';
 import type { Checker } from '../../src/provider/contract.ts';
 import { ProviderHealthMonitor, validateSchedule } from '../../src/providerhealth/monitor.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
+import { captureLog } from '../support/log.ts';
 
-function capture() {
-  const lines: Array<Record<string, unknown>> = [];
-  const dest = new Writable({
-    write(chunk, _enc, cb) {
-      lines.push(JSON.parse(String(chunk)));
-      cb();
-    },
-  });
-  return { log: pino({ level: 'debug' }, dest), lines };
-}
+const capture = () => captureLog('debug');
 
 class ScriptedChecker implements Checker {
   next: TargetStatus[] = [];

@@ -104,7 +104,10 @@ describe('Reflector', () => {
       initialBackoffMs: 5,
     });
     const stop = run(r);
-    await sleep(80);
+    // Wait for the 500 and the watch after it rather than a fixed time: on a loaded machine the
+    // round trips can take longer than any small sleep.
+    const settled = () => r.stats.errors >= 1 && w.calls.length >= 3;
+    for (const end = Date.now() + 5_000; !settled() && Date.now() < end; ) await sleep(5);
     await stop();
     expect(lists).toBe(2);
     expect(r.stats.relistsOnGone).toBe(1);

@@ -10,7 +10,7 @@ import {
   type LeaderElector,
   StandaloneElector,
 } from '../../src/runtime/leader/elector.ts';
-import { Manager, parseBindAddress, type Runnable } from '../../src/runtime/manager.ts';
+import { Manager, type Runnable } from '../../src/runtime/manager.ts';
 import type { ObjectStore } from '../../src/runtime/store.ts';
 
 type ManagedStore = Pick<ObjectStore, 'start' | 'stop' | 'proxies' | 'providerHealths' | 'secrets'>;
@@ -109,14 +109,24 @@ async function until(cond: () => boolean, ms = 3000): Promise<void> {
   }
 }
 
-describe('parseBindAddress', () => {
-  it('accepts host:port, :port, [v6]:port and 0; rejects garbage naming the value', () => {
-    expect(parseBindAddress('127.0.0.1:8081')).toEqual({ host: '127.0.0.1', port: 8081 });
-    expect(parseBindAddress(':8081')).toEqual({ port: 8081 });
-    expect(parseBindAddress('[::1]:9')).toEqual({ host: '::1', port: 9 });
-    expect(parseBindAddress('0')).toBeUndefined();
-    expect(() => parseBindAddress('8081')).toThrow(/"8081"/);
-    expect(() => parseBindAddress('h:99999')).toThrow(/bind address/);
+describe('health probe bind address', () => {
+  it('accepts host:port, :port and [v6]:port; rejects garbage naming the value', () => {
+    for (const ok of ['127.0.0.1:8081', ':8081', '[::1]:9']) {
+      expect(() => new Manager({ healthProbeBindAddress: ok })).not.toThrow();
+    }
+    expect(() => new Manager({ healthProbeBindAddress: '8081' })).toThrow(
+      /health probe bind address: "8081"/,
+    );
+    expect(() => new Manager({ healthProbeBindAddress: 'h:99999' })).toThrow(/bind address.*65535/);
+  });
+
+  it.each(['0', '', undefined])('%j serves no probe endpoint', async (addr) => {
+    const m = new Manager(addr === undefined ? {} : { healthProbeBindAddress: addr });
+    const run = m.start();
+    await m.whenStarted();
+    expect(m.healthAddress()).toBeUndefined();
+    await m.stop();
+    await run;
   });
 });
 

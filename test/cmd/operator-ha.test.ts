@@ -1,0 +1,63 @@
+/**
+ * Cluster mode with two real operator processes and --leader-elect against the Kubernetes REST
+ * test server: only the leader reconciles while both serve leases, and SIGTERM of the leader
+ * hands the Lease over at once; the new leader re-provisions what died with the old one.
+ */
+import { describe, expect, it } from 'vitest';
+import { CONDITION_HEALTHY } from '../../src/api/constants.ts';
+import {
+  condition,
+  createProxy,
+  getProxy,
+  lease,
+  leaseSpec,
+  type Operator,
+  PROXY_NS,
+  startOperator,
+  statusOf,
+  throughProxy,
+  until,
+  untilReadyAndHealthy,
+  useOperatorEnv,
+} from '../support/operator-env.ts';
+
+useOperatorEnv();
+
+describe('operator replicas with --leader-elect', () => {
+  it('with two replicas only the leader reconciles, and SIGTERM hands over quickly', async () => {
+    const a = await startOperator({ name: 'a', leaderElect: true });
+    await until('a to lead', () => leaseSpec().holderIdentity === a.identity());
+    const b = await startOperator({ name: 'b', leaderElect: true });
+
+    // Probe through b's discovery endpoint: it outlives a.
+    await createProxy('ha-1', b);
+    const first = statusOf(await untilReadyAndHealthy('ha-1'));
+    const became = (op: Operator) => op.logs.some((l) => l.msg.startsWith('became leader'));
+    const reconciled = (op: Operator) =>
+      op.logs.some((l) => l.component === 'controller' && l.proxy === `${PROXY_NS}/ha-1`);
+    expect(became(a)).toBe(true);
+    expect(became(b)).toBe(false);
+    expect(reconciled(b)).toBe(false);
+    // b still serves the discovery API (every replica does), from the same objects.
+    expect((await lease(b)).proxy.name).toBe('ha-1');
+
+    const stoppedAt = Date.now();
+    expect(await a.stop()).toBe(0);
+    await until('b to take the lease', () => leaseSpec().holderIdentity === b.identity(), 10_000);
+    expect(Date.now() - stoppedAt).toBeLessThan(10_000);
+    await until('b to start leading', () => became(b));
+
+    // a's local instance died with it: b re-provisions the Proxy and serves it.
+    const again = await until('ha-1 re-provisioned by b', () => {
+      const p = getProxy('ha-1');
+      return statusOf(p).phase === 'Ready' &&
+        condition(p, CONDITION_HEALTHY)?.status === 'True' &&
+        reconciled(b)
+        ? p
+        : undefined;
+    });
+    expect(statusOf(again).address).toBe(first.address);
+    const grant = await lease(b);
+    expect(await throughProxy(grant.proxy.url, `${b.discovery}/generate_204`)).toBe(204);
+  }, 90_000);
+});
