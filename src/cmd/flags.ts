@@ -3,6 +3,7 @@
  * one precise error out. Nothing starts until every flag has been checked.
  */
 import { parseArgs } from 'node:util';
+import { parseBindAddress } from '../metrics/bind.ts';
 
 export type Command = 'standalone' | 'operator' | 'status' | 'help' | 'version';
 
@@ -78,13 +79,12 @@ export function parseDuration(flag: string, text: string): number {
   return total;
 }
 
-/** `host:port`, `:port` (all interfaces) or `0` (disabled). */
+/** `host:port`, `:port` (all interfaces) or `0` (disabled), checked by the servers' own parser. */
 export function checkBindAddress(flag: string, text: string): string {
-  if (text === '0') return text;
-  const m = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$/.exec(text);
-  const port = m ? Number(m[2]) : Number.NaN;
-  if (!m || port > 65535) {
-    throw new FlagError(`--${flag}: "${text}" must be host:port, :port, or 0 to disable`);
+  try {
+    parseBindAddress(text, `--${flag}`);
+  } catch (err) {
+    throw new FlagError((err as Error).message);
   }
   return text;
 }

@@ -67,7 +67,7 @@ describe('command line', () => {
       /--gc-interval: "ten" is not a duration/,
     );
     expect(fails(['standalone', '-c', 'x', '--discovery-bind-address', 'localhost'])).toMatch(
-      /--discovery-bind-address: "localhost" must be host:port/,
+      /--discovery-bind-address: "localhost" has no port \(want "host:port", ":port", or "0" to disable\)/,
     );
     expect(fails(['standalone', '-c', 'x', '--log-format', 'xml'])).toMatch(/--log-format/);
     expect(fails(['launch'])).toMatch(/unknown command "launch"/);
