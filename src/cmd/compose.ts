@@ -418,6 +418,7 @@ export async function buildApp(
       await manager.stop();
       await providers.close();
       await store.stop();
+      await mode.kube?.close();
       await tracing.shutdown();
     },
   };
@@ -446,7 +447,6 @@ export async function runServer(
     app.log.error({ err: errorMessage(err) }, 'stopped with an error');
     return 1;
   } finally {
-    await app.providers.close();
-    await app.store.stop();
+    await app.stop();
   }
 }

@@ -351,19 +351,24 @@ async function withDeadline(
   }
 }
 
-/** Probes `check.url` through the forward proxy at `target` (SPEC §5). Never throws. */
-export function probe(target: ProbeTarget, check: ProbeCheck, opts: ProbeOptions = {}): Promise<ProbeResult> {
-  let url: ParsedUrl;
+/** The parsed probe URL, or the failed result a malformed one gives (probes never throw). */
+function parseOrFail(raw: string): ParsedUrl | ProbeResult {
   try {
-    url = parseProbeUrl(check.url);
+    return parseProbeUrl(raw);
   } catch (err) {
-    return Promise.resolve({
+    return {
       ok: false,
       reason: 'UnexpectedStatus',
       message: `invalid probe URL: ${(err as Error).message}`,
       latencyMs: 0,
-    });
+    };
   }
+}
+
+/** Probes `check.url` through the forward proxy at `target` (SPEC §5). Never throws. */
+export function probe(target: ProbeTarget, check: ProbeCheck, opts: ProbeOptions = {}): Promise<ProbeResult> {
+  const url = parseOrFail(check.url);
+  if ('ok' in url) return Promise.resolve(url);
   const proxyAuth = target.credentials ? basicAuth(target.credentials) : undefined;
   const proxyName = `${isIP(target.host) === 6 ? `[${target.host}]` : target.host}:${target.port}`;
   return withDeadline(check, opts.signal, async (sockets) => {
@@ -404,17 +409,8 @@ export function probe(target: ProbeTarget, check: ProbeCheck, opts: ProbeOptions
 
 /** The control probe: fetches `check.url` without any proxy, to tell "target down" apart. */
 export function probeDirect(check: ProbeCheck, opts: ProbeOptions = {}): Promise<ProbeResult> {
-  let url: ParsedUrl;
-  try {
-    url = parseProbeUrl(check.url);
-  } catch (err) {
-    return Promise.resolve({
-      ok: false,
-      reason: 'UnexpectedStatus',
-      message: `invalid probe URL: ${(err as Error).message}`,
-      latencyMs: 0,
-    });
-  }
+  const url = parseOrFail(check.url);
+  if ('ok' in url) return Promise.resolve(url);
   return withDeadline(check, opts.signal, async (sockets) => {
     if (!url.https) {
       const raw = await tcp(

@@ -78,3 +78,19 @@ export function wrap(
 export function errorMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
+
+/** Message prefix and ProviderError options for a failed call at `where`. */
+export function callSite(where: { op: string; provider: string; providerID?: string | undefined }): {
+  prefix: string;
+  opts: { op: string; provider: string; providerID?: string };
+} {
+  const target = where.providerID ? ` ${where.providerID}` : '';
+  return {
+    prefix: `${where.provider} ${where.op}${target}`,
+    opts: {
+      op: where.op,
+      provider: where.provider,
+      ...(where.providerID === undefined ? {} : { providerID: where.providerID }),
+    },
+  };
+}

@@ -53,8 +53,10 @@ describe('operator (cluster mode) end to end', () => {
     expect(st.providerID).toMatch(/^local\//);
 
     // Metrics come from the same cluster-backed cache and loops.
-    const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
-    expect(metrics).toMatch(/^proxy_operator_proxies\{phase="Ready"\} 1$/m);
+    await until('proxy_operator_proxies{phase="Ready"} 1', async () => {
+      const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+      return /^proxy_operator_proxies\{phase="Ready"\} 1$/m.test(metrics);
+    });
 
     // Generated credentials: a labelled Secret owned by the Proxy.
     const secret = kube().resource('secrets').get(PROXY_NS, 'e2e-1-auth');

@@ -4,7 +4,7 @@
  * possibly a bearer token) in their `cause`, so they are never passed on: the kept cause is a
  * GcpApiError holding only the status, the reason and the (redacted) server message.
  */
-import { type ErrorClass, ProviderError } from '../errors.ts';
+import { callSite, type ErrorClass, ProviderError } from '../errors.ts';
 
 /** google-gax keeps the raw body of an HTTP error under this global symbol. */
 const RAW_PAYLOAD = Symbol.for('google-gax.rawHttpResponsePayload');
@@ -136,13 +136,7 @@ export interface Where {
 /** Any failure of an API call as a ProviderError with a class and a sanitized cause. */
 export function toProviderError(err: unknown, where: Where, signal?: AbortSignal): ProviderError {
   if (err instanceof ProviderError) return err;
-  const target = where.providerID ? ` ${where.providerID}` : '';
-  const prefix = `${where.provider} ${where.op}${target}`;
-  const opts = {
-    op: where.op,
-    provider: where.provider,
-    ...(where.providerID === undefined ? {} : { providerID: where.providerID }),
-  };
+  const { prefix, opts } = callSite(where);
   const p = parseError(err);
   const message = redact(p.message, where.secrets).slice(0, 512);
   const cause = new GcpApiError(message, p.http, p.grpc, p.reason);

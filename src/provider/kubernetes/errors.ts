@@ -6,7 +6,7 @@
  */
 import { ApiException } from '@kubernetes/client-node';
 import { parseStatus } from '../../runtime/kube/errors.ts';
-import { type ErrorClass, ProviderError } from '../errors.ts';
+import { callSite, type ErrorClass, ProviderError } from '../errors.ts';
 
 export function apiCode(err: unknown): number | undefined {
   return err instanceof ApiException ? err.code : undefined;
@@ -30,13 +30,7 @@ export interface Where {
 
 /** Any failure of an API call as a ProviderError with a class. */
 export function toProviderError(err: unknown, where: Where, signal?: AbortSignal): ProviderError {
-  const target = where.providerID ? ` ${where.providerID}` : '';
-  const prefix = `${where.provider} ${where.op}${target}`;
-  const opts = {
-    op: where.op,
-    provider: where.provider,
-    ...(where.providerID === undefined ? {} : { providerID: where.providerID }),
-  };
+  const { prefix, opts } = callSite(where);
   if (err instanceof ProviderError) return err;
   if (err instanceof ApiException) {
     const status = parseStatus(err.body);
