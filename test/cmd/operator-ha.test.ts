@@ -57,7 +57,13 @@ describe('operator replicas with --leader-elect', () => {
         : undefined;
     });
     expect(statusOf(again).address).toBe(first.address);
-    const grant = await lease(b);
-    expect(await throughProxy(grant.proxy.url, `${b.discovery}/generate_204`)).toBe(204);
+    // Status can read Ready before b has noticed the instance died with a (the local provider's
+    // listeners live in the operator process): b must bring it back and serve it, within time.
+    const served = await until('b to serve ha-1 again', async () => {
+      const grant = await lease(b);
+      const status = await throughProxy(grant.proxy.url, `${b.discovery}/generate_204`);
+      return status === 204 ? status : undefined;
+    });
+    expect(served).toBe(204);
   }, 90_000);
 });
