@@ -25,6 +25,7 @@ import { createMetricsRegistry } from '../metrics/index.ts';
 import { startMetricsServer } from '../metrics/server.ts';
 import { errorMessage } from '../provider/errors.ts';
 import { createGcpProvider } from '../provider/gcp/index.ts';
+import { createKvmProvider } from '../provider/kvm/index.ts';
 import { createLocalProvider } from '../provider/local/index.ts';
 import { buildProviders, type ProviderFactory, type ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor, validateSchedule } from '../providerhealth/monitor.ts';
@@ -108,11 +109,6 @@ async function loadConfig(path: string, log: Logger): Promise<ProvidersConfig> {
 }
 
 function providerFactories(kubernetes: ProviderFactory | undefined): Record<string, ProviderFactory> {
-  const notYet =
-    (type: string): ProviderFactory =>
-    () => {
-      throw new Error(`the ${type} provider is not available in this version yet`);
-    };
   return {
     local: (entry, deps) =>
       createLocalProvider({ name: entry.name, config: entry.local ?? {}, log: deps.log }),
@@ -127,7 +123,10 @@ function providerFactories(kubernetes: ProviderFactory | undefined): Record<stri
       if (!entry.gcp) throw new Error('the gcp block is required for a provider of type gcp');
       return createGcpProvider({ name: entry.name, config: entry.gcp, log: deps.log });
     },
-    kvm: notYet('kvm'),
+    kvm: (entry, deps) => {
+      if (!entry.kvm) throw new Error('the kvm block is required for a provider of type kvm');
+      return createKvmProvider({ name: entry.name, config: entry.kvm, log: deps.log });
+    },
   };
 }
 

@@ -1,0 +1,138 @@
+/**
+ * The kvm per-host connection pool over a real sshd + libvirtd: one shared connection per host,
+ * redialled after it closes; a caller's signal ends its wait for a hanging host; a check that
+ * times out abandons its RPCs without closing the connection, and at most one such check per
+ * host is outstanding. Needs scripts/ci/libvirt-up.sh.
+ */
+import { type AddressInfo, createServer, type Server, type Socket } from 'node:net';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../src/log/index.ts';
+import { classify } from '../../src/provider/errors.ts';
+import { createKvmProvider } from '../../src/provider/kvm/index.ts';
+import { HostPool } from '../../src/provider/kvm/pool.ts';
+import { SshError } from '../../src/provider/kvm/ssh.ts';
+import { type LibvirtEnv, requireLibvirt } from '../support/libvirt.ts';
+
+let env: LibvirtEnv;
+let setupError: unknown;
+/** Accepts TCP and never says a word: an SSH handshake against it hangs. */
+let silent: Server;
+let silentPort = 0;
+const sockets: Socket[] = [];
+const pools: HostPool[] = [];
+
+beforeAll(async () => {
+  try {
+    env = await requireLibvirt();
+    silent = createServer((s) => {
+      sockets.push(s);
+      s.on('error', () => undefined);
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    silentPort = (silent.address() as AddressInfo).port;
+  } catch (err) {
+    setupError = err;
+  }
+});
+
+beforeEach(() => {
+  if (setupError) throw setupError;
+});
+
+afterAll(async () => {
+  await Promise.allSettled(pools.map((p) => p.close()));
+  for (const s of sockets) s.destroy();
+  silent?.close();
+});
+
+function newPool(dialTimeoutMs = 10_000): HostPool {
+  const p = new HostPool({
+    hosts: [
+      { name: 'ci', address: `${env.sshHost}:${env.sshPort}`, user: env.sshUser, socket: env.socketPath },
+      { name: 'hang', address: `127.0.0.1:${silentPort}`, user: env.sshUser, socket: env.socketPath },
+    ],
+    sshKeyFile: env.sshKeyFile,
+    knownHostsFile: env.knownHostsFile,
+    insecureIgnoreHostKey: false,
+    dialTimeoutMs,
+  });
+  pools.push(p);
+  return p;
+}
+
+const never = () => new AbortController().signal;
+
+describe('kvm host pool', () => {
+  it('shares one connection per host and dials again after it closed', async () => {
+    const pool = newPool();
+    const [a, b] = await Promise.all([pool.get('ci', never()), pool.get('ci', never())]);
+    expect(a).toBe(b);
+    expect(await pool.get('ci', never())).toBe(a);
+    a.rpc.close();
+    await new Promise((r) => setTimeout(r, 50));
+    const c = await pool.get('ci', never());
+    expect(c).not.toBe(a);
+    expect(c.isOpen).toBe(true);
+    expect(await c.getHostname()).toBeTruthy();
+  }, 30_000);
+
+  it('ends a wait for a hanging host with the caller signal', async () => {
+    const pool = newPool(20_000);
+    const start = Date.now();
+    await expect(pool.get('hang', AbortSignal.timeout(300))).rejects.toThrow();
+    expect(Date.now() - start).toBeLessThan(5_000);
+    await expect(pool.get('nope', never())).rejects.toSatisfy((e) => classify(e) === 'Permanent');
+  }, 30_000);
+
+  it('abandons a timed-out probe without closing the connection; one abandoned probe per host', async () => {
+    const pool = newPool();
+    const conn = await pool.get('ci', never());
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    let calls = 0;
+    const slow = pool.probe('ci', AbortSignal.timeout(100), async (c) => {
+      calls++;
+      await held; // a libvirt that does not answer
+      return c.getHostname();
+    });
+    await expect(slow).rejects.toThrow();
+    expect(conn.isOpen).toBe(true);
+
+    const second = await pool
+      .probe('ci', AbortSignal.timeout(5_000), async () => {
+        calls++;
+      })
+      .catch((e: unknown) => e);
+    expect(second).toBeInstanceOf(SshError);
+    expect((second as SshError).reason).toBe('Timeout');
+    expect(calls).toBe(1);
+
+    release();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(await pool.probe('ci', AbortSignal.timeout(5_000), (c) => c.getHostname())).toBeTruthy();
+    expect(await pool.get('ci', never())).toBe(conn);
+  }, 30_000);
+
+  it('check reports Timeout for a host that accepts TCP and never answers', async () => {
+    const p = createKvmProvider({
+      name: 'kvm-ci',
+      config: {
+        sshKeyFile: env.sshKeyFile,
+        knownHostsFile: env.knownHostsFile,
+        machineTypes: { small: { vcpus: 1, memoryMiB: 64 } },
+        hosts: [{ name: 'hang', address: `127.0.0.1:${silentPort}`, user: env.sshUser, bridge: 'br0' }],
+      },
+      dialTimeoutMs: 20_000,
+    });
+    try {
+      const start = Date.now();
+      const [t] = await p.check({ signal: AbortSignal.timeout(500), log: silentLogger() });
+      expect(t).toMatchObject({ name: 'hang', ready: false, reason: 'Timeout' });
+      expect(Date.now() - start).toBeLessThan(5_000);
+    } finally {
+      await p.close();
+    }
+  }, 30_000);
+});
