@@ -53,7 +53,7 @@ export function createLogger(opts: LogOptions = {}): Logger {
       ...base,
       transport: {
         target: 'pino-pretty',
-        options: { colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname' },
+        options: { colorize: true, singleLine: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname' },
       },
     });
   }
