@@ -108,7 +108,10 @@ async function loadConfig(path: string, log: Logger): Promise<ProvidersConfig> {
   }
 }
 
-function providerFactories(kubernetes: ProviderFactory | undefined): Record<string, ProviderFactory> {
+function providerFactories(
+  kubernetes: ProviderFactory | undefined,
+  flags: Pick<CommonFlags, 'gcpWireFullPayloads'>,
+): Record<string, ProviderFactory> {
   return {
     local: (entry, deps) =>
       createLocalProvider({ name: entry.name, config: entry.local ?? {}, log: deps.log }),
@@ -121,7 +124,12 @@ function providerFactories(kubernetes: ProviderFactory | undefined): Record<stri
       }),
     gcp: (entry, deps) => {
       if (!entry.gcp) throw new Error('the gcp block is required for a provider of type gcp');
-      return createGcpProvider({ name: entry.name, config: entry.gcp, log: deps.log });
+      return createGcpProvider({
+        name: entry.name,
+        config: entry.gcp,
+        log: deps.log,
+        wireLog: flags.gcpWireFullPayloads,
+      });
     },
     kvm: (entry, deps) => {
       if (!entry.kvm) throw new Error('the kvm block is required for a provider of type kvm');
@@ -258,7 +266,7 @@ export async function buildApp(
 
   let providers: ProviderRegistry;
   try {
-    providers = await buildProviders(config, providerFactories(mode.kubernetesProvider), {
+    providers = await buildProviders(config, providerFactories(mode.kubernetesProvider, parsed.flags), {
       log: log.child({ component: 'provider' }),
       registry,
       tracer,

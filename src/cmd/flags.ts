@@ -293,7 +293,7 @@ ${'COMMON'}`,
       --gc-interval <dur>                 Orphan instance sweep (default 10m).
       --gc-min-age <dur>                  Never collect instances younger than this (default 10m).
       --trace-health-probes               One span per health probe (off: probes run every second).
-      --gcp-wire-full-payloads            Log full GCP request/response bodies (credentials redacted).
+      --gcp-wire-full-payloads            Log GCP API requests/responses with bodies at debug (secrets redacted).
       --egress-ip-url <url>               Publish each proxy's egress IP from this URL (off by default).
       --log-level <level>                 trace|debug|info|warn|error (default info, or $LOG_LEVEL).
       --log-format <fmt>                  auto (pretty on a terminal, JSON otherwise) | json | pretty.

@@ -264,13 +264,18 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
   }
 
   async function releaseFinalizer(run: Run, p: ProxyObject): Promise<ReconcileResult> {
+    // Secret first: once the finalizer is gone nothing comes back for it, and standalone mode
+    // has no owner-reference GC — a crash in between would leave it behind for good.
+    await deleteGeneratedCredentials(run, p);
     await store.proxies.removeFinalizer(p, FINALIZER, { signal: run.signal });
     run.log.info({ from: p.status?.phase ?? 'Pending' }, 'proxy deleted');
-    await deleteGeneratedCredentials(run, p);
     return {};
   }
 
-  /** The generated `<proxy>-auth` Secret goes with its Proxy (ownerReferences do it in a cluster). */
+  /**
+   * The generated `<proxy>-auth` Secret goes with its Proxy (ownerReferences do it in a cluster).
+   * A failure other than NotFound keeps the finalizer, so the retry deletes it.
+   */
   async function deleteGeneratedCredentials(run: Run, p: ProxyObject): Promise<void> {
     if (p.spec.credentialsSecretRef || proxyType(p.spec) !== 'Managed') return;
     const key = credentialsSecretKey(p);
@@ -279,8 +284,11 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
       if (!s.metadata.ownerReferences?.some((o) => o.uid === p.metadata.uid)) return;
       await store.secrets.delete(key, { signal: run.signal });
     } catch (err) {
-      if (!isNotFound(err))
-        run.log.warn({ err: errorMessage(err) }, 'could not delete generated credentials');
+      if (isNotFound(err)) return;
+      throw new ReconcileError(
+        `could not delete generated credentials Secret "${key.name}": ${errorMessage(err)}`,
+        { cause: err },
+      );
     }
   }
 

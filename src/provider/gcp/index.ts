@@ -34,6 +34,7 @@ import {
   requestProblems,
   sanitizeGcpLabelValue,
 } from './instance.ts';
+import { enableWireLog } from './wire.ts';
 
 type AuthClient = googleAuthLibrary.AuthClient;
 type ExternalAccountClientOptions = googleAuthLibrary.ExternalAccountClientOptions;
@@ -79,6 +80,11 @@ export interface GcpProviderOptions {
   callTimeoutMs?: number;
   /** Instances per aggregatedList page in listByTag (default 500, GCE's maximum). */
   listPageSize?: number;
+  /**
+   * Full wire logging (`--gcp-wire-full-payloads`): each request and response at debug level,
+   * bodies included with cloud-init and secret-like fields redacted. Off: no body is ever logged.
+   */
+  wireLog?: boolean;
 }
 
 export type GcpProvider = Provider & Checker & { close(): Promise<void> };
@@ -184,6 +190,7 @@ class GceProvider implements Provider, Checker {
   private readonly clientOptions: GcpClientOptions;
   private readonly timeout: number;
   private readonly pageSize: number;
+  private readonly wireLog: boolean;
   private clients: Clients | undefined;
   private building: Promise<Clients> | undefined;
   /** Firewall rules known to exist, by port (a failed ensure is retried on the next create). */
@@ -197,6 +204,7 @@ class GceProvider implements Provider, Checker {
     this.log = opts.log ?? silentLogger();
     this.timeout = opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.pageSize = opts.listPageSize ?? LIST_PAGE_SIZE;
+    this.wireLog = opts.wireLog ?? false;
     this.clientOptions = { ...endpointOptions(opts.config.apiEndpoint), ...opts.clientOptions };
     const file = opts.config.credentialsFile;
     if (file && !this.clientOptions.authClient && !existsSync(file)) {
@@ -499,6 +507,7 @@ class GceProvider implements Provider, Checker {
         throw transient(`${what}: cannot load credentials: ${(err as Error).message}`);
       }
     }
+    if (this.wireLog) authClient = enableWireLog(authClient, this.log);
     const opts: ClientOptions = {
       fallback: true,
       // gax's own request logging would print request bodies (user-data): never on.
