@@ -5,18 +5,7 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { once } from 'node:events';
-import {
-  chmodSync,
-  chownSync,
-  existsSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
-import http from 'node:http';
+import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -43,6 +32,7 @@ import {
 } from '../../src/provider/gcp/instance.ts';
 import { NCSA_AUTH_HELPER } from '../../src/provider/kubernetes/squid-config.ts';
 import { closedPort, type Origin, startHttpOrigin } from '../support/origins.ts';
+import { basicAuthHeader, statusViaProxy, stopSquidProcess } from '../support/squid.ts';
 
 const SQUID = '/usr/sbin/squid';
 const creds = { username: 'crawler-1', password: 'p w:d%&+é-Secr3t' };
@@ -482,36 +472,12 @@ describe('default cloud-init, run for real', () => {
   });
 
   afterAll(async () => {
-    if (child && child.exitCode === null) {
-      child.kill('SIGKILL');
-      await once(child, 'exit');
-    }
-    rmSync(dir, { recursive: true, force: true });
-    for (const f of existsSync('/dev/shm') ? readdirSync('/dev/shm') : []) {
-      if (f.startsWith(`${service}-`)) rmSync(join('/dev/shm', f), { force: true });
-    }
+    await stopSquidProcess(child, dir, service);
     await origin?.close();
   });
 
-  const viaSquid = (auth?: string) =>
-    new Promise<number>((resolve, reject) => {
-      const r = http.request(
-        {
-          host: '127.0.0.1',
-          port,
-          path: `${origin.baseUrl}/status/200`,
-          headers: auth ? { 'Proxy-Authorization': auth } : {},
-          agent: false,
-        },
-        (res) => {
-          res.resume();
-          resolve(res.statusCode ?? 0);
-        },
-      );
-      r.on('error', reject);
-      r.end();
-    });
-  const basic = (u: string, p: string) => `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}`;
+  const viaSquid = (auth?: string) => statusViaProxy(port, `${origin.baseUrl}/status/200`, auth);
+  const basic = basicAuthHeader;
 
   it('forwards with the right credentials, answers 407 otherwise, and logs to files', async () => {
     expect(await viaSquid(basic(creds.username, creds.password))).toBe(200);

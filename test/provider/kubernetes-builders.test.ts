@@ -1,18 +1,6 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
-import {
-  chmodSync,
-  chownSync,
-  existsSync,
-  mkdtempSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
-import http from 'node:http';
+import { chmodSync, chownSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -37,6 +25,7 @@ import {
 } from '../../src/provider/kubernetes/pod.ts';
 import { buildSquidConfig, NCSA_AUTH_HELPER } from '../../src/provider/kubernetes/squid-config.ts';
 import { closedPort, type Origin, startHttpOrigin, startTlsOrigin, testPki } from '../support/origins.ts';
+import { basicAuthHeader, statusViaProxy, stopSquidProcess } from '../support/squid.ts';
 
 const SQUID = '/usr/sbin/squid';
 const creds = { username: 'crawler-1', password: 'p w:d%&+é-Secr3t' };
@@ -200,36 +189,12 @@ describe('generated Squid config, run for real', () => {
   });
 
   afterAll(async () => {
-    if (child && child.exitCode === null) {
-      child.kill('SIGKILL');
-      await once(child, 'exit');
-    }
-    rmSync(dir, { recursive: true, force: true });
-    for (const f of existsSync('/dev/shm') ? readdirSync('/dev/shm') : []) {
-      if (f.startsWith(`${service}-`)) rmSync(join('/dev/shm', f), { force: true });
-    }
+    await stopSquidProcess(child, dir, service);
     await Promise.all([origin?.close(), tls?.close()]);
   });
 
-  const viaSquid = (auth?: string) =>
-    new Promise<number>((resolve, reject) => {
-      const r = http.request(
-        {
-          host: '127.0.0.1',
-          port,
-          path: `${origin.baseUrl}/status/200`,
-          headers: auth ? { 'Proxy-Authorization': auth } : {},
-          agent: false,
-        },
-        (res) => {
-          res.resume();
-          resolve(res.statusCode ?? 0);
-        },
-      );
-      r.on('error', reject);
-      r.end();
-    });
-  const basic = (u: string, p: string) => `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}`;
+  const viaSquid = (auth?: string) => statusViaProxy(port, `${origin.baseUrl}/status/200`, auth);
+  const basic = basicAuthHeader;
 
   it('forwards with the right credentials and answers 407 otherwise', async () => {
     expect(await viaSquid(basic(creds.username, creds.password))).toBe(200);

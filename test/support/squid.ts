@@ -6,6 +6,7 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import {
   chownSync,
   existsSync,
@@ -15,6 +16,7 @@ import {
   rmSync,
   writeFileSync,
 } from 'node:fs';
+import { request } from 'node:http';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -169,4 +171,45 @@ export async function startSquid(opts: SquidOptions = {}): Promise<Squid> {
     },
     stop,
   };
+}
+
+/** Kills a squid a test started with its own config, and removes its dir and shm segments. */
+export async function stopSquidProcess(
+  child: ChildProcess | undefined,
+  dir: string,
+  service: string,
+): Promise<void> {
+  if (child && child.exitCode === null) {
+    child.kill('SIGKILL');
+    await once(child, 'exit');
+  }
+  rmSync(dir, { recursive: true, force: true });
+  for (const f of existsSync('/dev/shm') ? readdirSync('/dev/shm') : []) {
+    if (f.startsWith(`${service}-`)) rmSync(join('/dev/shm', f), { force: true });
+  }
+}
+
+/** `Basic …` value for a Proxy-Authorization header. */
+export const basicAuthHeader = (user: string, pass: string): string =>
+  `Basic ${Buffer.from(`${user}:${pass}`).toString('base64')}`;
+
+/** Status of an absolute-form GET of `url` through the forward proxy on 127.0.0.1:`port`. */
+export function statusViaProxy(port: number, url: string, auth?: string): Promise<number> {
+  return new Promise<number>((resolve, reject) => {
+    const r = request(
+      {
+        host: '127.0.0.1',
+        port,
+        path: url,
+        headers: auth ? { 'Proxy-Authorization': auth } : {},
+        agent: false,
+      },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      },
+    );
+    r.on('error', reject);
+    r.end();
+  });
 }
