@@ -93,21 +93,25 @@ class Dispatcher {
   }
 }
 
-class EngineResourceClient<T extends KubeObject> implements ResourceClient<T> {
-  private readonly c: Collection;
-  private readonly d: Dispatcher;
-  private readonly durable: () => Promise<void>;
+/** What every engine-backed client holds: its collection, the event dispatcher, durability. */
+abstract class EngineClient {
+  protected readonly c: Collection;
+  protected readonly d: Dispatcher;
+  protected readonly durable: () => Promise<void>;
   constructor(c: Collection, d: Dispatcher, durable: () => Promise<void>) {
     this.c = c;
     this.d = d;
     this.durable = durable;
   }
 
-  private async done<R>(v: R): Promise<R> {
+  /** Resolves with `v` once the write behind it is durable (on disk in standalone mode). */
+  protected async done<R>(v: R): Promise<R> {
     await this.durable();
     return v;
   }
+}
 
+class EngineResourceClient<T extends KubeObject> extends EngineClient implements ResourceClient<T> {
   get(key: ObjectKey): T | undefined {
     return this.c.get(key.namespace, key.name) as unknown as T | undefined;
   }
@@ -190,16 +194,7 @@ class EngineResourceClient<T extends KubeObject> implements ResourceClient<T> {
   }
 }
 
-class EngineSecretClient implements SecretClient {
-  private readonly c: Collection;
-  private readonly d: Dispatcher;
-  private readonly durable: () => Promise<void>;
-  constructor(c: Collection, d: Dispatcher, durable: () => Promise<void>) {
-    this.c = c;
-    this.d = d;
-    this.durable = durable;
-  }
-
+class EngineSecretClient extends EngineClient implements SecretClient {
   get(key: ObjectKey): Secret | undefined {
     const s = this.c.get(key.namespace, key.name);
     return s && isCachedSecret(s) ? (s as Secret) : undefined;
