@@ -229,3 +229,20 @@ export function proxyType(spec: ProxySpec): ProxyType {
 export function phaseServes(phase: string | undefined): boolean {
   return phase === 'Ready' || phase === 'Replacing';
 }
+
+/**
+ * Where a proxy serves, or undefined when it is not to be probed or leased: an External proxy at
+ * its spec.endpoint; a Managed one at status.address while its phase serves. Deleting proxies
+ * serve nowhere.
+ */
+export function servingEndpoint(proxy: ProxyObject): { host: string; port: number } | undefined {
+  if (proxy.metadata.deletionTimestamp) return undefined;
+  if (proxyType(proxy.spec) === 'External') {
+    return proxy.spec.endpoint
+      ? { host: proxy.spec.endpoint.host, port: proxy.spec.endpoint.port }
+      : undefined;
+  }
+  const s = proxy.status;
+  if (!phaseServes(s?.phase) || !s?.address) return undefined;
+  return { host: s.address, port: s.port ?? proxy.spec.port ?? DEFAULT_PROXY_PORT };
+}
