@@ -1,25 +1,23 @@
 #!/usr/bin/env bash
-# Debian packages the test suite runs for real. Idempotent; quick when already installed.
+# Installs the Debian packages the test suite runs for real (list: scripts/ci/system-packages.txt).
+# Idempotent; quick when everything is installed. Needs root and apt-get.
+# `npm test` runs this itself when it is root and something is missing.
 set -euo pipefail
-
-PACKAGES=(
-  squid openssl curl genisoimage xorriso util-linux
-  libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
-  openssh-server openssh-client
-)
+cd "$(dirname "$0")/.."
 
 missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+while read -r pkg _probe; do
+  [ -z "$pkg" ] || [ "${pkg:0:1}" = "#" ] && continue
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done < scripts/ci/system-packages.txt
 
-if [ ${#missing[@]} -gt 0 ]; then
-  # Package postinst scripts must not start system daemons (squid would grab :3128).
-  if [ ! -f /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-    chmod +x /usr/sbin/policy-rc.d
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-system-packages: installing ${missing[*]}"
+# Package postinst scripts must not start system daemons (squid would grab :3128).
+if [ ! -f /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
 fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
