@@ -204,3 +204,55 @@ export class DaemonUsers {
     rmSync(this.marker, { force: true });
   }
 }
+
+/** Set for vitest and so inherited by every process a test starts (Squid, operator CLIs). */
+export const RUN_MARKER = 'EGRESS_PROXIES_TEST_RUN';
+
+/** Processes that carry `RUN_MARKER=<runId>` in their environment, this one excepted. */
+export function processesOfRun(runId: string): number[] {
+  const needle = `${RUN_MARKER}=${runId}`;
+  const out: number[] = [];
+  let entries: string[] = [];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return out;
+  }
+  for (const e of entries) {
+    const pid = Number.parseInt(e, 10);
+    if (!Number.isInteger(pid) || pid === process.pid || String(pid) !== e) continue;
+    try {
+      if (readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').includes(needle) && pidAlive(pid))
+        out.push(pid);
+    } catch {
+      // gone, or not ours to read
+    }
+  }
+  return out;
+}
+
+/**
+ * Stops what the tests of one run left behind (a test process killed mid-test cannot clean up
+ * the Squid or operator processes it started, some of which run in their own process group):
+ * SIGTERM, then SIGKILL for whatever is still there after `graceMs`. Returns how many it found.
+ */
+export function stopStragglers(runId: string, graceMs = 3000): number {
+  const found = processesOfRun(runId);
+  for (const pid of found) signal(pid, 'SIGTERM');
+  const deadline = Date.now() + graceMs;
+  let left = found;
+  while (left.length > 0 && Date.now() < deadline) {
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+    left = left.filter(pidAlive);
+  }
+  for (const pid of left) signal(pid, 'SIGKILL');
+  return found.length;
+}
+
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch {
+    // already gone
+  }
+}

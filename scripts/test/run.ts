@@ -12,7 +12,9 @@ import {
   daemonsUp,
   INSTALL_SCRIPT,
   planPrerequisites,
+  RUN_MARKER,
   readMachineFacts,
+  stopStragglers,
   UP_SCRIPT,
 } from './prerequisites.ts';
 
@@ -43,7 +45,11 @@ function stopDaemonsIfLast(users: DaemonUsers): void {
 /** Runs `cmd`; on a signal, passes it on (a terminal's Ctrl-C already reached the child). */
 function runForwardingSignals(cmd: string, args: string[]): Promise<number> {
   return new Promise((resolve) => {
-    const child: ChildProcess = spawn(cmd, args, { cwd: ROOT, stdio: 'inherit' });
+    const child: ChildProcess = spawn(cmd, args, {
+      cwd: ROOT,
+      stdio: 'inherit',
+      env: { ...process.env, [RUN_MARKER]: String(process.pid) },
+    });
     let interrupted: NodeJS.Signals | undefined;
     const onSignal = (sig: NodeJS.Signals) => {
       interrupted = sig;
@@ -97,6 +103,8 @@ async function main(): Promise<number> {
   try {
     return await runForwardingSignals(join(BIN, 'vitest'), ['run', ...process.argv.slice(2)]);
   } finally {
+    const left = stopStragglers(String(process.pid));
+    if (left > 0) say(`stopped ${left} process(es) the tests left running`);
     stopDaemonsIfLast(users);
   }
 }

@@ -10,6 +10,9 @@ import {
   PACKAGES_FILE,
   parsePackages,
   planPrerequisites,
+  processesOfRun,
+  RUN_MARKER,
+  stopStragglers,
   UP_SCRIPT,
 } from '../../scripts/test/prerequisites.ts';
 
@@ -125,5 +128,33 @@ describe('DaemonUsers', () => {
     expect(u.unregister()).toBe(true);
     u.clear();
     expect(u.startedByUs()).toBe(false);
+  });
+});
+
+describe('stopStragglers', () => {
+  it('stops the processes of one run, including ones in their own process group, and no others', async () => {
+    const runId = `t${process.pid}-${Date.now()}`;
+    const sleeper = (env: NodeJS.ProcessEnv) =>
+      spawn(
+        process.execPath,
+        ['-e', 'process.on("SIGTERM", () => {}); setInterval(() => {}, 1000); console.log("ready")'],
+        { env, detached: true, stdio: ['ignore', 'pipe', 'ignore'] },
+      );
+    const ready = (c: ReturnType<typeof sleeper>) => new Promise((r) => c.stdout?.once('data', r));
+    const ours = sleeper({ ...process.env, [RUN_MARKER]: runId });
+    const theirs = sleeper({ ...process.env, [RUN_MARKER]: `${runId}-other` });
+    const oursExit = new Promise((r) => ours.once('exit', (_c, s) => r(s)));
+    try {
+      await Promise.all([ready(ours), ready(theirs)]);
+      expect(processesOfRun(runId)).toEqual([ours.pid]);
+      // It ignores SIGTERM, so only the SIGKILL after the grace period ends it.
+      expect(stopStragglers(runId, 200)).toBe(1);
+      expect(await oursExit).toBe('SIGKILL');
+      expect(theirs.exitCode).toBeNull();
+      expect(processesOfRun(runId)).toEqual([]);
+    } finally {
+      theirs.kill('SIGKILL');
+      ours.kill('SIGKILL');
+    }
   });
 });
