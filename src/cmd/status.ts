@@ -4,7 +4,7 @@
  */
 import { DiscoveryClient } from '../discovery/client.ts';
 import type { ProxySnapshot } from '../lease/store.ts';
-import { errorMessage } from '../provider/errors.ts';
+import { errorMessage } from '../log/errors.ts';
 import type { StatusFlags } from './flags.ts';
 
 function ago(iso: string | null, now: number): string {

@@ -6,10 +6,27 @@
  * write and the other writer's fields are never part of our patch.
  */
 import { setCondition } from '../api/conditions.ts';
-import { CONDITION_PROVISIONED } from '../api/constants.ts';
+import { CONDITION_PROVISIONED, DEFAULT_PROXY_PORT } from '../api/constants.ts';
 import type { Condition } from '../api/meta.ts';
-import type { ProxyPhase, ProxyStatus } from '../api/proxy.ts';
+import type { ProxyObject, ProxyPhase, ProxyStatus } from '../api/proxy.ts';
+import { proxyUrl } from '../api/url.ts';
+import type { Instance } from '../provider/contract.ts';
 import { deepEqual } from '../runtime/patch.ts';
+
+/** Provisioned condition reasons written by the reconciler. */
+export const REASONS = {
+  running: 'InstanceRunning',
+  provisioning: 'Provisioning',
+  lost: 'InstanceLost',
+  external: 'ExternalEndpoint',
+  providerNotConfigured: 'ProviderNotConfigured',
+  cloudInit: 'CloudInitError',
+  credentials: 'CredentialsError',
+  quota: 'QuotaExceeded',
+  permanent: 'ProvisioningFailed',
+  transient: 'ProviderError',
+  invalid: 'InvalidSpec',
+} as const;
 
 export interface ConditionIntent {
   status: Condition['status'];
@@ -39,6 +56,51 @@ export function notProvisioned(reason: string, message: string, phase?: ProxyPha
     ...(phase ? { phase } : {}),
     message,
     provisioned: { status: 'False', reason, message },
+  };
+}
+
+/** Serving from instance `inst` (named `name`): Ready, with its address, port and URL. */
+export function readyIntent(p: ProxyObject, inst: Instance, name: string): StatusIntent {
+  const port = inst.port ?? p.spec.port ?? DEFAULT_PROXY_PORT;
+  const address = inst.address ?? '';
+  return {
+    phase: 'Ready',
+    providerID: inst.id,
+    instanceName: name,
+    address,
+    port,
+    url: proxyUrl(address, port),
+    message: null,
+    provisioned: { status: 'True', reason: REASONS.running, message: `instance ${name} is running` },
+  };
+}
+
+/** Instance `inst` exists but does not serve yet: Provisioning, no address. */
+export function provisioningIntent(inst: Instance, name: string): StatusIntent {
+  return {
+    phase: 'Provisioning',
+    providerID: inst.id,
+    instanceName: name,
+    address: null,
+    port: null,
+    url: null,
+    message: null,
+    provisioned: {
+      status: 'False',
+      reason: REASONS.provisioning,
+      message: `waiting for instance ${name} (${inst.state})`,
+    },
+  };
+}
+
+/** The recorded instance died for good and is being deleted to be recreated. */
+export function lostIntent(inst: Instance): StatusIntent {
+  return {
+    phase: 'Provisioning',
+    address: null,
+    port: null,
+    url: null,
+    provisioned: { status: 'False', reason: REASONS.lost, message: `instance ${inst.name} is ${inst.state}` },
   };
 }
 

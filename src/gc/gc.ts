@@ -6,9 +6,9 @@
 import { SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
 import { Counter, type Registry } from 'prom-client';
 import type { ProxyObject } from '../api/proxy.ts';
+import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import type { Instance, Provider } from '../provider/contract.ts';
-import { errorMessage } from '../provider/errors.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 

@@ -8,12 +8,12 @@
 import { isIP, type Socket, connect as tcpConnect } from 'node:net';
 import { type ConnectionOptions, type TLSSocket, connect as tlsConnect } from 'node:tls';
 import { Counter, Gauge, Registry } from 'prom-client';
+import { readProxyCredentials } from '../api/credentials.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
 import type { ProxyObject } from '../api/proxy.ts';
-import { readProxyCredentials } from '../controller/credentials.ts';
+import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import type { Credentials } from '../provider/contract.ts';
-import { errorMessage } from '../provider/errors.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import { isConflict, isNotFound, type ObjectStore } from '../runtime/store.ts';
 import { nextSlot, proxyAddress, scheduleOffset } from './policy.ts';

@@ -1,17 +1,19 @@
 /**
  * lease/feed — keeps the lease store in step with the Proxy objects: every Proxy event becomes
  * an upsert/remove of its lease-relevant facts (address, phase, Healthy condition, drain,
- * deletion, maxLeases, labels) with its credentials resolved; a change to a credentials Secret
- * re-resolves the proxies that use it. Health verdicts come from the health engine directly.
+ * deletion, maxLeases, labels) with its credentials resolved; a change to a Secret re-resolves
+ * the proxies that use it (api/credentials). Health verdicts come from the health engine directly.
  */
 
 import { isConditionTrue } from '../api/conditions.ts';
 import { CONDITION_HEALTHY, DEFAULT_PROXY_PORT } from '../api/constants.ts';
+import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
 import { type ProxyObject, phaseServes, proxyType } from '../api/proxy.ts';
-import { credentialsSecretKey, readProxyCredentials } from '../controller/credentials.ts';
+import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import type { Credentials } from '../provider/contract.ts';
+import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import type { ObjectStore, Unsubscribe } from '../runtime/store.ts';
 import type { LeaseStore, ProxyInfo } from './store.ts';
 
@@ -22,6 +24,9 @@ export interface LeaseFeedOptions {
   signal: AbortSignal;
   /** Delay before re-reading credentials after a failed read. Default 2000 ms. */
   retryMs?: number;
+  clock?: Clock;
+  /** Default: a resolver of its own on `store`, closed when the feed stops. */
+  credentials?: CredentialsResolver;
 }
 
 export interface LeaseFeed {
@@ -57,68 +62,40 @@ export function proxyInfo(p: ProxyObject, credentials: Credentials | undefined):
   return info;
 }
 
-function secretKeyString(p: ProxyObject): string {
-  const k = credentialsSecretKey(p);
-  return `${k.namespace ?? ''}/${k.name}`;
-}
-
 export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
   const { store, leases, signal } = opts;
   const log = opts.log ?? silentLogger();
   const retryMs = opts.retryMs ?? 2000;
+  const clock = opts.clock ?? systemClock;
+  const ownResolver = opts.credentials === undefined;
+  const credentials = opts.credentials ?? createCredentialsResolver(store, { clock });
   /** Latest event generation per proxy key: an older lookup finishing late is dropped. */
   const generation = new Map<string, number>();
-  /** Credentials Secret key → proxy keys using it. */
-  const bySecret = new Map<string, Set<string>>();
-  const secretOf = new Map<string, string>();
   const inflight = new Set<Promise<void>>();
-  const timers = new Set<NodeJS.Timeout>();
+  const timers = new Set<TimerHandle>();
   const warnedNoCredentials = new Set<string>();
   let stopped = false;
-
-  const track = (p: ProxyObject) => {
-    const key = keyOf(p);
-    const sk = secretKeyString(p);
-    const old = secretOf.get(key);
-    if (old === sk) return;
-    if (old !== undefined) bySecret.get(old)?.delete(key);
-    secretOf.set(key, sk);
-    let set = bySecret.get(sk);
-    if (!set) {
-      set = new Set();
-      bySecret.set(sk, set);
-    }
-    set.add(key);
-  };
-
-  const untrack = (key: string) => {
-    const old = secretOf.get(key);
-    if (old !== undefined) bySecret.get(old)?.delete(key);
-    secretOf.delete(key);
-  };
 
   const sync = (p: ProxyObject): void => {
     if (stopped) return;
     const key = keyOf(p);
     const gen = (generation.get(key) ?? 0) + 1;
     generation.set(key, gen);
-    track(p);
     const run = (async () => {
       let creds: Credentials | undefined;
       try {
-        creds = await readProxyCredentials(store.secrets, p, signal);
+        creds = await credentials.credentialsFor(p, { signal });
       } catch (err) {
         if (stopped || generation.get(key) !== gen) return;
         log.warn(
-          { proxy: key, err: { message: (err as Error).message } },
+          { proxy: key, err: { message: errorMessage(err) } },
           'reading proxy credentials failed; retrying',
         );
-        const t = setTimeout(() => {
+        const t = clock.setTimeout(() => {
           timers.delete(t);
           const latest = store.proxies.get(parseKey(key));
           if (latest && generation.get(key) === gen) sync(latest);
         }, retryMs);
-        t.unref();
         timers.add(t);
         return;
       }
@@ -146,7 +123,6 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
   const remove = (p: ProxyObject): void => {
     const key = keyOf(p);
     generation.set(key, (generation.get(key) ?? 0) + 1);
-    untrack(key);
     warnedNoCredentials.delete(key);
     leases.removeProxy(key);
   };
@@ -160,13 +136,7 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
   );
   unsubs.push(
     store.secrets.watch((ev) => {
-      const m = ev.object.metadata;
-      const users = bySecret.get(`${m.namespace ?? ''}/${m.name}`);
-      if (!users) return;
-      for (const key of [...users]) {
-        const p = store.proxies.get(parseKey(key));
-        if (p) sync(p);
-      }
+      for (const p of credentials.proxiesUsingSecret(keyOf(ev.object))) sync(p);
     }),
   );
   // Watches replay existing objects on most backends; listing too is harmless (upserts are idempotent).
@@ -176,8 +146,9 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
     if (stopped) return;
     stopped = true;
     for (const u of unsubs) u();
-    for (const t of timers) clearTimeout(t);
+    for (const t of timers) clock.clearTimeout(t);
     timers.clear();
+    if (ownResolver) credentials.close();
   };
   signal.addEventListener('abort', stop, { once: true });
   if (signal.aborted) stop();

@@ -15,7 +15,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { phaseServes } from '../api/proxy.ts';
-import { proxyUrlWithCredentials } from '../controller/credentials.ts';
+import { proxyUrlWithCredentials } from '../api/url.ts';
 import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import { IndexedHeap, SortedList } from './ordered.ts';

@@ -1,13 +1,14 @@
 /**
- * provider/decorators — wrap a Provider so every call is counted, timed and traced, without the
- * provider knowing. The wrappers expose only the Provider contract: in particular never `check`,
- * so health checks (collected from the raw providers) can never be counted as provider requests.
+ * provider/decorators — wrap a Provider so every call is counted, timed and traced, and every
+ * failure is attributed to the provider, without the provider knowing. The wrappers expose only
+ * the Provider contract: in particular never `check`, so health checks (collected from the raw
+ * providers) can never be counted as provider requests.
  */
 import { type Attributes, context, type Span, type Tracer } from '@opentelemetry/api';
 import { Counter, Histogram, type Registry } from 'prom-client';
 import { recordSpanError } from '../tracing/index.ts';
 import type { CallContext, CreateRequest, Instance, Provider } from './contract.ts';
-import { classify, type ErrorClass } from './errors.ts';
+import { asProviderError, classify, type ErrorClass } from './errors.ts';
 
 export const PROVIDER_OPS = ['create', 'get', 'delete', 'listByTag'] as const;
 export type ProviderOp = (typeof PROVIDER_OPS)[number];
@@ -138,4 +139,25 @@ export function withTracing(p: Provider, tracer: Tracer): Provider {
       },
     ),
   );
+}
+
+/**
+ * Every throw of `p` becomes a ProviderError (see `asProviderError`), so a caller tells the
+ * provider's failures from its own: a store or network error on the caller's side is never
+ * the provider's verdict on an instance. Apply it outermost: tracing trusts ProviderError
+ * messages, and a foreign message wrapped here must not reach a span.
+ */
+export function withErrorOrigin(p: Provider): Provider {
+  return decorate(p, async (op, attrs, call) => {
+    try {
+      return await call();
+    } catch (err) {
+      const id = attrs['provider.id'];
+      throw asProviderError(err, {
+        op,
+        provider: p.name,
+        ...(typeof id === 'string' ? { providerID: id } : {}),
+      });
+    }
+  });
 }

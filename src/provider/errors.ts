@@ -1,7 +1,9 @@
 /**
  * provider/errors — the four error classes the reconciler acts on. Providers wrap backend
- * errors in ProviderError with a class; anything unclassified is treated as transient.
+ * errors in ProviderError with a class; anything unclassified is treated as transient. Being
+ * a ProviderError also says where a failure came from: only those are the provider's verdict.
  */
+import { errorMessage } from '../log/errors.ts';
 
 export const ERROR_CLASSES = ['NotFound', 'QuotaExceeded', 'Permanent', 'Transient'] as const;
 export type ErrorClass = (typeof ERROR_CLASSES)[number];
@@ -75,8 +77,16 @@ export function wrap(
   });
 }
 
-export function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
+/**
+ * `err` as a ProviderError: one already is passes unchanged; anything else keeps its message,
+ * gets the class `classify` finds in it (Transient when none) and becomes the cause.
+ */
+export function asProviderError(
+  err: unknown,
+  where: { op: string; provider: string; providerID?: string | undefined },
+): ProviderError {
+  if (err instanceof ProviderError) return err;
+  return new ProviderError(classify(err), errorMessage(err), { cause: err, ...callSite(where).opts });
 }
 
 /** Message prefix and ProviderError options for a failed call at `where`. */

@@ -12,11 +12,11 @@ import { type Tracer, trace } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { ProviderEntry, ProvidersConfig, ProviderType } from '../config/schema.ts';
+import { errorMessage } from '../log/errors.ts';
 import { silentLogger } from '../log/index.ts';
 import { TRACER_NAME } from '../tracing/index.ts';
 import { type Checker, isChecker, type Provider } from './contract.ts';
 import { providerMetrics, withMetrics, withTracing } from './decorators.ts';
-import { errorMessage } from './errors.ts';
 
 export interface ProviderDeps {
   log: Logger;

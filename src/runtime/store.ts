@@ -30,11 +30,30 @@ export interface WriteOptions {
   signal?: AbortSignal;
 }
 
+/** The values one cached object is found under in an index (e.g. the Secrets a Proxy reads). */
+export type IndexFunc<T> = (obj: T) => string[];
+
+/**
+ * Secondary indexes over a cache, kept in step with it like client-go's indexers: a question
+ * such as "which Proxies read this Secret" is answered from the cache instead of a map each
+ * consumer keeps by hand from watch events.
+ */
+export interface CacheIndexer<T> {
+  /**
+   * Maintains index `name` from now on, existing objects included. Registering a name again
+   * with the same function is a no-op, so several consumers may ask for one shared index; a
+   * different function under a taken name throws.
+   */
+  addIndex(name: string, fn: IndexFunc<T>): void;
+  /** Cached objects whose index `name` holds `value`, sorted by key; throws for an unknown index. */
+  byIndex(name: string, value: string): T[];
+}
+
 /**
  * One resource type. `get`/`list` read the informer cache (synchronous, may lag writes);
  * `read` goes to the source of truth. Writes return the stored object.
  */
-export interface ResourceClient<T extends KubeObject> {
+export interface ResourceClient<T extends KubeObject> extends CacheIndexer<T> {
   get(key: ObjectKey): T | undefined;
   list(opts?: ListOptions): T[];
   /** Uncached read; throws a NotFound StoreError. */

@@ -34,8 +34,8 @@ export interface RunWorkersOptions {
 }
 
 /**
- * An error that asks for a specific retry delay instead of the exponential backoff
- * (e.g. quota errors: a fixed, slower retry). Any error with a numeric `retryAfterMs` works.
+ * The one error that asks for a specific retry delay instead of the exponential backoff
+ * (e.g. quota errors: a fixed, slower retry). Every other error backs off.
  */
 export class RetryAfterError extends Error {
   readonly retryAfterMs: number;
@@ -46,11 +46,11 @@ export class RetryAfterError extends Error {
   }
 }
 
-/** The retry delay an error asks for, if it carries a usable `retryAfterMs`. */
+/** The retry delay an error asks for: a RetryAfterError with a usable delay. */
 export function retryAfterOf(err: unknown): number | undefined {
-  if (typeof err !== 'object' || err === null || !('retryAfterMs' in err)) return undefined;
-  const ms = (err as { retryAfterMs: unknown }).retryAfterMs;
-  return typeof ms === 'number' && Number.isFinite(ms) && ms >= 0 ? ms : undefined;
+  if (!(err instanceof RetryAfterError)) return undefined;
+  const ms = err.retryAfterMs;
+  return Number.isFinite(ms) && ms >= 0 ? ms : undefined;
 }
 
 /** Per-item exponential backoff: base × 2^failures, capped. Pure, for tests and reuse. */

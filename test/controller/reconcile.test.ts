@@ -6,9 +6,10 @@ import {
   LABEL_CLOUD_INIT_SECRET,
   LABEL_CREDENTIALS_FOR,
 } from '../../src/api/constants.ts';
-import { credentialsFromSecret } from '../../src/controller/credentials.ts';
+import { credentialsFromSecret } from '../../src/api/credentials.ts';
 import { ReconcileError } from '../../src/controller/reconciler.ts';
 import { instanceName } from '../../src/provider/naming.ts';
+import { RetryAfterError } from '../../src/runtime/workqueue.ts';
 import { condition, createHarness, type Harness, NS, untilQuiet } from './harness.ts';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
@@ -297,7 +298,8 @@ describe.each(['memory', 'embedded'] as const)('on the %s store', (backend) => {
       await h.seed('eu-1');
       h.fake.fail('create', { errorClass: 'QuotaExceeded', message: 'quota CPUS exceeded' });
       const { error } = await h.attempt('eu-1');
-      expect((error as ReconcileError).retryAfterMs).toBe(300_000);
+      expect(error).toBeInstanceOf(RetryAfterError);
+      expect((error as RetryAfterError).retryAfterMs).toBe(300_000);
       const p = h.proxy('eu-1')!;
       expect(condition(p, 'Provisioned')).toMatchObject({
         status: 'False',
@@ -336,7 +338,7 @@ describe.each(['memory', 'embedded'] as const)('on the %s store', (backend) => {
       h.fake.fail('get', { errorClass: 'Transient', message: 'connection reset' });
       const { error } = await h.attempt('eu-1');
       expect(error).toBeInstanceOf(ReconcileError);
-      expect((error as ReconcileError).retryAfterMs).toBeUndefined();
+      expect(error).not.toBeInstanceOf(RetryAfterError);
       expect(h.proxy('eu-1')!.status).toEqual(before);
       expect(h.statusWrites()).toBe(writes);
     });

@@ -299,7 +299,7 @@ const API_CALLS: ApiCall[] = [
     why: 'ProviderHealth of a provider no longer configured; Proxies are never deleted',
   },
   {
-    source: 'src/controller/reconciler.ts',
+    source: 'src/controller/inputs.ts',
     calls: ['blockOwnerDeletion: true'],
     needs: [{ ...PROXY, resource: 'proxies/finalizers', verbs: ['update'] }],
     why: 'OwnerReferencesPermissionEnforcement: owner reference with blockOwnerDeletion',

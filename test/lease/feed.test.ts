@@ -6,6 +6,7 @@ import { type LeaseGrant, LeaseStore } from '../../src/lease/store.ts';
 import type { Logger } from '../../src/log/index.ts';
 import { FakeClock } from '../../src/runtime/clock.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
+import type { ObjectStore } from '../../src/runtime/store.ts';
 import { captureLog } from '../support/log.ts';
 
 const NOW = '2026-01-01T00:00:00Z';
@@ -18,12 +19,19 @@ afterEach(() => {
   for (const c of cleanups.splice(0)) c();
 });
 
-function setup(opts: { log?: Logger } = {}) {
+function setup(opts: { log?: Logger; wrap?: (s: ObjectStore) => ObjectStore } = {}) {
   const clock = new FakeClock();
   const store = createMemoryStore({ clock });
   const leases = new LeaseStore({ clock });
   const ac = new AbortController();
-  const feed = startLeaseFeed({ store, leases, signal: ac.signal, ...opts });
+  const feedStore = opts.wrap ? opts.wrap(store) : store;
+  const feed = startLeaseFeed({
+    store: feedStore,
+    leases,
+    signal: ac.signal,
+    clock,
+    ...(opts.log ? { log: opts.log } : {}),
+  });
   cleanups.push(() => {
     ac.abort();
     leases.close();
@@ -167,6 +175,35 @@ describe('lease feed', () => {
     });
     await feed.idle();
     expect(grantOf(leases)?.proxy.url).toBe('http://u1:pw1@127.0.0.1:4000');
+  });
+
+  it('retries a failed credentials read after retryMs on the injected clock', async () => {
+    let broken = true;
+    const { store, leases, feed, clock } = setup({
+      wrap: (s) => {
+        const secrets = Object.create(s.secrets) as ObjectStore['secrets'];
+        secrets.read = async (key, o) => {
+          if (broken) throw new Error('read ECONNRESET');
+          return s.secrets.read(key, o);
+        };
+        return { ...s, secrets };
+      },
+    });
+    // Unlabelled, so not cached: the feed has to read it.
+    store.seedSecret({
+      metadata: { name: 'p-auth', namespace: 'crawl' },
+      stringData: { username: 'u', password: 'pw' },
+    });
+    store.seedProxy(managed('p'));
+    await feed.idle();
+    expect(leases.snapshot()).toEqual([]);
+    broken = false;
+    clock.advance(1999);
+    await feed.idle();
+    expect(leases.snapshot()).toEqual([]);
+    clock.advance(1);
+    await feed.idle();
+    expect(grantOf(leases)?.proxy.url).toBe('http://u:pw@127.0.0.1:4000');
   });
 
   it('stops following the store when the signal aborts', async () => {

@@ -298,6 +298,41 @@ export function runStoreContract(
       expect(events).toHaveLength(3);
     });
 
+    it('addIndex answers byIndex from the cache, in step with creates, updates and deletes', async () => {
+      const { store, ns } = await open();
+      const byPool = (p: ProxyObject) => {
+        const pool = p.metadata.labels?.pool;
+        return pool ? [`${p.metadata.namespace}|${pool}`] : [];
+      };
+      const names = (pool: string) =>
+        store.proxies.byIndex('pool', `${ns}|${pool}`).map((p) => p.metadata.name);
+      await store.proxies.create(proxyFixture(ns, 'a', { pool: 'eu' }));
+      await eventually(() => expect(store.proxies.get({ namespace: ns, name: 'a' })).toBeDefined(), wait);
+      // Objects cached before the index exists are indexed too.
+      store.proxies.addIndex('pool', byPool);
+      expect(names('eu')).toEqual(['a']);
+      await store.proxies.create(proxyFixture(ns, 'b', { pool: 'eu' }));
+      await store.proxies.create(proxyFixture(ns, 'c', { pool: 'us' }));
+      await store.proxies.create(proxyFixture(ns, 'd'));
+      await eventually(() => {
+        expect(names('eu')).toEqual(['a', 'b']);
+        expect(names('us')).toEqual(['c']);
+      }, wait);
+      const a = await store.proxies.read({ namespace: ns, name: 'a' });
+      await store.proxies.update({ ...a, metadata: { ...a.metadata, labels: { pool: 'us' } } });
+      await store.proxies.delete({ namespace: ns, name: 'b' });
+      await eventually(() => {
+        expect(names('eu')).toEqual([]);
+        expect(names('us')).toEqual(['a', 'c']);
+        expect(store.proxies.byIndex('pool', `${ns}|us`)[0]?.metadata.labels).toEqual({ pool: 'us' });
+      }, wait);
+      // One shared index: asking again with the same function is fine, another function is not.
+      store.proxies.addIndex('pool', byPool);
+      expect(names('us')).toEqual(['a', 'c']);
+      expect(() => store.proxies.addIndex('pool', (p) => [p.metadata.name])).toThrow(/pool/);
+      expect(() => store.proxies.byIndex('no-such-index', 'x')).toThrow(/no-such-index/);
+    });
+
     it('a throwing watch handler does not stop other handlers or later events', async () => {
       const { store, ns } = await open();
       const seen: string[] = [];

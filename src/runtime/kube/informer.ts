@@ -1,13 +1,15 @@
 /**
  * runtime/kube/informer — the indexed cache one or more reflectors feed: objects by key, with
- * namespace and label indexes for selector lists, and informer-style subscribers that get
+ * namespace and label indexes for selector lists, named secondary indexes (`addIndex`), and
+ * informer-style subscribers that get
  * ADDED for everything cached when they subscribe, then ADDED/MODIFIED/DELETED with the old
  * object. A subscriber that throws is logged and skipped, never allowed to break the feed.
  */
 import { type KubeObject, keyOf } from '../../api/meta.ts';
 import { type Logger, silentLogger } from '../../log/index.ts';
+import { CacheIndexes } from '../indexer.ts';
 import { matchesSelector, parseSelector, type Selector, SelectorError } from '../selector.ts';
-import { type ListOptions, StoreError, type Unsubscribe, type WatchEvent } from '../store.ts';
+import { type IndexFunc, type ListOptions, StoreError, type Unsubscribe, type WatchEvent } from '../store.ts';
 
 /** What a reflector writes into. */
 export interface CacheSink<T extends KubeObject> {
@@ -37,6 +39,7 @@ export class Informer<T extends KubeObject> implements CacheSink<T> {
   private readonly objects = new Map<string, T>();
   private readonly byNamespace = new Map<string, Set<string>>();
   private readonly byLabel = new Map<string, Set<string>>();
+  private readonly indexes = new CacheIndexes<T>();
   private readonly handlers = new Set<(e: WatchEvent<T>) => void>();
   private syncedFlag = false;
   private readonly syncWaiters = new Set<() => void>();
@@ -76,6 +79,21 @@ export class Informer<T extends KubeObject> implements CacheSink<T> {
       out.push(obj);
     }
     return out.sort((a, b) => (keyOf(a) < keyOf(b) ? -1 : keyOf(a) > keyOf(b) ? 1 : 0));
+  }
+
+  /** See `CacheIndexer.addIndex` (runtime/store). */
+  addIndex(name: string, fn: IndexFunc<T>): void {
+    this.indexes.add(name, fn, this.objects.values());
+  }
+
+  /** See `CacheIndexer.byIndex` (runtime/store). */
+  byIndex(name: string, value: string): T[] {
+    const out: T[] = [];
+    for (const key of this.indexes.keys(name, value)) {
+      const obj = this.objects.get(key);
+      if (obj) out.push(obj);
+    }
+    return out;
   }
 
   replace(items: T[]): void {
@@ -161,11 +179,13 @@ export class Informer<T extends KubeObject> implements CacheSink<T> {
   private index(key: string, obj: T): void {
     addTo(this.byNamespace, obj.metadata.namespace ?? '', key);
     for (const t of labelTerms(obj)) addTo(this.byLabel, t, key);
+    this.indexes.upsert(obj);
   }
 
   private unindex(key: string, obj: T): void {
     removeFrom(this.byNamespace, obj.metadata.namespace ?? '', key);
     for (const t of labelTerms(obj)) removeFrom(this.byLabel, t, key);
+    this.indexes.remove(key);
   }
 }
 

@@ -19,6 +19,7 @@ import type { ProviderHealth } from '../../api/providerhealth.ts';
 import type { ProxyObject } from '../../api/proxy.ts';
 import { type Logger, silentLogger } from '../../log/index.ts';
 import {
+  type IndexFunc,
   type ListOptions,
   type ObjectStore,
   type ResourceClient,
@@ -250,6 +251,14 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
 
   list(opts?: ListOptions): T[] {
     return this.informer.list(opts);
+  }
+
+  addIndex(name: string, fn: IndexFunc<T>): void {
+    this.informer.addIndex(name, fn);
+  }
+
+  byIndex(name: string, value: string): T[] {
+    return this.informer.byIndex(name, value);
   }
 
   read(key: ObjectKey, opts?: WriteOptions): Promise<T> {

@@ -2,16 +2,19 @@
  * runtime/objects/store-adapter — the ObjectStore interface on top of an ObjectEngine. The
  * engine is both cache and truth, so `get`/`list` are exact; watch handlers get informer
  * semantics (ADDED for every existing object on subscribe, then changes, delivered
- * asynchronously in commit order). A `schedule` hook lets the embedded store hold events back
+ * asynchronously in commit order), and secondary indexes (`addIndex`) follow every commit
+ * synchronously, like the engine itself. A `schedule` hook lets the embedded store hold events back
  * until the write that caused them is durable.
  */
 import { LABEL_CLOUD_INIT_SECRET, LABEL_CREDENTIALS_FOR } from '../../api/constants.ts';
-import type { KubeObject, ObjectKey, Secret } from '../../api/meta.ts';
+import { type KubeObject, keyOf, type ObjectKey, parseKey, type Secret } from '../../api/meta.ts';
 import type { ProviderHealth } from '../../api/providerhealth.ts';
 import type { ProxyObject } from '../../api/proxy.ts';
 import type { Logger } from '../../log/index.ts';
 import { silentLogger } from '../../log/index.ts';
+import { CacheIndexes } from '../indexer.ts';
 import type {
+  IndexFunc,
   ListOptions,
   ObjectStore,
   ResourceClient,
@@ -112,6 +115,15 @@ abstract class EngineClient {
 }
 
 class EngineResourceClient<T extends KubeObject> extends EngineClient implements ResourceClient<T> {
+  /**
+   * Index state lives in one object, never in fields assigned later: tests wrap a client with
+   * `Object.create(client)`, and an assignment through the wrapper would fork the state.
+   */
+  private readonly idx: { indexes: CacheIndexes<T>; following: boolean } = {
+    indexes: new CacheIndexes<T>(),
+    following: false,
+  };
+
   get(key: ObjectKey): T | undefined {
     return this.c.get(key.namespace, key.name) as unknown as T | undefined;
   }
@@ -123,6 +135,32 @@ class EngineResourceClient<T extends KubeObject> extends EngineClient implements
   async read(key: ObjectKey, opts?: WriteOptions): Promise<T> {
     checkSignal(opts);
     return this.c.read(key.namespace, key.name) as unknown as T;
+  }
+
+  addIndex(name: string, fn: IndexFunc<T>): void {
+    const state = this.idx;
+    if (state.following) {
+      state.indexes.add(name, fn, this.c.all() as unknown as T[]);
+      return;
+    }
+    if (!state.indexes.add(name, fn, [])) return;
+    state.following = true;
+    // A synchronous engine watch: it replays every object now, then sees each commit as it
+    // happens, so the index is exactly as fresh as `get`. It lives as long as the store.
+    this.c.watch({}, (ev) => {
+      if (ev.type === 'DELETED') state.indexes.remove(keyOf(ev.object));
+      else state.indexes.upsert(ev.object as unknown as T);
+    });
+  }
+
+  byIndex(name: string, value: string): T[] {
+    const out: T[] = [];
+    for (const key of this.idx.indexes.keys(name, value)) {
+      const k = parseKey(key);
+      const obj = this.c.get(k.namespace, k.name);
+      if (obj) out.push(obj as unknown as T);
+    }
+    return out;
   }
 
   async create(obj: T, opts?: WriteOptions): Promise<T> {

@@ -1,0 +1,187 @@
+/**
+ * controller/inputs — what a Managed Proxy's instance is made from, resolved from its Secrets:
+ * the cloud-init user-data and the Basic-auth credentials (generated into `<proxy>-auth` when
+ * the Proxy names none), and from those the desired spec-hash, instance name and create
+ * request. A failure here is the user's to fix, so it is a message, not an exception.
+ */
+import { randomBytes } from 'node:crypto';
+import {
+  API_VERSION,
+  CREDENTIALS_PASSWORD_KEY,
+  CREDENTIALS_USERNAME_KEY,
+  DEFAULT_PROXY_PORT,
+  LABEL_CLOUD_INIT_SECRET,
+  LABEL_CREDENTIALS_FOR,
+  PROXY_KIND,
+} from '../api/constants.ts';
+import { credentialsFromSecret, credentialsSecretKey } from '../api/credentials.ts';
+import type { ObjectKey, Secret } from '../api/meta.ts';
+import { type ProxyObject, proxyType } from '../api/proxy.ts';
+import { errorMessage } from '../log/errors.ts';
+import type { CreateRequest, Credentials } from '../provider/contract.ts';
+import { instanceName } from '../provider/naming.ts';
+import { specHash } from '../provider/spechash.ts';
+import { isAlreadyExists, isNotFound } from '../runtime/store.ts';
+import { type ReconcileContext, ReconcileError } from './context.ts';
+import { REASONS } from './status.ts';
+
+export type Resolved<T> = { ok: T } | { error: string };
+
+/** The instance a Proxy should run now. */
+export interface Desired {
+  hash: string;
+  request: CreateRequest;
+}
+
+/** A failure to resolve the inputs: the Provisioned reason and the message for the user. */
+export interface InputError {
+  reason: string;
+  message: string;
+}
+
+/** cloud-init inline, from a labelled Secret, or none. */
+export function resolveCloudInit(ctx: ReconcileContext, p: ProxyObject): Resolved<string | undefined> {
+  const ci = p.spec.cloudInit;
+  if (!ci) return { ok: undefined };
+  if (ci.inline !== undefined) return { ok: ci.inline };
+  const ref = ci.secretRef;
+  if (!ref) return { ok: undefined };
+  const s = ctx.store.secrets.get({ namespace: p.metadata.namespace, name: ref.name });
+  if (s?.metadata.labels?.[LABEL_CLOUD_INIT_SECRET] !== 'true') {
+    return {
+      error: `cloud-init Secret "${ref.name}" not found, or not labelled ${LABEL_CLOUD_INIT_SECRET}: "true"`,
+    };
+  }
+  const b64 = s.data?.[ref.key];
+  if (b64 === undefined) return { error: `cloud-init Secret "${ref.name}" has no key "${ref.key}"` };
+  return { ok: Buffer.from(b64, 'base64').toString('utf8') };
+}
+
+function ownedByAnotherProxy(secret: Secret, p: ProxyObject): boolean {
+  const owner = secret.metadata.ownerReferences?.find((o) => o.kind === PROXY_KIND && o.controller);
+  return owner !== undefined && owner.uid !== p.metadata.uid;
+}
+
+/** The Proxy's credentials: from its referenced Secret, else from `<proxy>-auth`, generated if missing. */
+export async function ensureCredentials(
+  ctx: ReconcileContext,
+  p: ProxyObject,
+): Promise<Resolved<Credentials>> {
+  const key = credentialsSecretKey(p);
+  const ref = p.spec.credentialsSecretRef;
+  let secret = await ctx.credentials.secretFor(p, ctx.signal);
+  if (!secret && ref)
+    return { error: `credentials Secret "${key.name}" (spec.credentialsSecretRef) not found` };
+  if (secret && !ref && ownedByAnotherProxy(secret, p)) {
+    // Left by an earlier Proxy of the same name; garbage collection would delete it under
+    // us later and force a replacement, so start this Proxy with its own credentials now.
+    await ctx.store.secrets.delete(key, { signal: ctx.signal }).catch((err: unknown) => {
+      if (!isNotFound(err)) throw err;
+    });
+    secret = undefined;
+  }
+  if (!secret) secret = await generateCredentials(ctx, p, key);
+  const creds = credentialsFromSecret(secret);
+  if (!creds) {
+    return {
+      error: `credentials Secret "${key.name}" needs non-empty keys "${CREDENTIALS_USERNAME_KEY}" and "${CREDENTIALS_PASSWORD_KEY}"`,
+    };
+  }
+  return { ok: creds };
+}
+
+/** A fresh `<proxy>-auth` Secret owned by the Proxy (192-bit password); an existing one wins. */
+async function generateCredentials(ctx: ReconcileContext, p: ProxyObject, key: ObjectKey): Promise<Secret> {
+  const username = `px-${randomBytes(6).toString('hex')}`;
+  const password = randomBytes(24).toString('base64url');
+  const secret: Secret = {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    type: 'Opaque',
+    metadata: {
+      name: key.name,
+      ...(key.namespace ? { namespace: key.namespace } : {}),
+      labels: { [LABEL_CREDENTIALS_FOR]: p.metadata.name },
+      ownerReferences: [
+        {
+          apiVersion: API_VERSION,
+          kind: PROXY_KIND,
+          name: p.metadata.name,
+          uid: p.metadata.uid ?? '',
+          controller: true,
+          blockOwnerDeletion: true,
+        },
+      ],
+    },
+    data: {
+      [CREDENTIALS_USERNAME_KEY]: Buffer.from(username).toString('base64'),
+      [CREDENTIALS_PASSWORD_KEY]: Buffer.from(password).toString('base64'),
+    },
+  };
+  try {
+    const out = await ctx.store.secrets.create(secret, { signal: ctx.signal });
+    ctx.log.info({ secret: key.name }, 'generated proxy credentials');
+    return out;
+  } catch (err) {
+    if (!isAlreadyExists(err)) throw err;
+    return ctx.store.secrets.read(key, { signal: ctx.signal });
+  }
+}
+
+/**
+ * The generated `<proxy>-auth` Secret goes with its Proxy (ownerReferences do it in a cluster).
+ * A failure other than NotFound keeps the finalizer, so the retry deletes it.
+ */
+export async function deleteGeneratedCredentials(ctx: ReconcileContext, p: ProxyObject): Promise<void> {
+  if (p.spec.credentialsSecretRef || proxyType(p.spec) !== 'Managed') return;
+  const key = credentialsSecretKey(p);
+  try {
+    const s = await ctx.store.secrets.read(key, { signal: ctx.signal });
+    if (!s.metadata.ownerReferences?.some((o) => o.uid === p.metadata.uid)) return;
+    await ctx.store.secrets.delete(key, { signal: ctx.signal });
+  } catch (err) {
+    if (isNotFound(err)) return;
+    throw new ReconcileError(
+      `could not delete generated credentials Secret "${key.name}": ${errorMessage(err)}`,
+      { cause: err },
+    );
+  }
+}
+
+/**
+ * cloud-init and credentials → the desired spec-hash and create request (the instance name
+ * is `px-<16 hex of UID>-<10 hex of spec-hash>`), or what the user has to fix.
+ */
+export async function resolveDesired(
+  ctx: ReconcileContext,
+  p: ProxyObject,
+  uid: string,
+): Promise<Desired | InputError> {
+  const cloudInit = resolveCloudInit(ctx, p);
+  if ('error' in cloudInit) return { reason: REASONS.cloudInit, message: cloudInit.error };
+  const creds = await ensureCredentials(ctx, p);
+  if ('error' in creds) return { reason: REASONS.credentials, message: creds.error };
+
+  const port = p.spec.port ?? DEFAULT_PROXY_PORT;
+  const placement = p.spec.placement;
+  const hash = specHash({
+    provider: p.spec.provider ?? '',
+    ...(placement ? { placement } : {}),
+    port,
+    ...(cloudInit.ok === undefined ? {} : { cloudInit: cloudInit.ok }),
+    credentials: creds.ok,
+  });
+  const request: CreateRequest = {
+    name: instanceName(uid, hash),
+    uid,
+    namespace: p.metadata.namespace ?? '',
+    proxyName: p.metadata.name,
+    port,
+    credentials: creds.ok,
+    ...(placement?.zone ? { zone: placement.zone } : {}),
+    ...(placement?.machineType ? { machineType: placement.machineType } : {}),
+    ...(placement?.image ? { image: placement.image } : {}),
+    ...(cloudInit.ok === undefined ? {} : { cloudInit: cloudInit.ok }),
+  };
+  return { hash, request };
+}

@@ -1,0 +1,147 @@
+/**
+ * controller/managed — a Managed Proxy that is not being deleted, row by row of the state
+ * table in docs/architecture.md ("The Proxy state machine"): provider, inputs, permanent
+ * failure, finalizer and spec-hash, the instance, the retiring IDs. Provider failures become
+ * the Provisioned condition and the queue's retry policy; anything else goes to the queue.
+ */
+import { ANNOTATION_SPEC_HASH, FINALIZER } from '../api/constants.ts';
+import type { ProxyObject } from '../api/proxy.ts';
+import { errorMessage } from '../log/errors.ts';
+import type { Provider } from '../provider/contract.ts';
+import { classify, ProviderError } from '../provider/errors.ts';
+import { instanceName } from '../provider/naming.ts';
+import { RetryAfterError } from '../runtime/workqueue.ts';
+import { cleanupRetiring } from './cleanup.ts';
+import { type ReconcileContext, ReconcileError, type ReconcileResult } from './context.ts';
+import { type Desired, resolveDesired } from './inputs.ts';
+import { lookupProvider } from './providers.ts';
+import { provisionOrReplace } from './provision.ts';
+import { notProvisioned, provisionedCondition, REASONS } from './status.ts';
+import { writeStatus } from './writer.ts';
+
+export async function reconcileManaged(ctx: ReconcileContext, p0: ProxyObject): Promise<ReconcileResult> {
+  let p = p0;
+  const provider = lookupProvider(ctx, p);
+  if (!provider) {
+    const msg = `provider "${p.spec.provider ?? ''}" is not configured`;
+    await writeStatus(ctx, p, notProvisioned(REASONS.providerNotConfigured, msg, 'Failed'));
+    return {};
+  }
+  const uid = p.metadata.uid;
+  if (!uid) throw new ReconcileError('Proxy has no metadata.uid');
+
+  const desired = await resolveDesired(ctx, p, uid);
+  if ('reason' in desired) {
+    // The labelled-Secret watch requeues the Proxy once the Secret is fixed.
+    const hasInstance = Boolean(p.status?.providerID);
+    await writeStatus(
+      ctx,
+      p,
+      notProvisioned(desired.reason, desired.message, hasInstance ? undefined : 'Pending'),
+    );
+    throw new ReconcileError(desired.message);
+  }
+  if (failedForGood(p, desired.hash)) return {};
+
+  let result: ReconcileResult;
+  try {
+    p = await ensureFinalizerAndHash(ctx, provider, p, desired);
+    ({ proxy: p, result } = await provisionOrReplace(ctx, provider, p, desired.request));
+  } catch (err) {
+    if (!(err instanceof ProviderError) || ctx.signal.aborted) throw err;
+    return onProviderError(ctx, p, err);
+  }
+  return cleanupRetiring(ctx, provider, p, result);
+}
+
+/** A permanent failure waits for the spec (or a referenced Secret) to change. */
+function failedForGood(p: ProxyObject, hash: string): boolean {
+  const cond = provisionedCondition(p.status);
+  return (
+    p.status?.phase === 'Failed' &&
+    cond?.reason === REASONS.permanent &&
+    cond.observedGeneration === p.metadata.generation &&
+    p.metadata.annotations?.[ANNOTATION_SPEC_HASH] === hash
+  );
+}
+
+/**
+ * The finalizer and the desired spec-hash, in one metadata write before anything is created
+ * (crash safety: see docs/architecture.md). Instances of an earlier desired hash that status
+ * never recorded are moved to `retiring` first, while the annotation still names them.
+ */
+async function ensureFinalizerAndHash(
+  ctx: ReconcileContext,
+  provider: Provider,
+  p0: ProxyObject,
+  desired: Desired,
+): Promise<ProxyObject> {
+  let p = p0;
+  const annotations = p.metadata.annotations ?? {};
+  const prev = annotations[ANNOTATION_SPEC_HASH];
+  if (p.metadata.finalizers?.includes(FINALIZER) && prev === desired.hash) return p;
+  const uid = desired.request.uid;
+  if (prev && prev !== desired.hash && instanceName(uid, prev) !== p.status?.instanceName) {
+    const strays = await findStrays(ctx, provider, p, desired.request.name);
+    if (strays.length > 0) {
+      ctx.log.info({ strays }, 'retiring unrecorded instances of an earlier spec');
+      p = await writeStatus(ctx, p, { retiring: [...(p.status?.retiring ?? []), ...strays] });
+    }
+  }
+  return ctx.store.proxies.update(
+    {
+      ...p,
+      metadata: {
+        ...p.metadata,
+        finalizers: [...new Set([...(p.metadata.finalizers ?? []), FINALIZER])],
+        annotations: { ...annotations, [ANNOTATION_SPEC_HASH]: desired.hash },
+      },
+    },
+    { signal: ctx.signal },
+  );
+}
+
+/**
+ * Instances of this Proxy the status does not know about: after a crash between create and
+ * the status write, followed by a spec change, the old name is never asked for again.
+ */
+async function findStrays(
+  ctx: ReconcileContext,
+  provider: Provider,
+  p: ProxyObject,
+  keepName: string,
+): Promise<string[]> {
+  const known = new Set([p.status?.providerID, ...(p.status?.retiring ?? [])]);
+  const all = await provider.listByTag(ctx.call);
+  return all
+    .filter((i) => i.uid === p.metadata.uid && !known.has(i.id) && i.name !== keepName)
+    .map((i) => i.id);
+}
+
+/**
+ * A provider failure → status + what the queue should do. Quota: fixed slow retry. Permanent:
+ * Failed until the generation changes. Anything else: backoff, and a Ready status stays Ready
+ * (one flaky call must not pull a serving proxy out of rotation).
+ */
+async function onProviderError(
+  ctx: ReconcileContext,
+  p: ProxyObject,
+  err: ProviderError,
+): Promise<ReconcileResult> {
+  const cls = classify(err);
+  const msg = errorMessage(err);
+  // A phase in progress stays; a proxy with none yet, or a Failed one now retrying, is Pending.
+  const retryPhase = p.status?.phase && p.status.phase !== 'Failed' ? undefined : 'Pending';
+  if (cls === 'QuotaExceeded') {
+    await writeStatus(ctx, p, notProvisioned(REASONS.quota, msg, retryPhase));
+    throw new RetryAfterError(msg, ctx.options.quotaBackoffMs, { cause: err });
+  }
+  if (cls === 'Permanent') {
+    await writeStatus(ctx, p, notProvisioned(REASONS.permanent, msg, 'Failed'));
+    return {};
+  }
+  if (p.status?.phase !== 'Ready') {
+    await writeStatus(ctx, p, notProvisioned(REASONS.transient, msg, retryPhase));
+  }
+  throw new ReconcileError(msg, { cause: err });
+}
