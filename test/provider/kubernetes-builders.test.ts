@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CreateRequest } from '../../src/provider/contract.ts';
 import { classify } from '../../src/provider/errors.ts';
 import { checkReason, classForStatus, toProviderError } from '../../src/provider/kubernetes/errors.ts';
-import { htpasswdLine, md5crypt } from '../../src/provider/kubernetes/htpasswd.ts';
+import { htpasswdLine, md5crypt } from '../../src/provider/squid/htpasswd.ts';
 import { operatorNamespace } from '../../src/provider/kubernetes/index.ts';
 import {
   buildPod,
@@ -23,7 +23,7 @@ import {
   sanitizeLabelValue,
   stateFromPod,
 } from '../../src/provider/kubernetes/pod.ts';
-import { buildSquidConfig, NCSA_AUTH_HELPER } from '../../src/provider/kubernetes/squid-config.ts';
+import { NCSA_AUTH_HELPER, type SquidConfigOptions, squidConfig } from '../../src/provider/squid/config.ts';
 import { closedPort, type Origin, startHttpOrigin, startTlsOrigin, testPki } from '../support/origins.ts';
 import { basicAuthHeader, statusViaProxy, stopSquidProcess } from '../support/squid.ts';
 
@@ -101,7 +101,10 @@ describe('htpasswd (APR1 MD5-crypt)', () => {
   });
 });
 
-describe('buildSquidConfig', () => {
+/** The pod profile, as the kubernetes provider builds it. */
+const buildSquidConfig = (o: Omit<SquidConfigOptions, 'profile'>) => squidConfig({ profile: 'pod', ...o });
+
+describe('squidConfig, pod profile', () => {
   it('requires auth for everything, denies the rest, and sets max_filedescriptors explicitly', () => {
     const conf = buildSquidConfig({ port: 3128 });
     const lines = conf.split('\n');

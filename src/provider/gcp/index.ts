@@ -18,7 +18,7 @@ import type { GcpProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
 import { notFound, ProviderError, permanent, transient } from '../errors.ts';
-import { defaultCloudInit } from './cloud-init.ts';
+import { defaultCloudInit } from '../squid/cloud-init.ts';
 import { checkMessage, checkReason, parseError, raceSignal, toProviderError, type Where } from './errors.ts';
 import { buildFirewallRule, ruleMatches } from './firewall.ts';
 import {
