@@ -14,7 +14,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import type { CreateRequest } from '../../src/provider/contract.ts';
 import { ProviderError } from '../../src/provider/errors.ts';
-import { defaultCloudInit } from '../../src/provider/squid/cloud-init.ts';
 import { classForStatus, GcpApiError, redact, toProviderError } from '../../src/provider/gcp/errors.ts';
 import { buildFirewallRule, firewallRuleName, ruleMatches } from '../../src/provider/gcp/firewall.ts';
 import { credentialsFromFile, endpointOptions } from '../../src/provider/gcp/index.ts';
@@ -30,6 +29,7 @@ import {
   sanitizeGcpLabelValue,
   stateFromStatus,
 } from '../../src/provider/gcp/instance.ts';
+import { defaultCloudInit } from '../../src/provider/squid/cloud-init.ts';
 import { NCSA_AUTH_HELPER, squidConfig, VM_HTPASSWD } from '../../src/provider/squid/config.ts';
 import { closedPort, type Origin, startHttpOrigin } from '../support/origins.ts';
 import { basicAuthHeader, statusViaProxy, stopSquidProcess } from '../support/squid.ts';

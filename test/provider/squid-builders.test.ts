@@ -8,8 +8,7 @@ import { squidConfig } from '../../src/provider/squid/config.ts';
  * replaced them (kubernetes' buildSquidConfig, gcp's line-patched vmSquidConfig): running
  * proxies and VMs were given exactly these bytes, and the shared builder must keep giving them.
  */
-const fixture = (name: string) =>
-  readFileSync(new URL(`./fixtures/squid/${name}`, import.meta.url), 'utf8');
+const fixture = (name: string) => readFileSync(new URL(`./fixtures/squid/${name}`, import.meta.url), 'utf8');
 
 describe('squidConfig keeps every provider byte-identical', () => {
   it('pod profile (kubernetes provider)', () => {
