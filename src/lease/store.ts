@@ -6,12 +6,12 @@
  * Grants do not scan the fleet. Every eligible proxy (see lease/entry: serving at an address,
  * healthy, not draining/deleting, not in a global cooldown, below maxLeases) sits in a *view*
  * (lease/view): buckets by active-lease count, each a sorted list by (least recently leased,
- * latency, name). A grant walks the lowest bucket
- * from the front and skips only proxies cooling down for the requested target. Views exist per
- * distinct (namespace, selector) a client asks for (LRU-bounded); the unfiltered view always
- * exists. Cost per grant: O(views + log n + skipped), where skipped = proxies in the lowest
- * non-empty buckets that are cooling down for this target. The "why nothing" arithmetic of a
- * refused grant scans the fleet once (O(n)), only on that failure path.
+ * latency, name). A grant walks the lowest bucket from the front and skips only proxies
+ * cooling down for the requested target. Views exist per distinct (namespace, selector) a
+ * client asks for (LRU-bounded); the unfiltered view always exists. Cost per grant:
+ * O(views + log n + skipped), where skipped = proxies in the lowest non-empty buckets that are
+ * cooling down for this target. The "why nothing" arithmetic of a refused grant scans the
+ * fleet once (O(n)), only on that failure path.
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
