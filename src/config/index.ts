@@ -9,7 +9,6 @@ export {
   formatConfigIssues,
   isCidr,
   isHostPort,
-  isHttpUrl,
   KVM_IDENTIFIER,
   type ProvidersConfigResult,
   validateProvidersConfig,

@@ -8,6 +8,7 @@
 import { isIP } from 'node:net';
 import { Compile } from 'typebox/compile';
 import { childPath, type FieldError, schemaErrors } from '../api/schema-errors.ts';
+import { isHttpUrl } from '../api/url.ts';
 import { isDnsLabel, isDnsSubdomain } from '../api/validate.ts';
 import { LOCAL_MIN_PORT } from './defaults.ts';
 import {
@@ -42,18 +43,6 @@ const QUANTITY = /^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+
 const HOSTNAME =
   /^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\.?$/;
 const LABEL_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$/;
-
-/** An absolute http(s) URL with a host: the only image source the kvm provider can fetch. */
-export function isHttpUrl(s: string): boolean {
-  // WHATWG parsing would turn `https:///x` into host "x"; insist on a written authority.
-  if (!/^https?:\/\/[^/?#\s]/i.test(s)) return false;
-  try {
-    const u = new URL(s);
-    return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '';
-  } catch {
-    return false;
-  }
-}
 
 /** `a.b.c/24` or `2001:db8::/32` with a prefix length that fits the address family. */
 export function isCidr(s: string): boolean {

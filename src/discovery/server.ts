@@ -1,5 +1,5 @@
 /**
- * discovery/server — the HTTP face of the lease store (SPEC §6): Fastify routes from the
+ * discovery/server — the HTTP face of the lease store (see docs/api.md): Fastify routes from the
  * shared route table, bearer auth, precise 400s, one server span per request, request metrics.
  * Request bodies are never logged: grants carry proxy credentials.
  */

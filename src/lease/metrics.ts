@@ -1,6 +1,6 @@
 /**
- * lease/metrics — the scrape-time gauge of active leases (SPEC §9), read from the store when
- * Prometheus scrapes rather than updated on every grant.
+ * lease/metrics — the scrape-time gauge of active leases (see docs/operations.md), read from
+ * the store when Prometheus scrapes rather than updated on every grant.
  */
 import { Gauge, type Registry } from 'prom-client';
 import type { LeaseStore } from './store.ts';

@@ -1,26 +1,29 @@
 /**
- * lease/store — the in-memory lease store (SPEC §6): which proxies may be handed out right
- * now, to whom, for how long, and which are cooling down globally or for one target.
+ * lease/store — the in-memory lease store behind the discovery API (see docs/api.md): which
+ * proxies may be handed out right now, to whom, for how long, and which are cooling down
+ * globally or for one target.
  *
- * Grants do not scan the fleet. Every eligible proxy (serving at an address: Ready, or Replacing
- * while the old instance still serves; healthy, not draining/deleting, not in a global
- * cooldown, below maxLeases) sits in a *view*: buckets by active-lease count,
- * each a sorted list by (least recently leased, latency, name). A grant walks the lowest bucket
- * from the front and skips only proxies cooling down for the requested target. Views exist per
- * distinct (namespace, selector) a client asks for (LRU-bounded); the unfiltered view always
- * exists. Cost per grant: O(views + log n + skipped), where skipped = proxies in the lowest
- * non-empty buckets that are cooling down for this target. The "why nothing" arithmetic of a
- * refused grant scans the fleet once (O(n)), only on that failure path.
+ * Grants do not scan the fleet. Every eligible proxy (see lease/entry: serving at an address,
+ * healthy, not draining/deleting, not in a global cooldown, below maxLeases) sits in a *view*
+ * (lease/view): buckets by active-lease count, each a sorted list by (least recently leased,
+ * latency, name). A grant walks the lowest bucket from the front and skips only proxies
+ * cooling down for the requested target. Views exist per distinct (namespace, selector) a
+ * client asks for (LRU-bounded); the unfiltered view always exists. Cost per grant:
+ * O(views + log n + skipped), where skipped = proxies in the lowest non-empty buckets that are
+ * cooling down for this target. The "why nothing" arithmetic of a refused grant scans the
+ * fleet once (O(n)), only on that failure path.
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import { phaseServes } from '../api/proxy.ts';
 import { proxyUrlWithCredentials } from '../api/url.ts';
 import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
-import { IndexedHeap, SortedList } from './ordered.ts';
-import { matchesSelector, parseSelector, type Selector, SelectorError } from './selector.ts';
+import type { Selector } from '../runtime/selector.ts';
+import { coolingFor, type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
+import { checkSeconds, toSelector } from './input.ts';
+import { IndexedHeap } from './ordered.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
+import { matchesFilter, ViewSet } from './view.ts';
 
 export { LeaseInputError } from './target.ts';
 
@@ -145,22 +148,6 @@ export interface LeaseStoreOptions {
   maxViews?: number;
 }
 
-/** A proxy as the store holds it: its facts (credentials folded into `url`) plus lease state. */
-interface Entry extends Omit<ProxyInfo, 'credentials' | 'latencyMillis'> {
-  /** true once the health engine has spoken: its verdicts win over the status condition. */
-  healthFromVerdict: boolean;
-  url: string;
-  latencyMillis: number | undefined;
-  active: number;
-  /** Grant sequence number of the last grant (0 = never): strict "least recently leased". */
-  lastLeasedSeq: number;
-  lastLeasedAt: number | undefined;
-  globalUntil: number;
-  targetUntil: Map<string, number>;
-  indexed: boolean;
-  removed: boolean;
-}
-
 interface Lease {
   id: string;
   entry: Entry;
@@ -168,89 +155,6 @@ interface Lease {
   expiresAt: number;
   /** Position in the expiry heap (-1 when not in it). */
   heapIndex: number;
-}
-
-function compareEntries(a: Entry, b: Entry): number {
-  if (a.lastLeasedSeq !== b.lastLeasedSeq) return a.lastLeasedSeq - b.lastLeasedSeq;
-  const la = a.latencyMillis ?? Number.POSITIVE_INFINITY;
-  const lb = b.latencyMillis ?? Number.POSITIVE_INFINITY;
-  if (la !== lb) return la < lb ? -1 : 1;
-  if (a.name !== b.name) return a.name < b.name ? -1 : 1;
-  if (a.namespace !== b.namespace) return a.namespace < b.namespace ? -1 : 1;
-  return 0;
-}
-
-/** Eligible proxies matching one (namespace, selector), bucketed by active-lease count. */
-class View {
-  readonly namespace: string | undefined;
-  readonly selector: Selector | undefined;
-  private buckets = new Map<number, SortedList<Entry>>();
-  /** Non-empty bucket keys, ascending. */
-  private counts: number[] = [];
-
-  constructor(namespace: string | undefined, selector: Selector | undefined) {
-    this.namespace = namespace;
-    this.selector = selector;
-  }
-
-  matches(e: Entry): boolean {
-    if (this.namespace !== undefined && e.namespace !== this.namespace) return false;
-    return this.selector === undefined || matchesSelector(this.selector, e.labels);
-  }
-
-  add(e: Entry): void {
-    let bucket = this.buckets.get(e.active);
-    if (!bucket) {
-      bucket = new SortedList(compareEntries);
-      this.buckets.set(e.active, bucket);
-      const i = this.counts.findIndex((c) => c > e.active);
-      this.counts.splice(i < 0 ? this.counts.length : i, 0, e.active);
-    }
-    bucket.insert(e);
-  }
-
-  remove(e: Entry): void {
-    const bucket = this.buckets.get(e.active);
-    if (!bucket?.delete(e)) return;
-    if (bucket.size === 0) {
-      this.buckets.delete(e.active);
-      this.counts.splice(this.counts.indexOf(e.active), 1);
-    }
-  }
-
-  pick(accept: (e: Entry) => boolean): Entry | undefined {
-    for (const c of this.counts) {
-      const found = this.buckets.get(c)!.find(accept);
-      if (found) return found;
-    }
-    return undefined;
-  }
-}
-
-function checkSeconds(field: string, value: number | undefined, max: number): void {
-  if (value === undefined) return;
-  if (!Number.isInteger(value) || value < 1 || value > max) {
-    throw new LeaseInputError(field, `${field} must be an integer from 1 to ${max}`);
-  }
-}
-
-/** Clients repeat the same few selectors; parse each text once. */
-const parsedSelectors = new Map<string, Selector | undefined>();
-
-function toSelector(sel: string | Selector | undefined, field = 'selector'): Selector | undefined {
-  if (sel === undefined) return undefined;
-  if (typeof sel !== 'string') return sel.requirements.length === 0 ? undefined : sel;
-  if (parsedSelectors.has(sel)) return parsedSelectors.get(sel);
-  try {
-    const parsed = parseSelector(sel);
-    const out = parsed.requirements.length === 0 ? undefined : parsed;
-    if (parsedSelectors.size >= 1024) parsedSelectors.clear();
-    parsedSelectors.set(sel, out);
-    return out;
-  } catch (err) {
-    if (err instanceof SelectorError) throw new LeaseInputError(field, `${field}: ${err.message}`);
-    throw err;
-  }
 }
 
 function iso(ms: number): string {
@@ -266,7 +170,6 @@ export class LeaseStore {
   private readonly blockedCooldown: number;
   private readonly failedCooldown: number;
   private readonly sweepIntervalMs: number;
-  private readonly maxViews: number;
 
   private readonly proxies = new Map<string, Entry>();
   private readonly leases = new Map<string, Lease>();
@@ -274,9 +177,7 @@ export class LeaseStore {
   private readonly cooldownEnds = new IndexedHeap<{ at: number; entry: Entry; heapIndex: number }>(
     (a, b) => a.at < b.at,
   );
-  private readonly baseView = new View(undefined, undefined);
-  /** Filtered views by `namespace \0 canonical selector`, in LRU order (oldest first). */
-  private readonly views = new Map<string, View>();
+  private readonly views: ViewSet;
   private grantSeq = 0;
   private timer: TimerHandle | undefined;
   private closed = false;
@@ -290,7 +191,7 @@ export class LeaseStore {
     this.blockedCooldown = opts.blockedCooldownSeconds ?? DEFAULT_BLOCKED_COOLDOWN_SECONDS;
     this.failedCooldown = opts.failedCooldownSeconds ?? DEFAULT_FAILED_COOLDOWN_SECONDS;
     this.sweepIntervalMs = opts.sweepIntervalMs ?? 1000;
-    this.maxViews = opts.maxViews ?? 64;
+    this.views = new ViewSet(opts.maxViews ?? 64);
     this.schedule();
   }
 
@@ -323,30 +224,7 @@ export class LeaseStore {
       return;
     }
     if (existing) this.detach(existing);
-    const e: Entry = {
-      key: info.key,
-      namespace: info.namespace,
-      name: info.name,
-      uid: info.uid,
-      labels: {},
-      phase: '',
-      healthy: false,
-      healthFromVerdict: false,
-      draining: false,
-      deleting: false,
-      maxLeases: 0,
-      host: '',
-      port: 0,
-      url: '',
-      latencyMillis: undefined,
-      active: 0,
-      lastLeasedSeq: 0,
-      lastLeasedAt: undefined,
-      globalUntil: 0,
-      targetUntil: new Map(),
-      indexed: false,
-      removed: false,
-    };
+    const e = newEntry(info);
     this.assign(e, info);
     this.proxies.set(info.key, e);
     this.update(e, () => {});
@@ -418,8 +296,8 @@ export class LeaseStore {
     const namespace = req.namespace === '' ? undefined : req.namespace;
     this.tick();
     const now = this.clock.now();
-    const view = this.viewFor(namespace, selector);
-    const e = view.pick((c) => target === undefined || !this.coolingFor(c, target, now));
+    const view = this.views.get(namespace, selector, this.proxies.values());
+    const e = view.pick((c) => target === undefined || !coolingFor(c, target, now));
     if (!e) return { granted: false, counts: this.explain(namespace, selector, target, now) };
     this.grantSeq++;
     this.update(e, () => {
@@ -529,30 +407,7 @@ export class LeaseStore {
     const now = this.clock.now();
     const out: ProxySnapshot[] = [];
     for (const e of this.proxies.values()) {
-      if (namespace !== undefined && e.namespace !== namespace) continue;
-      if (selector && !matchesSelector(selector, e.labels)) continue;
-      for (const [t, until] of e.targetUntil) if (until <= now) e.targetUntil.delete(t);
-      const reason = this.reasonFor(e, target, now);
-      out.push({
-        namespace: e.namespace,
-        name: e.name,
-        phase: e.phase,
-        healthy: e.healthy,
-        draining: e.draining,
-        deleting: e.deleting,
-        host: e.host || null,
-        port: e.host ? e.port : null,
-        latencyMillis: e.latencyMillis ?? null,
-        activeLeases: e.active,
-        maxLeases: e.maxLeases,
-        lastLeasedAt: e.lastLeasedAt === undefined ? null : iso(e.lastLeasedAt),
-        cooldownUntil: e.globalUntil > now ? iso(e.globalUntil) : null,
-        targetCooldowns: [...e.targetUntil]
-          .sort((a, b) => (a[0] < b[0] ? -1 : 1))
-          .map(([t, until]) => ({ target: t, until: iso(until) })),
-        leasable: reason === null,
-        reason,
-      });
+      if (matchesFilter(e, namespace, selector)) out.push(snapshotOf(e, target, now));
     }
     return out.sort((a, b) =>
       a.namespace === b.namespace ? (a.name < b.name ? -1 : 1) : a.namespace < b.namespace ? -1 : 1,
@@ -574,101 +429,27 @@ export class LeaseStore {
     }
   }
 
-  private eligible(e: Entry, now: number): boolean {
-    return (
-      !e.removed &&
-      phaseServes(e.phase) &&
-      e.host !== '' &&
-      !e.deleting &&
-      e.healthy &&
-      !e.draining &&
-      e.globalUntil <= now &&
-      (e.maxLeases === 0 || e.active < e.maxLeases)
-    );
-  }
-
   /** Takes `e` out of every view, applies the change, and puts it back where it now belongs. */
   private update(e: Entry, mutate: () => void): void {
     if (e.indexed) {
-      this.baseView.remove(e);
-      for (const v of this.views.values()) if (v.matches(e)) v.remove(e);
+      this.views.remove(e);
       e.indexed = false;
     }
     mutate();
-    if (this.eligible(e, this.clock.now())) {
-      this.baseView.add(e);
-      for (const v of this.views.values()) if (v.matches(e)) v.add(e);
+    if (isEligible(e, this.clock.now())) {
+      this.views.add(e);
       e.indexed = true;
     }
   }
 
-  private viewFor(namespace: string | undefined, selector: Selector | undefined): View {
-    if (namespace === undefined && selector === undefined) return this.baseView;
-    const key = `${namespace ?? ''}\u0000${selector?.canonical ?? ''}`;
-    let view = this.views.get(key);
-    if (view) {
-      this.views.delete(key);
-      this.views.set(key, view);
-      return view;
-    }
-    view = new View(namespace, selector);
-    for (const e of this.proxies.values()) if (e.indexed && view.matches(e)) view.add(e);
-    this.views.set(key, view);
-    if (this.views.size > this.maxViews) {
-      const oldest = this.views.keys().next().value;
-      if (oldest !== undefined) this.views.delete(oldest);
-    }
-    return view;
-  }
-
-  private coolingFor(e: Entry, target: string, now: number): boolean {
-    const until = e.targetUntil.get(target);
-    if (until === undefined) return false;
-    if (until > now) return true;
-    e.targetUntil.delete(target);
-    return false;
-  }
-
-  private reasonFor(e: Entry, target: string | undefined, now: number): NotLeasableReason | null {
-    if (e.deleting) return 'Deleting';
-    if (!phaseServes(e.phase) || e.host === '') return 'NotReady';
-    if (!e.healthy) return 'Unhealthy';
-    if (e.draining) return 'Draining';
-    if (e.globalUntil > now) return 'CoolingDown';
-    if (target !== undefined && this.coolingFor(e, target, now)) return 'CoolingDownForTarget';
-    if (e.maxLeases > 0 && e.active >= e.maxLeases) return 'AtCapacity';
-    return null;
-  }
-
+  /** The refusal funnel: scans the fleet, but only on the failure path. */
   private explain(
     namespace: string | undefined,
     selector: Selector | undefined,
     target: string | undefined,
     now: number,
   ): NoneLeasableCounts {
-    const c: NoneLeasableCounts = {
-      matching: 0,
-      ready: 0,
-      healthy: 0,
-      draining: 0,
-      coolingDown: 0,
-      coolingDownForTarget: 0,
-      atCapacity: 0,
-    };
-    for (const e of this.proxies.values()) {
-      if (namespace !== undefined && e.namespace !== namespace) continue;
-      if (selector && !matchesSelector(selector, e.labels)) continue;
-      c.matching++;
-      const reason = this.reasonFor(e, target, now);
-      if (reason === 'NotReady' || reason === 'Deleting') continue;
-      c.ready++;
-      if (reason === 'Unhealthy') continue;
-      c.healthy++;
-      if (reason === 'Draining') c.draining++;
-      else if (reason === 'CoolingDown') c.coolingDown++;
-      else if (reason === 'CoolingDownForTarget') c.coolingDownForTarget++;
-      else if (reason === 'AtCapacity') c.atCapacity++;
-    }
-    return c;
+    const matching = [...this.proxies.values()].filter((e) => matchesFilter(e, namespace, selector));
+    return refusalCounts(matching, target, now);
   }
 }

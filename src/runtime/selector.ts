@@ -1,7 +1,9 @@
 /**
  * runtime/selector — Kubernetes label selectors (`a=b,c!=d,e in (x,y),f notin (z),g,!h`):
- * parse once, match many. Used by both store backends and the Kubernetes test server so a
- * selector means the same thing everywhere.
+ * parse once, match many. The one selector module: both store backends, the Kubernetes test
+ * server and the lease store use it, so a selector means the same thing everywhere. A parsed
+ * selector carries a canonical text so that equal selectors written differently compare equal
+ * (the lease store shares one candidate view between them).
  */
 
 export type Requirement =
@@ -9,7 +11,11 @@ export type Requirement =
   | { key: string; op: 'in' | 'notin'; values: string[] }
   | { key: string; op: 'exists' | 'notexists' };
 
-export type Selector = readonly Requirement[];
+export interface Selector {
+  requirements: readonly Requirement[];
+  /** Sorted, normalised text: equal selectors have equal canonical strings. */
+  canonical: string;
+}
 
 export class SelectorError extends Error {
   constructor(message: string) {
@@ -78,15 +84,33 @@ function parseTerm(term: string, sel: string): Requirement {
   return { key: checkKey(term, sel), op: 'exists' };
 }
 
+function render(r: Requirement): string {
+  switch (r.op) {
+    case 'eq':
+      return `${r.key}=${r.value}`;
+    case 'neq':
+      return `${r.key}!=${r.value}`;
+    case 'in':
+    case 'notin':
+      return `${r.key} ${r.op} (${[...new Set(r.values)].sort().join(',')})`;
+    case 'exists':
+      return r.key;
+    case 'notexists':
+      return `!${r.key}`;
+  }
+}
+
 /** Parses a label selector; empty or undefined selects everything. Throws SelectorError. */
 export function parseSelector(sel: string | undefined): Selector {
-  if (sel === undefined || sel.trim() === '') return [];
-  return splitTerms(sel).map((t) => parseTerm(t, sel));
+  if (sel === undefined || sel.trim() === '') return { requirements: [], canonical: '' };
+  const requirements = splitTerms(sel).map((t) => parseTerm(t, sel));
+  const canonical = [...new Set(requirements.map(render))].sort().join(',');
+  return { requirements, canonical };
 }
 
 export function matchesSelector(selector: Selector, labels: Record<string, string> | undefined): boolean {
   const l = labels ?? {};
-  for (const r of selector) {
+  for (const r of selector.requirements) {
     const has = Object.hasOwn(l, r.key);
     const v = l[r.key];
     switch (r.op) {

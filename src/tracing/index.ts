@@ -38,6 +38,7 @@ import {
   TracerProvider,
 } from '@opentelemetry/sdk-trace';
 import type { Logger } from 'pino';
+import { redactUrl } from '../api/url.ts';
 import { silentLogger } from '../log/index.ts';
 import { ProviderError } from '../provider/errors.ts';
 import { StoreError } from '../runtime/store.ts';
@@ -211,16 +212,6 @@ export function setupTracing(opts: TracingOptions): Tracing {
       return done;
     },
   };
-}
-
-/** A URL fit for logs: no user info, query or fragment (collector URLs may embed keys). */
-export function redactUrl(raw: string): string {
-  try {
-    const u = new URL(raw.trim());
-    return `${u.protocol}//${u.host}${u.pathname}`;
-  } catch {
-    return '(unparsable URL)';
-  }
 }
 
 /**

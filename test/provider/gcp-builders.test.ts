@@ -14,7 +14,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import type { CreateRequest } from '../../src/provider/contract.ts';
 import { ProviderError } from '../../src/provider/errors.ts';
-import { defaultCloudInit, VM_HTPASSWD, vmSquidConfig } from '../../src/provider/gcp/cloud-init.ts';
 import { classForStatus, GcpApiError, redact, toProviderError } from '../../src/provider/gcp/errors.ts';
 import { buildFirewallRule, firewallRuleName, ruleMatches } from '../../src/provider/gcp/firewall.ts';
 import { credentialsFromFile, endpointOptions } from '../../src/provider/gcp/index.ts';
@@ -30,7 +29,8 @@ import {
   sanitizeGcpLabelValue,
   stateFromStatus,
 } from '../../src/provider/gcp/instance.ts';
-import { NCSA_AUTH_HELPER } from '../../src/provider/kubernetes/squid-config.ts';
+import { defaultCloudInit } from '../../src/provider/squid/cloud-init.ts';
+import { NCSA_AUTH_HELPER, squidConfig, VM_HTPASSWD } from '../../src/provider/squid/config.ts';
 import { closedPort, type Origin, startHttpOrigin } from '../support/origins.ts';
 import { basicAuthHeader, statusViaProxy, stopSquidProcess } from '../support/squid.ts';
 
@@ -367,7 +367,7 @@ describe('default cloud-init', () => {
   it('is a #cloud-config installing Squid with our config, auth file and a restart', () => {
     expect(ci.startsWith('#cloud-config\n')).toBe(true);
     expect(doc.packages).toEqual(['squid']);
-    expect(squidConf).toBe(vmSquidConfig(8443));
+    expect(squidConf).toBe(squidConfig({ profile: 'vm', port: 8443 }));
     expect(squidConf.split('\n')).toEqual(
       expect.arrayContaining([
         'http_port 8443',

@@ -9,7 +9,7 @@ import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { CallContext, CreateRequest } from '../../src/provider/contract.ts';
 import { createGcpProvider, type GcpProvider } from '../../src/provider/gcp/index.ts';
-import { redactBody, redactHeaders, redactJson, redactUrl } from '../../src/provider/gcp/wire.ts';
+import { redactBody, redactHeaders, redactJson, redactSecretQuery } from '../../src/provider/gcp/wire.ts';
 import { type FakeGce, startFakeGce } from '../support/fake-gce.ts';
 
 const PROJECT = 'proj-wire-1';
@@ -194,7 +194,7 @@ describe('redaction', () => {
       authorization: '[redacted]',
       'content-type': 'x',
     });
-    const u = redactUrl('http://h/compute/v1/x?filter=a%3Db&access_token=abc&maxResults=5');
+    const u = redactSecretQuery('http://h/compute/v1/x?filter=a%3Db&access_token=abc&maxResults=5');
     expect(u).toContain('filter=a%3Db');
     expect(u).toContain('maxResults=5');
     expect(u).not.toContain('abc');

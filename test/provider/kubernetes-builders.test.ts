@@ -10,7 +10,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CreateRequest } from '../../src/provider/contract.ts';
 import { classify } from '../../src/provider/errors.ts';
 import { checkReason, classForStatus, toProviderError } from '../../src/provider/kubernetes/errors.ts';
-import { htpasswdLine, md5crypt } from '../../src/provider/kubernetes/htpasswd.ts';
 import { operatorNamespace } from '../../src/provider/kubernetes/index.ts';
 import {
   buildPod,
@@ -23,7 +22,8 @@ import {
   sanitizeLabelValue,
   stateFromPod,
 } from '../../src/provider/kubernetes/pod.ts';
-import { buildSquidConfig, NCSA_AUTH_HELPER } from '../../src/provider/kubernetes/squid-config.ts';
+import { NCSA_AUTH_HELPER, type SquidConfigOptions, squidConfig } from '../../src/provider/squid/config.ts';
+import { htpasswdLine, md5crypt } from '../../src/provider/squid/htpasswd.ts';
 import { closedPort, type Origin, startHttpOrigin, startTlsOrigin, testPki } from '../support/origins.ts';
 import { basicAuthHeader, statusViaProxy, stopSquidProcess } from '../support/squid.ts';
 
@@ -101,14 +101,17 @@ describe('htpasswd (APR1 MD5-crypt)', () => {
   });
 });
 
-describe('buildSquidConfig', () => {
+/** The pod profile, as the kubernetes provider builds it. */
+const podConfig = (o: Omit<SquidConfigOptions, 'profile'>) => squidConfig({ profile: 'pod', ...o });
+
+describe('squidConfig, pod profile', () => {
   it('requires auth for everything, denies the rest, and sets max_filedescriptors explicitly', () => {
-    const conf = buildSquidConfig({ port: 3128 });
+    const conf = podConfig({ port: 3128 });
     const lines = conf.split('\n');
     expect(lines).toContain('http_port 3128');
     // Squid sizes memory by the fd limit; inheriting a container's huge limit OOM-kills it.
     expect(lines).toContain('max_filedescriptors 4096');
-    expect(buildSquidConfig({ port: 8080, maxFileDescriptors: 1024 }).split('\n')).toContain(
+    expect(podConfig({ port: 8080, maxFileDescriptors: 1024 }).split('\n')).toContain(
       'max_filedescriptors 1024',
     );
     expect(lines).toContain(`auth_param basic program ${NCSA_AUTH_HELPER} /etc/squid-operator/htpasswd`);
@@ -117,17 +120,14 @@ describe('buildSquidConfig', () => {
     expect(access).toEqual(['http_access allow authed', 'http_access deny all']);
     expect(lines).toContain('cache deny all');
     expect(lines).toContain('access_log stdio:/dev/stdout');
-    expect(() => buildSquidConfig({ port: 0 })).toThrow(/port/);
-    expect(() => buildSquidConfig({ port: 3128, maxFileDescriptors: 10 })).toThrow(/maxFileDescriptors/);
+    expect(() => podConfig({ port: 0 })).toThrow(/port/);
+    expect(() => podConfig({ port: 3128, maxFileDescriptors: 10 })).toThrow(/maxFileDescriptors/);
   });
 
   it('is accepted by the real squid parser', () => {
     const dir = mkdtempSync(join(tmpdir(), 'squidconf-'));
     try {
-      writeFileSync(
-        join(dir, 'squid.conf'),
-        buildSquidConfig({ port: 3128, htpasswdPath: join(dir, 'htpasswd') }),
-      );
+      writeFileSync(join(dir, 'squid.conf'), podConfig({ port: 3128, htpasswdPath: join(dir, 'htpasswd') }));
       writeFileSync(join(dir, 'htpasswd'), htpasswdLine(creds));
       const out = execFileSync(SQUID, ['-k', 'parse', '-f', join(dir, 'squid.conf')], { stdio: 'pipe' });
       expect(out.toString()).not.toMatch(/FATAL|ERROR/);
@@ -308,7 +308,7 @@ describe('buildPod', () => {
     const salt = hash.split('$')[2]!;
     expect(md5crypt(creds.password, salt)).toBe(hash);
     expect(Buffer.from(secret.data!['squid.conf']!, 'base64').toString()).toBe(
-      buildSquidConfig({ port: 3128, maxFileDescriptors: 2048 }),
+      podConfig({ port: 3128, maxFileDescriptors: 2048 }),
     );
   });
 

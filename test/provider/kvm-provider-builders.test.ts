@@ -4,6 +4,7 @@
  * and the health-check reason of each failure step.
  */
 import { describe, expect, it } from 'vitest';
+import { redactUrl } from '../../src/api/url.ts';
 import { kvmWithDefaults } from '../../src/config/defaults.ts';
 import { classify } from '../../src/provider/errors.ts';
 import { checkReason } from '../../src/provider/kvm/check.ts';
@@ -22,7 +23,7 @@ import {
   usableAddress,
   xmlEscape,
 } from '../../src/provider/kvm/domain.ts';
-import { redactUrl, resolveImage } from '../../src/provider/kvm/image.ts';
+import { resolveImage } from '../../src/provider/kvm/image.ts';
 import { DomainState, ErrorCode } from '../../src/provider/kvm/libvirt.ts';
 import { splitHostPort } from '../../src/provider/kvm/pool.ts';
 import { LibvirtError, RpcConnectionError } from '../../src/provider/kvm/rpc.ts';

@@ -4,6 +4,7 @@ import { gunzipSync } from 'node:zlib';
 import { context, INVALID_SPAN_CONTEXT, SpanStatusCode, trace } from '@opentelemetry/api';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { redactUrl } from '../../src/api/url.ts';
 import { createLogger } from '../../src/log/index.ts';
 import { closeServer, listenOn } from '../../src/metrics/bind.ts';
 import { permanent } from '../../src/provider/errors.ts';
@@ -11,7 +12,6 @@ import {
   batchOptionsFromEnv,
   extractTraceContext,
   injectTraceContext,
-  redactUrl,
   setupTracing,
   type Tracing,
   withSpan,

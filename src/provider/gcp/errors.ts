@@ -4,6 +4,7 @@
  * possibly a bearer token) in their `cause`, so they are never passed on: the kept cause is a
  * GcpApiError holding only the status, the reason and the (redacted) server message.
  */
+import { errorMessage } from '../../log/errors.ts';
 import { callSite, type ErrorClass, ProviderError } from '../errors.ts';
 
 /** google-gax keeps the raw body of an HTTP error under this global symbol. */
@@ -76,7 +77,7 @@ export function parseError(err: unknown): Parsed {
   const http = typeof e.httpStatusCode === 'number' ? e.httpStatusCode : undefined;
   const grpc = typeof e.code === 'number' ? e.code : undefined;
   let reason = typeof e.reason === 'string' && e.reason ? e.reason : undefined;
-  let message = err instanceof Error ? err.message : String(err);
+  let message = errorMessage(err);
   const raw = e[RAW_PAYLOAD];
   if (typeof raw === 'string') {
     const body = bodyFacts(raw);

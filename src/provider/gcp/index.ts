@@ -14,11 +14,12 @@ import type { ClientOptions, googleAuthLibrary } from 'google-gax';
 
 import type { Logger } from 'pino';
 import type { TargetStatus } from '../../api/providerhealth.ts';
+import { isHttpUrl } from '../../api/url.ts';
 import type { GcpProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
 import { notFound, ProviderError, permanent, transient } from '../errors.ts';
-import { defaultCloudInit } from './cloud-init.ts';
+import { defaultCloudInit } from '../squid/cloud-init.ts';
 import { checkMessage, checkReason, parseError, raceSignal, toProviderError, type Where } from './errors.ts';
 import { buildFirewallRule, ruleMatches } from './firewall.ts';
 import {
@@ -103,7 +104,7 @@ interface Clients {
 /** `apiEndpoint` of the config (host, host:port or URL) as client options. */
 export function endpointOptions(apiEndpoint: string | undefined): GcpClientOptions {
   if (!apiEndpoint) return {};
-  if (/^https?:\/\//.test(apiEndpoint)) {
+  if (isHttpUrl(apiEndpoint)) {
     const u = new URL(apiEndpoint);
     const protocol = u.protocol.slice(0, -1);
     return {

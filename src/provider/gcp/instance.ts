@@ -13,7 +13,7 @@ import { GCP_DEFAULTS } from '../../config/defaults.ts';
 import type { GcpProviderConfig } from '../../config/schema.ts';
 import type { CreateRequest, Instance, InstanceState } from '../contract.ts';
 import { permanent } from '../errors.ts';
-import { htpasswdProblem } from '../kubernetes/htpasswd.ts';
+import { htpasswdProblem } from '../squid/htpasswd.ts';
 
 export const DEFAULT_MACHINE_TYPE = 'e2-micro';
 /** Ubuntu: its GCE images run cloud-init, which reads the `user-data` metadata key. */

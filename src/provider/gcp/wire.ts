@@ -59,8 +59,12 @@ export function redactBody(text: string | undefined): unknown {
     : redacted;
 }
 
-/** The URL with secret-like query parameters (access_token, key) redacted; the rest kept. */
-export function redactUrl(raw: string): string {
+/**
+ * The URL with secret-like query parameters (access_token, key) redacted and the rest kept: a
+ * wire log is read to see what was asked (filter, pageToken), so it cannot use api/url's
+ * redactUrl, which drops the whole query.
+ */
+export function redactSecretQuery(raw: string): string {
   let u: URL;
   try {
     u = new URL(raw);
@@ -129,7 +133,7 @@ export function enableWireLog(auth: AuthClient, log: Logger, now: () => number =
   const fetch = async (...args: Parameters<AuthClient['fetch']>) => {
     const [input, init] = args as [unknown, (RequestInit & { method?: string }) | undefined];
     const method = (init?.method ?? 'GET').toUpperCase();
-    const url = redactUrl(urlOf(input));
+    const url = redactSecretQuery(urlOf(input));
     const start = now();
     log.debug(
       {

@@ -15,14 +15,14 @@ import {
 import type { KubernetesProviderConfig } from '../../config/schema.ts';
 import type { CreateRequest, Instance, InstanceState } from '../contract.ts';
 import { permanent } from '../errors.ts';
-import { htpasswdLine, htpasswdProblem } from './htpasswd.ts';
 import {
-  buildSquidConfig,
   DEFAULT_MAX_FILE_DESCRIPTORS,
   HTPASSWD_KEY,
   SQUID_CONFIG_DIR,
   SQUID_CONFIG_KEY,
-} from './squid-config.ts';
+  squidConfig,
+} from '../squid/config.ts';
+import { htpasswdLine, htpasswdProblem } from '../squid/htpasswd.ts';
 
 /** A pinned tag of the ubuntu/squid image: a moving `latest` would change proxies under us. */
 export const DEFAULT_SQUID_IMAGE = 'ubuntu/squid:6.6-24.04_edge';
@@ -223,7 +223,7 @@ export function buildSecret(
   salt?: string,
 ): V1Secret {
   validateRequest(req, s);
-  const conf = buildSquidConfig({ port: req.port, maxFileDescriptors: s.maxFileDescriptors });
+  const conf = squidConfig({ profile: 'pod', port: req.port, maxFileDescriptors: s.maxFileDescriptors });
   const b64 = (x: string) => Buffer.from(x, 'utf8').toString('base64');
   return {
     apiVersion: 'v1',

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Logger } from 'pino';
+import { isHttpUrl, redactUrl } from '../../api/url.ts';
 import type { KvmImage } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import { permanent, transient } from '../errors.ts';
@@ -47,7 +48,7 @@ export function resolveImage(images: Images, ref: string | undefined): ResolvedI
   }
   const img = images[ref];
   if (img) return { key: ref, url: img.url, sha256: img.sha256, format: img.format, firmware: img.firmware };
-  if (/^https?:\/\/[^/]+/.test(ref)) {
+  if (isHttpUrl(ref)) {
     const key = `url-${createHash('sha256').update(ref).digest('hex').slice(0, 16)}`;
     return { key, url: ref, format: 'qcow2', firmware: 'uefi' };
   }
@@ -216,15 +217,5 @@ export class ImageCache {
       });
     }
     return hash.digest('hex');
-  }
-}
-
-/** A URL for messages: no userinfo, no query (either may hold a token). */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.protocol}//${u.host}${u.pathname}`;
-  } catch {
-    return '<invalid url>';
   }
 }

@@ -12,7 +12,7 @@ import type { KvmProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
 import { type ErrorClass, notFound, ProviderError, permanent, wrap } from '../errors.ts';
-import { defaultCloudInit } from '../gcp/cloud-init.ts';
+import { defaultCloudInit } from '../squid/cloud-init.ts';
 import { checkHost } from './check.ts';
 import {
   type DomainID,

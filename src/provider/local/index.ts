@@ -9,6 +9,7 @@ import net from 'node:net';
 import type { Logger } from 'pino';
 import type { TargetStatus } from '../../api/providerhealth.ts';
 import type { LocalProviderConfig } from '../../config/schema.ts';
+import { errorMessage } from '../../log/errors.ts';
 import { silentLogger } from '../../log/index.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
 import { notFound, permanent, quotaExceeded, transient } from '../errors.ts';
@@ -177,7 +178,7 @@ class LocalProxyProvider implements Provider, Checker {
       }
     } catch (err) {
       target.reason = 'Unknown';
-      target.message = (err instanceof Error ? err.message : String(err)).slice(0, 1024);
+      target.message = errorMessage(err).slice(0, 1024);
     }
     target.latencyMillis = Math.max(0, Date.now() - start);
     return [target];

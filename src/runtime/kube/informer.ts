@@ -67,7 +67,7 @@ export class Informer<T extends KubeObject> implements CacheSink<T> {
       throw e;
     }
     let candidates: Iterable<string> = this.objects.keys();
-    const eq = selector.find((r) => r.op === 'eq');
+    const eq = selector.requirements.find((r) => r.op === 'eq');
     if (eq && eq.op === 'eq') candidates = this.byLabel.get(`${eq.key}=${eq.value}`) ?? [];
     else if (opts.namespace !== undefined) candidates = this.byNamespace.get(opts.namespace) ?? [];
     const out: T[] = [];

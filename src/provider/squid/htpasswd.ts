@@ -1,5 +1,5 @@
 /**
- * provider/kubernetes/htpasswd — the password file Squid's basic_ncsa_auth reads. Hashes with
+ * provider/squid/htpasswd — the password file Squid's basic_ncsa_auth reads. Hashes with
  * Apache's APR1 variant of MD5-crypt, which basic_ncsa_auth verifies with its own code (so it
  * works whatever crypt(3) the Squid image's libc offers). The passwords are random and long;
  * the Secret holding the file is what protects them, not the hash's strength.

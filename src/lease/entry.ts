@@ -1,0 +1,159 @@
+/**
+ * lease/entry — one proxy as the lease store holds it, and the one rule that decides whether it
+ * may be leased now: `notLeasableReason` names the first rule a proxy fails, and a proxy is
+ * eligible exactly when it names none. Grants, snapshots and the refusal funnel all go by it.
+ */
+import { phaseServes } from '../api/proxy.ts';
+import type { NoneLeasableCounts, NotLeasableReason, ProxyInfo, ProxySnapshot } from './store.ts';
+
+/** A proxy's facts (credentials folded into `url`) plus its lease state. */
+export interface Entry extends Omit<ProxyInfo, 'credentials' | 'latencyMillis'> {
+  /** true once the health engine has spoken: its verdicts win over the status condition. */
+  healthFromVerdict: boolean;
+  url: string;
+  latencyMillis: number | undefined;
+  active: number;
+  /** Grant sequence number of the last grant (0 = never): strict "least recently leased". */
+  lastLeasedSeq: number;
+  lastLeasedAt: number | undefined;
+  globalUntil: number;
+  targetUntil: Map<string, number>;
+  /** In the store's views (eligible when last updated). */
+  indexed: boolean;
+  removed: boolean;
+}
+
+export function newEntry(info: Pick<ProxyInfo, 'key' | 'namespace' | 'name' | 'uid'>): Entry {
+  return {
+    key: info.key,
+    namespace: info.namespace,
+    name: info.name,
+    uid: info.uid,
+    labels: {},
+    phase: '',
+    healthy: false,
+    healthFromVerdict: false,
+    draining: false,
+    deleting: false,
+    maxLeases: 0,
+    host: '',
+    port: 0,
+    url: '',
+    latencyMillis: undefined,
+    active: 0,
+    lastLeasedSeq: 0,
+    lastLeasedAt: undefined,
+    globalUntil: 0,
+    targetUntil: new Map(),
+    indexed: false,
+    removed: false,
+  };
+}
+
+/** Grant order: least recently leased, then lowest latency (unknown last), then name. */
+export function compareEntries(a: Entry, b: Entry): number {
+  if (a.lastLeasedSeq !== b.lastLeasedSeq) return a.lastLeasedSeq - b.lastLeasedSeq;
+  const la = a.latencyMillis ?? Number.POSITIVE_INFINITY;
+  const lb = b.latencyMillis ?? Number.POSITIVE_INFINITY;
+  if (la !== lb) return la < lb ? -1 : 1;
+  if (a.name !== b.name) return a.name < b.name ? -1 : 1;
+  if (a.namespace !== b.namespace) return a.namespace < b.namespace ? -1 : 1;
+  return 0;
+}
+
+/** Whether `e` is cooling down for `target`; forgets the cooldown once it has ended. */
+export function coolingFor(e: Entry, target: string, now: number): boolean {
+  const until = e.targetUntil.get(target);
+  if (until === undefined) return false;
+  if (until > now) return true;
+  e.targetUntil.delete(target);
+  return false;
+}
+
+/**
+ * The first leasing rule `e` fails, or undefined when it may be leased (for `target`, when
+ * given). Serving follows `phaseServes` (api/proxy) at the address the feed derived; a proxy
+ * being deleted serves nowhere.
+ */
+export function notLeasableReason(
+  e: Entry,
+  target: string | undefined,
+  now: number,
+): NotLeasableReason | undefined {
+  if (e.deleting) return 'Deleting';
+  if (!phaseServes(e.phase) || e.host === '') return 'NotReady';
+  if (!e.healthy) return 'Unhealthy';
+  if (e.draining) return 'Draining';
+  if (e.globalUntil > now) return 'CoolingDown';
+  if (target !== undefined && coolingFor(e, target, now)) return 'CoolingDownForTarget';
+  if (e.maxLeases > 0 && e.active >= e.maxLeases) return 'AtCapacity';
+  return undefined;
+}
+
+/**
+ * Whether `e` belongs in the store's views: leasable for some target. Target cooldowns are
+ * checked per grant, so they do not take a proxy out of the views.
+ */
+export function isEligible(e: Entry, now: number): boolean {
+  return !e.removed && notLeasableReason(e, undefined, now) === undefined;
+}
+
+/** Why nothing among `entries` was leasable for `target`, as the funnel NoneLeasableCounts describes. */
+export function refusalCounts(
+  entries: Iterable<Entry>,
+  target: string | undefined,
+  now: number,
+): NoneLeasableCounts {
+  const c: NoneLeasableCounts = {
+    matching: 0,
+    ready: 0,
+    healthy: 0,
+    draining: 0,
+    coolingDown: 0,
+    coolingDownForTarget: 0,
+    atCapacity: 0,
+  };
+  for (const e of entries) {
+    c.matching++;
+    const reason = notLeasableReason(e, target, now);
+    if (reason === 'NotReady' || reason === 'Deleting') continue;
+    c.ready++;
+    if (reason === 'Unhealthy') continue;
+    c.healthy++;
+    if (reason === 'Draining') c.draining++;
+    else if (reason === 'CoolingDown') c.coolingDown++;
+    else if (reason === 'CoolingDownForTarget') c.coolingDownForTarget++;
+    else if (reason === 'AtCapacity') c.atCapacity++;
+  }
+  return c;
+}
+
+function iso(ms: number): string {
+  return new Date(ms).toISOString();
+}
+
+/** The public view of `e`; drops target cooldowns that have ended. */
+export function snapshotOf(e: Entry, target: string | undefined, now: number): ProxySnapshot {
+  for (const [t, until] of e.targetUntil) if (until <= now) e.targetUntil.delete(t);
+  const reason = notLeasableReason(e, target, now) ?? null;
+  return {
+    namespace: e.namespace,
+    name: e.name,
+    phase: e.phase,
+    healthy: e.healthy,
+    draining: e.draining,
+    deleting: e.deleting,
+    host: e.host || null,
+    port: e.host ? e.port : null,
+    latencyMillis: e.latencyMillis ?? null,
+    activeLeases: e.active,
+    maxLeases: e.maxLeases,
+    lastLeasedAt: e.lastLeasedAt === undefined ? null : iso(e.lastLeasedAt),
+    cooldownUntil: e.globalUntil > now ? iso(e.globalUntil) : null,
+    targetCooldowns: [...e.targetUntil]
+      .sort((a, b) => (a[0] < b[0] ? -1 : 1))
+      .map(([t, until]) => ({ target: t, until: iso(until) })),
+    leasable: reason === null,
+    reason,
+  };
+}
