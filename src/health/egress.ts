@@ -9,14 +9,14 @@ import { isIP, type Socket, connect as tcpConnect } from 'node:net';
 import { type ConnectionOptions, type TLSSocket, connect as tlsConnect } from 'node:tls';
 import { Counter, Gauge, Registry } from 'prom-client';
 import { keyOf, parseKey } from '../api/meta.ts';
-import type { ProxyObject } from '../api/proxy.ts';
+import { type ProxyObject, servingEndpoint } from '../api/proxy.ts';
 import { readProxyCredentials } from '../controller/credentials.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import type { Credentials } from '../provider/contract.ts';
 import { errorMessage } from '../provider/errors.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import { isConflict, isNotFound, type ObjectStore } from '../runtime/store.ts';
-import { nextSlot, proxyAddress, scheduleOffset } from './policy.ts';
+import { nextSlot, scheduleOffset } from './policy.ts';
 import { type ProbeOptions, type ProbeTarget, parseProbeUrl } from './probe.ts';
 
 export const DEFAULT_EGRESS_INTERVAL_MS = 5 * 60_000;
@@ -468,7 +468,7 @@ class Alarm {
 
 /** Where a proxy is checked: a change means a new instance with a possibly new egress IP. */
 function addressKey(p: ProxyObject | undefined): string | undefined {
-  const a = p ? proxyAddress(p) : undefined;
+  const a = p ? servingEndpoint(p) : undefined;
   return a ? `${a.host}:${a.port}` : undefined;
 }
 
@@ -515,7 +515,7 @@ export class EgressIpChecker {
         const ips: string[] = [];
         for (const p of store.proxies.list()) {
           const ip = p.status?.egressIP;
-          if (ip && proxyAddress(p)) ips.push(ip);
+          if (ip && servingEndpoint(p)) ips.push(ip);
         }
         this.set(countDuplicates(ips));
       },
@@ -592,7 +592,7 @@ export class EgressIpChecker {
     const summary: EgressCheckSummary = { ok: 0, failed: 0, badAnswer: 0, skipped: 0, written: 0 };
     const jobs: Promise<void>[] = [];
     for (const proxy of this.store.proxies.list()) {
-      if (!proxyAddress(proxy)) continue;
+      if (!servingEndpoint(proxy)) continue;
       const key = keyOf(proxy);
       const uid = proxy.metadata.uid ?? '';
       jobs.push(
@@ -636,7 +636,7 @@ export class EgressIpChecker {
   private async checkKey(key: string, uid: string, signal: AbortSignal): Promise<CheckOutcome> {
     const proxy = this.store.proxies.get(parseKey(key));
     if (!proxy || (proxy.metadata.uid ?? '') !== uid) return 'skipped';
-    const addr = proxyAddress(proxy);
+    const addr = servingEndpoint(proxy);
     if (!addr) return 'skipped';
     const state = this.stateFor(key, uid);
     let credentials: Credentials | undefined;
@@ -715,7 +715,7 @@ export class EgressIpChecker {
     const out: string[] = [];
     for (const p of this.store.proxies.list()) {
       const k = keyOf(p);
-      if (k === key || !proxyAddress(p)) continue;
+      if (k === key || !servingEndpoint(p)) continue;
       const s = this.states.get(k);
       const theirs = s && s.uid === (p.metadata.uid ?? '') && s.ip ? s.ip : p.status?.egressIP;
       if (theirs === ip) out.push(k);
