@@ -138,7 +138,7 @@ export class SlotScheduler {
   runNow(key: string): void {
     const job = this.jobs.get(key);
     if (!job || !this.active) return;
-    if (job.state === 'running') {
+    if (job.state === 'running' || job.state === 'rerun') {
       job.state = 'rerun';
       return;
     }
