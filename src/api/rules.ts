@@ -4,6 +4,7 @@
  * TypeScript predicate (enforced by standalone mode through api/validate). Keeping both in one
  * table makes drift visible in review; test/api evaluates both against one set of manifests.
  */
+import { DEFAULT_FAILURE_THRESHOLD, DEFAULT_INTERVAL_SECONDS } from './health-defaults.ts';
 import type { FieldError } from './schema-errors.ts';
 
 /** The `x-kubernetes-validations` entry as apiextensions.k8s.io/v1 stores it. */
@@ -40,10 +41,6 @@ interface HealthCheckView {
   timeoutSeconds?: number;
   failureThreshold?: number;
 }
-
-/** Engine defaults that the timeout rule assumes when a field is unset (SPEC §5). */
-export const DEFAULT_INTERVAL_SECONDS = 1;
-export const DEFAULT_FAILURE_THRESHOLD = 3;
 
 const EXTERNAL = "(has(self.type) && self.type == 'External')";
 const isExternal = (s: SpecView) => s.type === 'External';

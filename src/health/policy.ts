@@ -1,10 +1,20 @@
 /**
- * health/policy — the pure rules of the health engine: which proxies are probed and where,
- * the effective check for a proxy (engine defaults + spec.healthCheck), the stable schedule
- * offset, the verdict state machine and when a latency change is worth reporting.
+ * health/policy — the pure rules of the health engine: the effective check for a proxy (engine
+ * defaults + spec.healthCheck), the stable schedule offset, the verdict state machine and when
+ * a latency change is worth reporting. Where a proxy is probed is api/proxy's servingEndpoint.
  */
-import { DEFAULT_PROXY_PORT } from '../api/constants.ts';
-import { type ProxyObject, phaseServes } from '../api/proxy.ts';
+import {
+  DEFAULT_EXPECT_STATUS,
+  DEFAULT_FAILURE_THRESHOLD,
+  DEFAULT_HEALTH_URL,
+  DEFAULT_INTERVAL_SECONDS,
+  DEFAULT_SUCCESS_THRESHOLD,
+} from '../api/health-defaults.ts';
+import type { ProxyObject } from '../api/proxy.ts';
+import { isHttpUrl } from '../api/url.ts';
+
+/** The condition reason of a successful probe (failures carry the probe's own reason). */
+export const REASON_PROBE_SUCCEEDED = 'ProbeSucceeded';
 
 export interface HealthCheckDefaults {
   url: string;
@@ -17,11 +27,11 @@ export interface HealthCheckDefaults {
 }
 
 export const DEFAULT_HEALTH_CHECK: HealthCheckDefaults = {
-  url: 'https://www.gstatic.com/generate_204',
-  expectStatus: 204,
-  intervalMs: 1000,
-  failureThreshold: 3,
-  successThreshold: 1,
+  url: DEFAULT_HEALTH_URL,
+  expectStatus: DEFAULT_EXPECT_STATUS,
+  intervalMs: DEFAULT_INTERVAL_SECONDS * 1000,
+  failureThreshold: DEFAULT_FAILURE_THRESHOLD,
+  successThreshold: DEFAULT_SUCCESS_THRESHOLD,
 };
 
 export interface ResolvedCheck {
@@ -33,17 +43,20 @@ export interface ResolvedCheck {
   successThreshold: number;
 }
 
+/** Why `raw` is not an absolute http(s) URL, or undefined when it is. Never echoes the URL: it may carry a key. */
+export function httpUrlProblem(raw: string): string | undefined {
+  if (isHttpUrl(raw)) return undefined;
+  const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(raw)?.[1]?.toLowerCase();
+  if (scheme && scheme !== 'http' && scheme !== 'https') {
+    return `scheme must be http or https, got ${scheme}:`;
+  }
+  return 'not an absolute http(s) URL';
+}
+
 /** Validates engine defaults; the error names the field. */
 export function validateDefaults(d: HealthCheckDefaults): void {
-  let url: URL;
-  try {
-    url = new URL(d.url);
-  } catch {
-    throw new Error(`health defaults.url: not a URL: ${JSON.stringify(d.url)}`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new Error(`health defaults.url: scheme must be http or https, got ${url.protocol}`);
-  }
+  const problem = httpUrlProblem(d.url);
+  if (problem) throw new Error(`health defaults.url: ${problem}`);
   const int = (name: string, v: number, min: number, max: number) => {
     if (!Number.isInteger(v) || v < min || v > max) {
       throw new Error(`health defaults.${name}: must be an integer in [${min}, ${max}], got ${v}`);
@@ -73,19 +86,6 @@ export function resolveCheck(defaults: HealthCheckDefaults, proxy: ProxyObject):
     failureThreshold,
     successThreshold: hc.successThreshold ?? defaults.successThreshold,
   };
-}
-
-/** Where a proxy is reachable, or undefined when it is not to be probed. */
-export function proxyAddress(proxy: ProxyObject): { host: string; port: number } | undefined {
-  if (proxy.metadata.deletionTimestamp) return undefined;
-  if ((proxy.spec.type ?? 'Managed') === 'External') {
-    return proxy.spec.endpoint
-      ? { host: proxy.spec.endpoint.host, port: proxy.spec.endpoint.port }
-      : undefined;
-  }
-  const s = proxy.status;
-  if (!phaseServes(s?.phase) || !s?.address) return undefined;
-  return { host: s.address, port: s.port ?? proxy.spec.port ?? DEFAULT_PROXY_PORT };
 }
 
 /** FNV-1a: a stable, well-spread 32-bit hash of the UID. */

@@ -1,8 +1,9 @@
 /**
- * health/probe — one health probe through one forward proxy (SPEC §5): CONNECT tunnel + TLS +
- * GET for https URLs, an absolute-form GET for http URLs, bounded by one deadline, classified
- * into a fixed set of reasons. Raw sockets instead of node:http keep the per-probe CPU low
- * (SPEC §10), and TLS sessions are resumed per origin through a small cache.
+ * health/probe — one health probe through one forward proxy (see docs/health.md): CONNECT
+ * tunnel + TLS + GET for https URLs, an absolute-form GET for http URLs, bounded by one
+ * deadline, classified into a fixed set of reasons. Raw sockets instead of node:http keep the
+ * per-probe CPU low (every proxy is probed every second; docs/health.md, "Cost"), and TLS
+ * sessions are resumed per origin through a small cache.
  * Messages name hosts, ports and statuses only: never credentials.
  */
 import { isIP, type Socket, connect as tcpConnect } from 'node:net';
@@ -13,6 +14,7 @@ import {
   type TLSSocket,
   connect as tlsConnect,
 } from 'node:tls';
+import { errorMessage } from '../log/errors.ts';
 
 export const PROBE_REASONS = [
   'ConnectFailed',
@@ -341,7 +343,7 @@ async function withDeadline(
     return {
       ok: false,
       reason: 'ConnectFailed',
-      message: `probe failed: ${(err as Error).message}`,
+      message: `probe failed: ${errorMessage(err)}`,
       latencyMs: elapsed(),
     };
   } finally {
@@ -359,13 +361,13 @@ function parseOrFail(raw: string): ParsedUrl | ProbeResult {
     return {
       ok: false,
       reason: 'UnexpectedStatus',
-      message: `invalid probe URL: ${(err as Error).message}`,
+      message: `invalid probe URL: ${errorMessage(err)}`,
       latencyMs: 0,
     };
   }
 }
 
-/** Probes `check.url` through the forward proxy at `target` (SPEC §5). Never throws. */
+/** Probes `check.url` through the forward proxy at `target`. Never throws. */
 export function probe(target: ProbeTarget, check: ProbeCheck, opts: ProbeOptions = {}): Promise<ProbeResult> {
   const url = parseOrFail(check.url);
   if ('ok' in url) return Promise.resolve(url);

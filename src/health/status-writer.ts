@@ -1,0 +1,172 @@
+/**
+ * health/status-writer — persists verdicts to Proxy status: the `Healthy` condition only on a
+ * transition, status.health on a transition or (at most once a minute) when the latency moved
+ * a lot. Every write is preconditioned on resourceVersion, so the reconciler's conditions are
+ * never clobbered; a Conflict re-reads and writes again (runtime/retry). A proxy gone means
+ * there is nothing to write.
+ */
+import { setCondition } from '../api/conditions.ts';
+import { CONDITION_HEALTHY } from '../api/constants.ts';
+import { type Condition, parseKey } from '../api/meta.ts';
+import type { ProxyObject } from '../api/proxy.ts';
+import { errorMessage } from '../log/errors.ts';
+import type { Logger } from '../log/index.ts';
+import type { Clock } from '../runtime/clock.ts';
+import { retryOnConflict } from '../runtime/retry.ts';
+import { isNotFound, type ObjectStore } from '../runtime/store.ts';
+import { latencyMovedALot, REASON_PROBE_SUCCEEDED } from './policy.ts';
+import type { Target } from './target.ts';
+
+/** Status writes of latency alone: at most this often per proxy. */
+export const LATENCY_WRITE_MIN_INTERVAL_MS = 60_000;
+
+/** What has been persisted of one target. */
+export interface StatusRecord {
+  /** Verdict transitions so far, and the one last persisted. */
+  version: number;
+  writtenVersion: number;
+  /** status.health.latencyMillis as last written (or found at start), and when. */
+  latencyWritten: number | undefined;
+  latencyWrittenAt: number;
+  /** A latency change is waiting to be written. */
+  latencyDirty: boolean;
+}
+
+export function newStatusRecord(storedLatency: number | undefined): StatusRecord {
+  return {
+    version: 0,
+    writtenVersion: 0,
+    latencyWritten: storedLatency,
+    latencyWrittenAt: Number.NEGATIVE_INFINITY,
+    latencyDirty: false,
+  };
+}
+
+export interface HealthStatusWriterOptions {
+  store: ObjectStore;
+  clock: Clock;
+  log: Logger;
+  /** False once the target was removed or replaced: its write is dropped. */
+  isCurrent(t: Target): boolean;
+}
+
+export class HealthStatusWriter {
+  private readonly opts: HealthStatusWriterOptions;
+  /** At most one write per target at a time; a newer verdict is written by the next probe. */
+  private readonly writing = new Map<Target, Promise<void>>();
+  private count = 0;
+
+  constructor(opts: HealthStatusWriterOptions) {
+    this.opts = opts;
+  }
+
+  /** Status writes done. */
+  get writes(): number {
+    return this.count;
+  }
+
+  resetStats(): void {
+    this.count = 0;
+  }
+
+  /** The verdict of `t` changed: status must follow. */
+  verdictChanged(t: Target): void {
+    t.status.version++;
+  }
+
+  /** A healthy probe measured `latencyMs`: worth a write when it moved a lot, once a minute. */
+  latencyObserved(t: Target, latencyMs: number, now: number): void {
+    const s = t.status;
+    if (
+      latencyMovedALot(s.latencyWritten, latencyMs) &&
+      now - s.latencyWrittenAt >= LATENCY_WRITE_MIN_INTERVAL_MS
+    ) {
+      s.latencyDirty = true;
+    }
+  }
+
+  /** Starts a write when one is due and none is running for `t`; failures wait for the next probe. */
+  maybeWrite(t: Target, signal: AbortSignal): void {
+    if (this.writing.has(t) || t.verdict.healthy === undefined) return;
+    if (t.status.version === t.status.writtenVersion && !t.status.latencyDirty) return;
+    const p = this.write(t, signal)
+      .catch((err) => {
+        this.opts.log.warn(
+          { proxy: t.key, err: errorMessage(err) },
+          'health status write failed; retrying on the next probe',
+        );
+      })
+      .finally(() => this.writing.delete(t));
+    this.writing.set(t, p);
+  }
+
+  /** Waits for the writes in flight. */
+  async settle(): Promise<void> {
+    await Promise.allSettled([...this.writing.values()]);
+  }
+
+  private async write(t: Target, signal: AbortSignal): Promise<void> {
+    const { store, clock } = this.opts;
+    // What is written is the state when the write starts, whatever a retry re-reads.
+    const version = t.status.version;
+    const verdictWrite = version !== t.status.writtenVersion;
+    const healthy = t.verdict.healthy === true;
+    const health = healthField(t, healthy);
+    const now = clock.now();
+    const key = parseKey(t.key);
+    const attempt = async (obj: ProxyObject | undefined): Promise<void> => {
+      if (!obj || obj.metadata.uid !== t.uid || !this.opts.isCurrent(t)) return; // gone or replaced
+      const patch: Record<string, unknown> = { health };
+      if (verdictWrite) {
+        const desired = desiredCondition(t, healthy);
+        const existing = obj.status?.conditions?.find((c) => c.type === CONDITION_HEALTHY);
+        if (
+          version === 1 &&
+          !t.status.latencyDirty &&
+          existing?.status === desired.status &&
+          existing.reason === desired.reason
+        ) {
+          // First verdict after a restart that matches what is stored: nothing to write.
+          t.status.writtenVersion = version;
+          t.status.latencyWrittenAt = now;
+          return;
+        }
+        patch.conditions = setCondition(obj.status?.conditions, desired, new Date(now));
+      }
+      await store.proxies.patchStatus(key, patch, { resourceVersion: obj.metadata.resourceVersion, signal });
+      this.count++;
+      t.status.writtenVersion = version;
+      t.status.latencyDirty = false;
+      if (healthy) {
+        t.status.latencyWritten = t.last.latencyMs;
+        t.status.latencyWrittenAt = now;
+      }
+    };
+    try {
+      await retryOnConflict(store.proxies.get(key), attempt, () => store.proxies.read(key, { signal }), {
+        signal,
+      });
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+  }
+}
+
+/** status.health as of the last counted probe; nulls clear what no longer applies. */
+function healthField(t: Target, healthy: boolean): Record<string, unknown> {
+  return {
+    latencyMillis: healthy && t.last.latencyMs !== undefined ? t.last.latencyMs : null,
+    lastProbeTime: t.last.time !== undefined ? new Date(t.last.time).toISOString() : null,
+    consecutiveFailures: t.verdict.consecutiveFailures,
+    lastError: healthy ? null : (t.last.message ?? null),
+  };
+}
+
+function desiredCondition(t: Target, healthy: boolean): Omit<Condition, 'lastTransitionTime'> {
+  return {
+    type: CONDITION_HEALTHY,
+    status: healthy ? 'True' : 'False',
+    reason: t.last.reason ?? (healthy ? REASON_PROBE_SUCCEEDED : 'ProbeFailed'),
+    message: t.last.message ?? '',
+  };
+}

@@ -1,0 +1,103 @@
+/**
+ * health/target — what the engine knows about one probed proxy, and how one counted probe
+ * result moves its verdict. Scheduling, credentials and status writes keep their own state in
+ * their own modules; this record holds only the probe history and the verdict.
+ */
+import { applyResult, REASON_PROBE_SUCCEEDED, type ResolvedCheck, type VerdictState } from './policy.ts';
+import type { ProbeResult } from './probe.ts';
+import { newStatusRecord, type StatusRecord } from './status-writer.ts';
+
+export interface HealthVerdict {
+  /** `namespace/name`. */
+  key: string;
+  uid: string;
+  healthy: boolean;
+  latencyMillis?: number;
+  /** Probe reason of the failure that made it unhealthy. */
+  reason?: string;
+}
+
+/** The last counted probe (a frozen failure is not counted). */
+export interface LastProbe {
+  reason?: string;
+  message?: string;
+  /** Of the last success. */
+  latencyMs?: number;
+  /** Clock ms. */
+  time?: number;
+}
+
+export interface Target {
+  readonly key: string;
+  readonly uid: string;
+  readonly namespace: string;
+  readonly name: string;
+  host: string;
+  port: number;
+  check: ResolvedCheck;
+  /** The control probe this target's check shares (health/control). */
+  controlKey: string;
+  verdict: VerdictState;
+  last: LastProbe;
+  /** Latency last handed to the listener. */
+  latencyReported?: number;
+  /** What the status writer persisted of this target. */
+  status: StatusRecord;
+  histogram: { observe(v: number): void };
+  /** Failure reasons counted for this proxy, to drop their series with it. */
+  failureReasons: Set<string>;
+}
+
+export interface NewTarget {
+  key: string;
+  uid: string;
+  namespace: string;
+  name: string;
+  host: string;
+  port: number;
+  check: ResolvedCheck;
+  controlKey: string;
+  /** status.health.latencyMillis as stored, so a restart does not rewrite an unchanged value. */
+  storedLatency: number | undefined;
+  histogram: Target['histogram'];
+}
+
+export function newTarget(n: NewTarget): Target {
+  return {
+    key: n.key,
+    uid: n.uid,
+    namespace: n.namespace,
+    name: n.name,
+    host: n.host,
+    port: n.port,
+    check: n.check,
+    controlKey: n.controlKey,
+    verdict: { healthy: undefined, consecutiveSuccesses: 0, consecutiveFailures: 0 },
+    last: {},
+    status: newStatusRecord(n.storedLatency),
+    histogram: n.histogram,
+    failureReasons: new Set(),
+  };
+}
+
+/** Counts one probe result at `now`; returns the new verdict when it changed. */
+export function recordResult(t: Target, r: ProbeResult, now: number): boolean | undefined {
+  t.last.time = now;
+  if (r.ok) {
+    t.last.latencyMs = r.latencyMs;
+    t.last.reason = REASON_PROBE_SUCCEEDED;
+    t.last.message = `probe of ${t.check.url} answered ${t.check.expectStatus} in ${r.latencyMs} ms`;
+  } else {
+    t.last.reason = r.reason;
+    t.last.message = r.message;
+  }
+  return applyResult(t.verdict, r.ok, t.check);
+}
+
+export function verdictOf(t: Target): HealthVerdict {
+  const healthy = t.verdict.healthy === true;
+  const v: HealthVerdict = { key: t.key, uid: t.uid, healthy };
+  if (healthy && t.last.latencyMs !== undefined) v.latencyMillis = t.last.latencyMs;
+  if (!healthy && t.last.reason) v.reason = t.last.reason;
+  return v;
+}
