@@ -3,8 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { OrphanGC } from '../../src/gc/gc.ts';
 import { silentLogger } from '../../src/log/index.ts';
 import type { Provider } from '../../src/provider/contract.ts';
-import { FakeClock } from '../../src/runtime/clock.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
+import { FakeClock } from '../support/clock.ts';
 import { FakeProvider } from '../support/fake-provider.ts';
 
 const MIN_AGE = 10 * 60_000;
