@@ -8,6 +8,7 @@ import { collectDefaultMetrics, Registry } from 'prom-client';
 export { type Authorize, type AuthVerdict, bearerToken, tokenReviewAuthorizer } from './authorize.ts';
 export { type BindAddress, closeServer, formatAddress, listenOn, parseBindAddress } from './bind.ts';
 export { PROXIES_METRIC, registerProxyPhaseGauge } from './fleet.ts';
+export { collectedGauge, counter, gauge, getOrCreate, histogram } from './register.ts';
 export { registerScrapeGauge, type ScrapeSample } from './scrape.ts';
 export { type MetricsServer, type MetricsServerOptions, startMetricsServer } from './server.ts';
 
