@@ -69,7 +69,8 @@ export async function createEmbeddedStore(opts: EmbeddedStoreOptions): Promise<E
 
 async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): Promise<EmbeddedStore> {
   const log = opts.log ?? silentLogger();
-  const engine = new ObjectEngine(opts.clock ? { clock: opts.clock } : {});
+  const clock = opts.clock ?? systemClock;
+  const engine = new ObjectEngine({ clock });
   for (const t of [PROXY_RESOURCE, PROVIDER_HEALTH_RESOURCE, SECRET_RESOURCE]) engine.register(t);
   const loaded = await readState(statePath);
   if (loaded) {
@@ -94,7 +95,7 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
     manifestsPath: opts.manifests ? resolve(opts.manifests) : undefined,
     validate: opts.validateProxy ?? defaultValidateProxy,
     log,
-    clock: opts.clock ?? systemClock,
+    clock,
     applied,
     save: (m) => persister.record({ m }),
     durable: () => persister.durable(),
