@@ -5,8 +5,6 @@
 import { parseArgs } from 'node:util';
 import { parseBindAddress } from '../metrics/bind.ts';
 
-export type Command = 'standalone' | 'operator' | 'status' | 'help' | 'version';
-
 export interface CommonFlags {
   discoveryBindAddress: string;
   metricsBindAddress: string;
@@ -80,7 +78,7 @@ export function parseDuration(flag: string, text: string): number {
 }
 
 /** `host:port`, `:port` (all interfaces) or `0` (disabled), checked by the servers' own parser. */
-export function checkBindAddress(flag: string, text: string): string {
+function checkBindAddress(flag: string, text: string): string {
   try {
     parseBindAddress(text, `--${flag}`);
   } catch (err) {
@@ -241,7 +239,7 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
   }
 }
 
-export const HELP: Record<string, string> = {
+const HELP: Record<string, string> = {
   main: `egress-proxies-operator — a fleet of authenticated HTTP forward proxies, health-checked and
 leased to crawlers.
 

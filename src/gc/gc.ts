@@ -33,12 +33,12 @@ export interface SweepResult {
 }
 
 /** What the sweep knows about the Proxies in scope, computed once per sweep. */
-export interface Owners {
+interface Owners {
   uids: Set<string>;
   retiring: Set<string>;
 }
 
-export function ownersOf(proxies: ProxyObject[]): Owners {
+function ownersOf(proxies: ProxyObject[]): Owners {
   const uids = new Set<string>();
   const retiring = new Set<string>();
   for (const p of proxies) {
@@ -52,7 +52,7 @@ export function ownersOf(proxies: ProxyObject[]): Owners {
 }
 
 /** Pure decision: may this instance be deleted as an orphan? Returns the reason it is kept. */
-export function orphanVerdict(
+function orphanVerdict(
   inst: Instance,
   owners: Owners,
   now: number,

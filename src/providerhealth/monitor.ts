@@ -17,8 +17,7 @@ import { type Clock, sleep, systemClock, timeoutSignal } from '../runtime/clock.
 import { isNotFound, type ObjectStore } from '../runtime/store.ts';
 import { buildStatus, type CheckResult } from './status.ts';
 
-export const MIN_INTERVAL_MS = 10_000;
-export const DEFAULT_TIMEOUT_MS = 15_000;
+const MIN_INTERVAL_MS = 10_000;
 
 export interface MonitoredProvider {
   name: string;
@@ -47,7 +46,7 @@ export function validateSchedule(intervalMs: number, timeoutMs: number): string 
 }
 
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-export const isValidObjectName = (n: string): boolean => n.length <= 253 && DNS1123_SUBDOMAIN.test(n);
+const isValidObjectName = (n: string): boolean => n.length <= 253 && DNS1123_SUBDOMAIN.test(n);
 
 export interface ProviderResult extends CheckResult {
   provider: string;

@@ -21,7 +21,7 @@ import { isPlainObject } from '../patch.ts';
 
 export type ProxyValidator = (obj: unknown, opts?: { old?: ProxyObject }) => ValidationResult<ProxyObject>;
 
-export const DEFAULT_NAMESPACE = 'default';
+const DEFAULT_NAMESPACE = 'default';
 
 /** Which object a manifest document defines: identity across files and restarts. */
 export interface ManifestRef {
@@ -59,7 +59,7 @@ export function formatManifestError(e: ManifestError): string {
   return `${where}: ${e.message}`;
 }
 
-export function manifestRef(type: ResourceType, namespace: string, name: string): ManifestRef {
+function manifestRef(type: ResourceType, namespace: string, name: string): ManifestRef {
   return { resource: qualifiedName(type), namespace, name };
 }
 
@@ -185,7 +185,7 @@ function validateProxyDoc(
  * Parses and validates one file. `old` returns the stored object a document defines (for
  * transition rules such as spec.type immutability).
  */
-export function parseManifestText(
+function parseManifestText(
   file: string,
   text: string,
   validate: ProxyValidator,
