@@ -5,8 +5,8 @@
  * Standalone and cluster mode differ only in the store, the elector and the kubernetes
  * provider.
  */
-import { existsSync, mkdirSync, statSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+
+import type { Tracer } from '@opentelemetry/api';
 import type { Registry } from 'prom-client';
 import { loadProvidersConfig } from '../config/load.ts';
 import type { ProvidersConfig } from '../config/schema.ts';
@@ -20,34 +20,27 @@ import { registerLeaseMetrics } from '../lease/metrics.ts';
 import { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import { createLogger, type Logger } from '../log/index.ts';
-import type { Authorize } from '../metrics/authorize.ts';
 import { registerProxyPhaseGauge } from '../metrics/fleet.ts';
 import { createMetricsRegistry } from '../metrics/index.ts';
 import { startMetricsServer } from '../metrics/server.ts';
-import { createGcpProvider } from '../provider/gcp/index.ts';
-import { createKvmProvider } from '../provider/kvm/index.ts';
-import { createLocalProvider } from '../provider/local/index.ts';
-import { buildProviders, type ProviderFactory, type ProviderRegistry } from '../provider/registry.ts';
+import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor, validateSchedule } from '../providerhealth/monitor.ts';
-import { createEmbeddedStore } from '../runtime/embedded/store.ts';
-import type { KubeClients } from '../runtime/kube/client.ts';
-import { type LeaderElector, StandaloneElector } from '../runtime/leader/elector.ts';
 import { Manager, type Runnable } from '../runtime/manager.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 import { WorkQueue } from '../runtime/workqueue.ts';
-import { setupTracing, type Tracing } from '../tracing/index.ts';
-import type { CommonFlags, OperatorFlags, ParsedCommand, StandaloneFlags } from './flags.ts';
+import { setupTracing, type Tracing, type TracingOptions } from '../tracing/index.ts';
+import type { CommonFlags, ParsedCommand } from './flags.ts';
+import {
+  type KubeClientsFactory,
+  type ModeParts,
+  operatorParts,
+  providerFactories,
+  resolveStandalonePaths,
+  standaloneParts,
+} from './modes.ts';
+import { StartupError, Teardown } from './startup.ts';
 
-export const LEADER_LEASE_NAME = 'egress-proxies-operator-leader';
 const RECONCILE_WORKERS = 8;
-
-/** A start-up problem the user must fix; printed as one line. */
-export class StartupError extends Error {
-  constructor(message: string, opts?: { cause?: unknown }) {
-    super(message, opts);
-    this.name = 'StartupError';
-  }
-}
 
 export interface App {
   manager: Manager;
@@ -64,36 +57,9 @@ export interface App {
   stop(): Promise<void>;
 }
 
-export interface StandalonePaths {
-  providersFile: string;
-  manifests: string;
-  statePath: string;
-}
-
-/** `--config` may name the providers file or a directory holding `providers.yaml`. */
-export function resolveStandalonePaths(flags: StandaloneFlags, cwd = process.cwd()): StandalonePaths {
-  const config = resolve(cwd, flags.config);
-  if (!existsSync(config)) throw new StartupError(`--config: ${flags.config} does not exist`);
-  const isDir = statSync(config).isDirectory();
-  const providersFile = isDir ? join(config, 'providers.yaml') : config;
-  if (!existsSync(providersFile)) {
-    throw new StartupError(`--config: ${flags.config} is a directory without a providers.yaml`);
-  }
-  const manifests = flags.manifests
-    ? resolve(cwd, flags.manifests)
-    : join(isDir ? config : dirname(config), 'proxies');
-  if (!existsSync(manifests)) {
-    throw new StartupError(
-      `--manifests: ${flags.manifests ?? manifests} does not exist (Proxy manifests are read from there)`,
-    );
-  }
-  const statePath = resolve(cwd, flags.state ?? join('.state', 'standalone-state.json'));
-  return { providersFile, manifests, statePath };
-}
-
 function loggerFor(flags: CommonFlags): Logger {
   const pretty = flags.logFormat === 'pretty' ? true : flags.logFormat === 'json' ? false : undefined;
-  return createLogger({ level: flags.logLevel, ...(pretty === undefined ? {} : { pretty }) });
+  return createLogger({ level: flags.logLevel, pretty });
 }
 
 async function loadConfig(path: string, log: Logger): Promise<ProvidersConfig> {
@@ -106,36 +72,6 @@ async function loadConfig(path: string, log: Logger): Promise<ProvidersConfig> {
     }
     throw new StartupError(errorMessage(err), { cause: err });
   }
-}
-
-function providerFactories(
-  kubernetes: ProviderFactory | undefined,
-  flags: Pick<CommonFlags, 'gcpWireFullPayloads'>,
-): Record<string, ProviderFactory> {
-  return {
-    local: (entry, deps) =>
-      createLocalProvider({ name: entry.name, config: entry.local ?? {}, log: deps.log }),
-    kubernetes:
-      kubernetes ??
-      (() => {
-        throw new Error(
-          'the kubernetes provider runs only in cluster mode (egress-proxies-operator operator)',
-        );
-      }),
-    gcp: (entry, deps) => {
-      if (!entry.gcp) throw new Error('the gcp block is required for a provider of type gcp');
-      return createGcpProvider({
-        name: entry.name,
-        config: entry.gcp,
-        log: deps.log,
-        wireLog: flags.gcpWireFullPayloads,
-      });
-    },
-    kvm: (entry, deps) => {
-      if (!entry.kvm) throw new Error('the kvm block is required for a provider of type kvm');
-      return createKvmProvider({ name: entry.name, config: entry.kvm, log: deps.log });
-    },
-  };
 }
 
 /** Wraps a start/stop pair as a runnable that lives until the manager stops it. */
@@ -152,93 +88,28 @@ function untilAborted(signal: AbortSignal): Promise<void> {
   return new Promise((r) => signal.addEventListener('abort', () => r(), { once: true }));
 }
 
-interface ModeParts {
-  store: ObjectStore;
-  elector: LeaderElector;
-  kube?: KubeClients;
-  kubernetesProvider?: ProviderFactory;
-  metricsAuthorizer?: Authorize;
-  providersFile: string;
-  proxyNamespace?: string;
+/** Seams for tests: how tracing and the cluster-mode API clients are made. */
+export interface ComposeDeps {
+  setupTracing: (opts: TracingOptions) => Tracing;
+  kubeClients?: KubeClientsFactory;
 }
 
-async function standaloneParts(flags: StandaloneFlags, log: Logger): Promise<ModeParts> {
-  const paths = resolveStandalonePaths(flags);
-  let store: ObjectStore;
-  try {
-    mkdirSync(dirname(paths.statePath), { recursive: true });
-    store = await createEmbeddedStore({
-      manifests: paths.manifests,
-      statePath: paths.statePath,
-      log: log.child({ component: 'store' }),
-    });
-  } catch (err) {
-    throw new StartupError(errorMessage(err), { cause: err });
-  }
-  log.info({ manifests: paths.manifests, state: paths.statePath }, 'standalone store ready');
-  return { store, elector: new StandaloneElector(), providersFile: paths.providersFile };
+export interface BuildOptions {
+  log?: Logger;
+  version?: string;
+  env?: NodeJS.ProcessEnv;
+  deps?: Partial<ComposeDeps>;
 }
+
+type ServerCommand = Extract<ParsedCommand, { command: 'standalone' | 'operator' }>;
 
 /**
- * Cluster mode. Its modules (client-node, undici 8) are loaded only here: they need
- * Node ≥ 22.19, while standalone mode runs on any Node ≥ 22.12.
+ * Builds the whole app in dependency order (config → tracing and metrics → store, elector and
+ * clients of the mode → providers → components → manager). Nothing runs until `run()`; a
+ * failure at any step closes what the earlier steps built.
  */
-async function operatorParts(flags: OperatorFlags, log: Logger): Promise<ModeParts> {
-  const [{ KubeConfig }, { createKubeClients }, { createKubeStore }, { LeaseElector }, k8sProvider, authz] =
-    await Promise.all([
-      import('@kubernetes/client-node'),
-      import('../runtime/kube/client.ts'),
-      import('../runtime/kube/store.ts'),
-      import('../runtime/leader/lease.ts'),
-      import('../provider/kubernetes/index.ts'),
-      import('../metrics/authorize.ts'),
-    ]);
-  const kc = new KubeConfig();
-  try {
-    if (flags.kubeconfig) kc.loadFromFile(flags.kubeconfig);
-    else kc.loadFromDefault();
-  } catch (err) {
-    throw new StartupError(`kubeconfig: ${errorMessage(err)}`, { cause: err });
-  }
-  const kube = await createKubeClients(kc);
-  const store = await createKubeStore({
-    clients: kube,
-    log: log.child({ component: 'store' }),
-    ...(flags.proxyNamespace ? { namespace: flags.proxyNamespace } : {}),
-  });
-  const elector: LeaderElector = flags.leaderElect
-    ? new LeaseElector({
-        api: kube.coordination,
-        namespace: flags.leaderElectionNamespace ?? k8sProvider.operatorNamespace(),
-        name: LEADER_LEASE_NAME,
-        log: log.child({ component: 'leader-election' }),
-      })
-    : new StandaloneElector();
-  const kubernetesProvider: ProviderFactory = (entry, deps) =>
-    k8sProvider.createKubernetesProvider({
-      name: entry.name,
-      config: entry.kubernetes ?? {},
-      core: kube.core,
-      apiHost: kc.getCurrentCluster()?.server ?? '',
-      log: deps.log,
-    });
-  return {
-    store,
-    elector,
-    kube,
-    kubernetesProvider,
-    ...(flags.metricsSecure ? { metricsAuthorizer: authz.tokenReviewAuthorizer(kc) } : {}),
-    providersFile: flags.providersConfig,
-    ...(flags.proxyNamespace ? { proxyNamespace: flags.proxyNamespace } : {}),
-  };
-}
-
-export async function buildApp(
-  parsed: Extract<ParsedCommand, { command: 'standalone' | 'operator' }>,
-  opts: { log?: Logger; version?: string; env?: NodeJS.ProcessEnv } = {},
-): Promise<App> {
+export async function buildApp(parsed: ServerCommand, opts: BuildOptions = {}): Promise<App> {
   const flags = parsed.flags;
-  const env = opts.env ?? process.env;
   const log = opts.log ?? loggerFor(flags);
   const scheduleProblem = validateSchedule(flags.providerCheckIntervalMs, flags.providerCheckTimeoutMs);
   if (scheduleProblem) throw new StartupError(scheduleProblem);
@@ -250,59 +121,121 @@ export async function buildApp(
       : parsed.flags.providersConfig;
   const config = await loadConfig(providersFile, log);
 
-  const tracing: Tracing = setupTracing({
+  const teardown = new Teardown();
+  try {
+    return await assemble(parsed, config, log, teardown, opts);
+  } catch (err) {
+    return teardown.abandon(err, log);
+  }
+}
+
+async function assemble(
+  parsed: ServerCommand,
+  config: ProvidersConfig,
+  log: Logger,
+  teardown: Teardown,
+  opts: BuildOptions,
+): Promise<App> {
+  const flags = parsed.flags;
+  const tracing = (opts.deps?.setupTracing ?? setupTracing)({
     serviceName: 'egress-proxies-operator',
-    ...(opts.version ? { serviceVersion: opts.version } : {}),
+    serviceVersion: opts.version,
     log,
   });
+  teardown.add('tracing', () => tracing.shutdown());
   const tracer = tracing.tracer;
   const registry = createMetricsRegistry();
 
-  const mode =
+  const mode: ModeParts =
     parsed.command === 'standalone'
-      ? await standaloneParts(parsed.flags, log)
-      : await operatorParts(parsed.flags, log);
+      ? await standaloneParts(parsed.flags, log, teardown)
+      : await operatorParts(parsed.flags, log, teardown, opts.deps?.kubeClients);
   const { store } = mode;
 
   let providers: ProviderRegistry;
   try {
-    providers = await buildProviders(config, providerFactories(mode.kubernetesProvider, parsed.flags), {
+    providers = await buildProviders(config, providerFactories(mode.kubernetesProvider, flags), {
       log: log.child({ component: 'provider' }),
       registry,
       tracer,
     });
   } catch (err) {
-    await store.stop();
     throw new StartupError(errorMessage(err), { cause: err });
   }
+  teardown.add('providers', () => providers.close());
 
+  const parts = buildComponents({ flags, log, registry, tracer, mode, providers });
+  const manager = new Manager({
+    store,
+    elector: mode.elector,
+    healthProbeBindAddress: flags.healthProbeBindAddress,
+    gracePeriodMs: flags.shutdownGraceMs,
+    log: log.child({ component: 'manager' }),
+  });
+
+  const discoveryUrl = addRunnables(manager, parts, (opts.env ?? process.env).DISCOVERY_TOKEN);
+  return {
+    manager,
+    store,
+    providers,
+    leases: parts.leases,
+    health: parts.health,
+    registry,
+    log,
+    discoveryUrl,
+    run: () => manager.run(),
+    stop: async () => {
+      await manager.stop();
+      await teardown.close();
+    },
+  };
+}
+
+interface Shared {
+  flags: CommonFlags;
+  log: Logger;
+  registry: Registry;
+  tracer: Tracer;
+  mode: ModeParts;
+  providers: ProviderRegistry;
+}
+
+interface Components extends Shared {
+  health: HealthEngine;
+  leases: LeaseStore;
+  egress: EgressIpChecker | undefined;
+  reconciler: ReturnType<typeof createProxyReconciler>;
+  queue: WorkQueue;
+  gc: OrphanGC;
+  monitor: ProviderHealthMonitor;
+}
+
+/** The control loops and services over the store and providers; nothing runs yet. */
+function buildComponents(shared: Shared): Components {
+  const { flags, log, registry, tracer, mode, providers } = shared;
+  const { store } = mode;
+  // The health engine and the lease store call each other, each only once running.
   const health = new HealthEngine({
     store,
     logger: log.child({ component: 'health' }),
     registry,
     traceProbes: flags.traceHealthProbes,
     tracer,
-    listener: (v) =>
-      leases.setHealth(v.key, v.uid, {
-        healthy: v.healthy,
-        ...(v.latencyMillis === undefined ? {} : { latencyMillis: v.latencyMillis }),
-      }),
+    listener: (v) => leases.setHealth(v.key, v.uid, { healthy: v.healthy, latencyMillis: v.latencyMillis }),
   });
-  // Optional (SPEC §5): publishes each proxy's egress IP in status.egressIP (leader only).
+  // Optional (docs/health.md): publishes each proxy's egress IP in status.egressIP (leader only).
   let egress: EgressIpChecker | undefined;
-  if (flags.egressIpUrl) {
-    try {
-      egress = new EgressIpChecker({
-        store,
-        url: flags.egressIpUrl,
-        log: log.child({ component: 'egress-ip' }),
-        registry,
-      });
-    } catch (err) {
-      await providers.close();
-      await store.stop();
-      throw new StartupError(errorMessage(err), { cause: err });
-    }
+  try {
+    egress = flags.egressIpUrl
+      ? new EgressIpChecker({
+          store,
+          url: flags.egressIpUrl,
+          log: log.child({ component: 'egress-ip' }),
+          registry,
+        })
+      : undefined;
+  } catch (err) {
+    throw new StartupError(errorMessage(err), { cause: err });
   }
   const leases: LeaseStore = new LeaseStore({
     log: log.child({ component: 'leases' }),
@@ -324,7 +257,7 @@ export async function buildApp(
     providers: () => providers.entries(),
     intervalMs: flags.gcIntervalMs,
     minAgeMs: flags.gcMinAgeMs,
-    ...(mode.proxyNamespace ? { proxyNamespace: mode.proxyNamespace } : {}),
+    proxyNamespace: mode.proxyNamespace,
     log: log.child({ component: 'gc' }),
     registry,
     tracer,
@@ -332,10 +265,11 @@ export async function buildApp(
   const checkers = providers.checkers();
   const monitor = new ProviderHealthMonitor({
     store,
-    providers: providers.names().map((name) => {
-      const checker = checkers.get(name);
-      return { name, type: providers.type(name) ?? 'unknown', ...(checker ? { checker } : {}) };
-    }),
+    providers: providers.names().map((name) => ({
+      name,
+      type: providers.type(name) ?? 'unknown',
+      checker: checkers.get(name),
+    })),
     intervalMs: flags.providerCheckIntervalMs,
     timeoutMs: flags.providerCheckTimeoutMs,
     log: log.child({ component: 'providerhealth' }),
@@ -343,22 +277,25 @@ export async function buildApp(
     tracer,
   });
 
-  const manager = new Manager({
-    store,
-    elector: mode.elector,
-    healthProbeBindAddress: flags.healthProbeBindAddress,
-    gracePeriodMs: flags.shutdownGraceMs,
-    log: log.child({ component: 'manager' }),
-  });
+  return { ...shared, health, leases, egress, reconciler, queue, gc, monitor };
+}
 
+/** Hands every component to the manager; returns where the discovery API listens once started. */
+function addRunnables(
+  manager: Manager,
+  c: Components,
+  discoveryToken: string | undefined,
+): () => string | undefined {
+  const { flags, log, registry, tracer, mode, leases, health, reconciler, queue, gc, monitor, egress } = c;
+  const { store } = mode;
   let discovery: DiscoveryServer | undefined;
-  const token = env.DISCOVERY_TOKEN?.trim() || undefined;
+  const token = discoveryToken?.trim() || undefined;
   manager.add(
     service('discovery', false, async (signal) => {
       discovery = await startDiscoveryServer({
         bindAddress: flags.discoveryBindAddress,
         leases,
-        ...(token ? { token } : {}),
+        token,
         log: log.child({ component: 'discovery' }),
         registry,
         tracer,
@@ -375,7 +312,7 @@ export async function buildApp(
         bindAddress: flags.metricsBindAddress,
         registry,
         log: log.child({ component: 'metrics' }),
-        ...(mode.metricsAuthorizer ? { authorize: mode.metricsAuthorizer } : {}),
+        authorize: mode.metricsAuthorizer,
       });
       if (server) log.info({ address: server.address }, 'metrics endpoint listening');
       await untilAborted(signal);
@@ -411,24 +348,7 @@ export async function buildApp(
     manager.add(service('egress-ip', true, (signal) => checker.run(signal)));
   }
 
-  return {
-    manager,
-    store,
-    providers,
-    leases,
-    health,
-    registry,
-    log,
-    discoveryUrl: () => discovery?.url,
-    run: () => manager.run(),
-    stop: async () => {
-      await manager.stop();
-      await providers.close();
-      await store.stop();
-      await mode.kube?.close();
-      await tracing.shutdown();
-    },
-  };
+  return () => discovery?.url;
 }
 
 /** Entry for `standalone` and `operator`: runs until SIGTERM/SIGINT; returns the exit code. */

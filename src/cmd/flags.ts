@@ -5,8 +5,6 @@
 import { parseArgs } from 'node:util';
 import { parseBindAddress } from '../metrics/bind.ts';
 
-export type Command = 'standalone' | 'operator' | 'status' | 'help' | 'version';
-
 export interface CommonFlags {
   discoveryBindAddress: string;
   metricsBindAddress: string;
@@ -80,7 +78,7 @@ export function parseDuration(flag: string, text: string): number {
 }
 
 /** `host:port`, `:port` (all interfaces) or `0` (disabled), checked by the servers' own parser. */
-export function checkBindAddress(flag: string, text: string): string {
+function checkBindAddress(flag: string, text: string): string {
   try {
     parseBindAddress(text, `--${flag}`);
   } catch (err) {
@@ -151,7 +149,7 @@ function common(values: Values, defaults: { discovery: string; healthProbe: stri
     gcMinAgeMs: parseDuration('gc-min-age', str('gc-min-age') ?? '10m'),
     traceHealthProbes: values['trace-health-probes'] === true,
     gcpWireFullPayloads: values['gcp-wire-full-payloads'] === true,
-    ...(egressIpUrl ? { egressIpUrl } : {}),
+    egressIpUrl,
     logLevel,
     logFormat,
     shutdownGraceMs: parseDuration('shutdown-grace-period', str('shutdown-grace-period') ?? '30s'),
@@ -170,7 +168,7 @@ function parse(args: string[], options: Record<string, { type: 'string' | 'boole
 export function parseCommandLine(argv: string[]): ParsedCommand {
   const [first, ...rest] = argv;
   if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
-    return { command: 'help', ...(rest[0] ? { topic: rest[0] } : {}) };
+    return { command: 'help', topic: rest[0] || undefined };
   }
   if (first === '--version' || first === 'version') return { command: 'version' };
   switch (first) {
@@ -187,8 +185,8 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
       const flags: StandaloneFlags = {
         ...common(values, { discovery: '127.0.0.1:8090', healthProbe: '127.0.0.1:8081' }),
         config,
-        ...(values.manifests ? { manifests: values.manifests as string } : {}),
-        ...(values.state ? { state: values.state as string } : {}),
+        manifests: (values.manifests as string | undefined) || undefined,
+        state: (values.state as string | undefined) || undefined,
       };
       return { command: 'standalone', flags };
     }
@@ -211,11 +209,10 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
         providersConfig,
         leaderElect: values['leader-elect'] === true,
         metricsSecure: values['metrics-secure'] === true,
-        ...(str('leader-election-namespace')
-          ? { leaderElectionNamespace: str('leader-election-namespace') as string }
-          : {}),
-        ...(str('proxy-namespace') ? { proxyNamespace: str('proxy-namespace') as string } : {}),
-        ...(str('kubeconfig') ? { kubeconfig: str('kubeconfig') as string } : {}),
+        // An empty value means the default, as if the flag were not given.
+        leaderElectionNamespace: str('leader-election-namespace') || undefined,
+        proxyNamespace: str('proxy-namespace') || undefined,
+        kubeconfig: str('kubeconfig') || undefined,
       };
       return { command: 'operator', flags };
     }
@@ -235,14 +232,14 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
       if (!/^https?:\/\/\S+$/.test(server))
         throw new FlagError(`--server: "${server}" must be an http(s) URL`);
       const token = (values.token as string | undefined) ?? process.env.DISCOVERY_TOKEN;
-      return { command: 'status', flags: { server, output, ...(token ? { token } : {}) } };
+      return { command: 'status', flags: { server, output, token: token || undefined } };
     }
     default:
       throw new FlagError(`unknown command "${first}": use standalone, operator or status (see --help)`);
   }
 }
 
-export const HELP: Record<string, string> = {
+const HELP: Record<string, string> = {
   main: `egress-proxies-operator — a fleet of authenticated HTTP forward proxies, health-checked and
 leased to crawlers.
 

@@ -4,10 +4,11 @@
  * cloud VMs after crashes, manual edits or a finalizer that was removed by hand.
  */
 import { SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
-import { Counter, type Registry } from 'prom-client';
+import type { Counter, Registry } from 'prom-client';
 import type { ProxyObject } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
+import { counter } from '../metrics/register.ts';
 import type { Instance, Provider } from '../provider/contract.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import type { ObjectStore } from '../runtime/store.ts';
@@ -32,12 +33,12 @@ export interface SweepResult {
 }
 
 /** What the sweep knows about the Proxies in scope, computed once per sweep. */
-export interface Owners {
+interface Owners {
   uids: Set<string>;
   retiring: Set<string>;
 }
 
-export function ownersOf(proxies: ProxyObject[]): Owners {
+function ownersOf(proxies: ProxyObject[]): Owners {
   const uids = new Set<string>();
   const retiring = new Set<string>();
   for (const p of proxies) {
@@ -51,7 +52,7 @@ export function ownersOf(proxies: ProxyObject[]): Owners {
 }
 
 /** Pure decision: may this instance be deleted as an orphan? Returns the reason it is kept. */
-export function orphanVerdict(
+function orphanVerdict(
   inst: Instance,
   owners: Owners,
   now: number,
@@ -82,11 +83,10 @@ export class OrphanGC {
     this.clock = opts.clock ?? systemClock;
     this.tracer = opts.tracer ?? trace.getTracer('egress-proxies-operator');
     this.deletedTotal = opts.registry
-      ? new Counter({
+      ? counter(opts.registry, {
           name: 'proxy_operator_gc_deleted_total',
           help: 'Orphaned instances deleted by the garbage collector.',
           labelNames: ['provider'],
-          registers: [opts.registry],
         })
       : undefined;
   }
@@ -156,7 +156,7 @@ export class OrphanGC {
         this.log.warn({ err: errorMessage(err) }, 'gc: sweep failed');
       }
       try {
-        await sleep(this.opts.intervalMs, signal);
+        await sleep(this.opts.intervalMs, signal, this.clock);
       } catch {
         return;
       }

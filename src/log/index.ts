@@ -8,7 +8,7 @@ import { type Logger, pino } from 'pino';
 
 export type { Logger } from 'pino';
 
-export const REDACT_PATHS = [
+const REDACT_PATHS = [
   'password',
   'credentials',
   'cloudInit',

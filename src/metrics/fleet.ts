@@ -1,6 +1,6 @@
 /**
  * metrics/fleet — `proxy_operator_proxies{phase}`, counted from the Proxy cache at every scrape
- * (SPEC §9) so it can neither drift nor keep series for deleted objects.
+ * so it can neither drift nor keep series for deleted objects (see docs/operations.md).
  */
 import type { Gauge, Registry } from 'prom-client';
 import { PROXY_PHASES, type ProxyObject } from '../api/proxy.ts';

@@ -2,7 +2,8 @@
  * metrics/scrape — gauges computed at scrape time from state owned elsewhere (caches, stores),
  * instead of being updated as events happen and drifting.
  */
-import { Gauge, type LabelValues, type Registry } from 'prom-client';
+import type { Gauge, LabelValues, Registry } from 'prom-client';
+import { collectedGauge } from './register.ts';
 
 export type ScrapeSample<L extends string> = [labels: LabelValues<L>, value: number];
 
@@ -11,6 +12,7 @@ export type ScrapeSample<L extends string> = [labels: LabelValues<L>, value: num
  * latest answer disappear, so values never drift and deleted objects never leak series. Use it
  * for state owned elsewhere (proxies by phase from the cache, active leases from the store).
  * `collect` should be cheap and must not throw (a throw fails that scrape with a 500).
+ * Registering the same name again replaces the earlier gauge (see register.ts).
  */
 export function registerScrapeGauge<L extends string>(
   registry: Registry,
@@ -19,11 +21,10 @@ export function registerScrapeGauge<L extends string>(
   labelNames: readonly L[],
   collect: () => Iterable<ScrapeSample<L>> | Promise<Iterable<ScrapeSample<L>>>,
 ): Gauge<L> {
-  return new Gauge<L>({
+  return collectedGauge<L>(registry, {
     name,
     help,
     labelNames,
-    registers: [registry],
     async collect() {
       const samples = await collect();
       this.reset();

@@ -6,18 +6,18 @@
  * hypervisor must not make the operator unready while other providers work.
  */
 import { type Tracer, trace } from '@opentelemetry/api';
-import { Gauge, type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 import { API_VERSION, LABEL_MANAGED_BY, MANAGED_BY_VALUE, PROVIDER_HEALTH_KIND } from '../api/constants.ts';
 import type { ProviderHealth, TargetStatus } from '../api/providerhealth.ts';
 import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
+import { registerScrapeGauge, type ScrapeSample } from '../metrics/scrape.ts';
 import type { Checker } from '../provider/contract.ts';
-import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
+import { type Clock, sleep, systemClock, timeoutSignal } from '../runtime/clock.ts';
 import { isNotFound, type ObjectStore } from '../runtime/store.ts';
 import { buildStatus, type CheckResult } from './status.ts';
 
-export const MIN_INTERVAL_MS = 10_000;
-export const DEFAULT_TIMEOUT_MS = 15_000;
+const MIN_INTERVAL_MS = 10_000;
 
 export interface MonitoredProvider {
   name: string;
@@ -46,12 +46,14 @@ export function validateSchedule(intervalMs: number, timeoutMs: number): string 
 }
 
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-export const isValidObjectName = (n: string): boolean => n.length <= 253 && DNS1123_SUBDOMAIN.test(n);
+const isValidObjectName = (n: string): boolean => n.length <= 253 && DNS1123_SUBDOMAIN.test(n);
 
 export interface ProviderResult extends CheckResult {
   provider: string;
   durationMs: number;
 }
+
+type TargetSample = ScrapeSample<'provider' | 'target'>;
 
 export class ProviderHealthMonitor {
   private readonly opts: MonitorOptions;
@@ -92,7 +94,7 @@ export class ProviderHealthMonitor {
     while (!signal.aborted) {
       await this.checkOnce(signal);
       try {
-        await sleep(this.opts.intervalMs, signal);
+        await sleep(this.opts.intervalMs, signal, this.clock);
       } catch {
         return;
       }
@@ -101,8 +103,9 @@ export class ProviderHealthMonitor {
 
   async checkOnce(signal: AbortSignal): Promise<ProviderResult[]> {
     return this.tracer.startActiveSpan('providerhealth.check', async (span) => {
+      const timeout = timeoutSignal(this.clock, this.opts.timeoutMs);
       try {
-        const round = AbortSignal.any([signal, AbortSignal.timeout(this.opts.timeoutMs)]);
+        const round = AbortSignal.any([signal, timeout.signal]);
         const results = await Promise.all(this.opts.providers.map((p) => this.run(p, round)));
         this.latest = results;
         let notReady = 0;
@@ -122,6 +125,7 @@ export class ProviderHealthMonitor {
         span.setAttribute('providerhealth.targets_not_ready', notReady);
         return results;
       } finally {
+        timeout.cancel();
         span.end();
       }
     });
@@ -215,34 +219,30 @@ export class ProviderHealthMonitor {
 
   private registerGauges(registry: Registry): void {
     const labelNames = ['provider', 'target'] as const;
-    const monitor = this;
-    const each = (fn: (r: ProviderResult, t: TargetStatus) => number) =>
-      function collect(this: Gauge<'provider' | 'target'>) {
-        this.reset();
-        for (const r of monitor.latest) {
-          for (const t of r.targets) this.set({ provider: r.provider, target: t.name }, fn(r, t));
-        }
-      };
-    new Gauge({
-      name: 'proxy_operator_provider_target_up',
-      help: '1 when the provider target passed its last check, else 0.',
+    const perTarget = (value: (r: ProviderResult, t: TargetStatus) => number) => (): TargetSample[] =>
+      this.latest.flatMap((r) =>
+        r.targets.map((t): TargetSample => [{ provider: r.provider, target: t.name }, value(r, t)]),
+      );
+    registerScrapeGauge(
+      registry,
+      'proxy_operator_provider_target_up',
+      '1 when the provider target passed its last check, else 0.',
       labelNames,
-      registers: [registry],
-      collect: each((_r, t) => (t.ready ? 1 : 0)),
-    });
-    new Gauge({
-      name: 'proxy_operator_provider_check_duration_seconds',
-      help: 'Duration of the last check of the target.',
+      perTarget((_r, t) => (t.ready ? 1 : 0)),
+    );
+    registerScrapeGauge(
+      registry,
+      'proxy_operator_provider_check_duration_seconds',
+      'Duration of the last check of the target.',
       labelNames,
-      registers: [registry],
-      collect: each((r, t) => (t.latencyMillis ?? r.durationMs) / 1000),
-    });
-    new Gauge({
-      name: 'proxy_operator_provider_check_timestamp_seconds',
-      help: 'Unix time of the last check of the target.',
+      perTarget((r, t) => (t.latencyMillis ?? r.durationMs) / 1000),
+    );
+    registerScrapeGauge(
+      registry,
+      'proxy_operator_provider_check_timestamp_seconds',
+      'Unix time of the last check of the target.',
       labelNames,
-      registers: [registry],
-      collect: each((r) => r.checkedAt.getTime() / 1000),
-    });
+      perTarget((r) => r.checkedAt.getTime() / 1000),
+    );
   }
 }

@@ -8,7 +8,7 @@ import { setCondition } from '../api/conditions.ts';
 import { CONDITION_READY } from '../api/constants.ts';
 import type { ProviderHealthStatus, TargetStatus } from '../api/providerhealth.ts';
 
-export const MAX_MESSAGE_LENGTH = 1024;
+const MAX_MESSAGE_LENGTH = 1024;
 
 export interface CheckResult {
   /** Provider type (kubernetes, gcp, kvm, local). */

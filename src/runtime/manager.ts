@@ -6,8 +6,10 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { type BindAddress, parseBindAddress } from '../metrics/bind.ts';
+import { type Clock, systemClock, type TimerHandle, timeoutSignal } from './clock.ts';
 import { LeaderElectionLost, type LeaderElector, StandaloneElector } from './leader/elector.ts';
 import type { ObjectStore } from './store.ts';
 
@@ -37,6 +39,8 @@ export interface ManagerOptions {
   /** Give up when caches have not synced by then (default 2 min). */
   cacheSyncTimeoutMs?: number;
   log?: Logger;
+  /** Times the grace period and the cache-sync timeout (default: the system clock). */
+  clock?: Clock;
 }
 
 type Phase = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
@@ -48,6 +52,7 @@ export class Manager {
   private readonly gracePeriodMs: number;
   private readonly cacheSyncTimeoutMs: number;
   private readonly log: Logger;
+  private readonly clock: Clock;
 
   private readonly runnables: Runnable[] = [];
   private readonly healthz = new Map<string, HealthCheck>();
@@ -80,6 +85,7 @@ export class Manager {
     this.gracePeriodMs = opts.gracePeriodMs ?? 30_000;
     this.cacheSyncTimeoutMs = opts.cacheSyncTimeoutMs ?? 120_000;
     this.log = opts.log ?? silentLogger();
+    this.clock = opts.clock ?? systemClock;
     this.done = new Promise<void>((resolve, reject) => {
       this.resolveDone = resolve;
       this.rejectDone = reject;
@@ -183,12 +189,14 @@ export class Manager {
         onStoppedLeading: () => this.stoppedLeading(),
         onNewLeader: (id) => this.log.info({ leader: id }, 'new leader observed'),
       })
-      .catch((e) => this.fail(new LeaderElectionLost(`leader election failed: ${errText(e)}`, { cause: e })));
+      .catch((e) =>
+        this.fail(new LeaderElectionLost(`leader election failed: ${errorMessage(e)}`, { cause: e })),
+      );
   }
 
   private async syncCaches(store: NonNullable<ManagerOptions['store']>): Promise<void> {
-    const timeout = AbortSignal.timeout(this.cacheSyncTimeoutMs);
-    const signal = AbortSignal.any([this.intake.signal, timeout]);
+    const timeout = timeoutSignal(this.clock, this.cacheSyncTimeoutMs);
+    const signal = AbortSignal.any([this.intake.signal, timeout.signal]);
     try {
       await store.start(this.intake.signal);
       await Promise.all([
@@ -198,8 +206,12 @@ export class Manager {
       ]);
     } catch (e) {
       if (this.intake.signal.aborted) return;
-      if (timeout.aborted) throw new Error(`caches did not sync within ${this.cacheSyncTimeoutMs} ms`);
+      if (timeout.signal.aborted) {
+        throw new Error(`caches did not sync within ${this.cacheSyncTimeoutMs} ms`);
+      }
       throw e;
+    } finally {
+      timeout.cancel();
     }
     this.log.info('caches synced');
   }
@@ -230,10 +242,10 @@ export class Manager {
         if (!signal.aborted) this.log.info({ runnable: r.name }, 'runnable finished');
       } catch (e) {
         if (signal.aborted && (this.phase === 'stopping' || this.phase === 'stopped')) {
-          this.log.warn({ runnable: r.name, err: errText(e) }, 'runnable failed while stopping');
+          this.log.warn({ runnable: r.name, err: errorMessage(e) }, 'runnable failed while stopping');
           return;
         }
-        this.fail(new Error(`runnable ${r.name} failed: ${errText(e)}`, { cause: e }));
+        this.fail(new Error(`runnable ${r.name} failed: ${errorMessage(e)}`, { cause: e }));
       }
     })();
     this.running.set(key, p);
@@ -249,22 +261,22 @@ export class Manager {
     const lost = this.fatal instanceof LeaderElectionLost;
     this.phase = 'stopping';
     this.intake.abort();
-    const drained = await settleWithin([...this.running.values()], this.gracePeriodMs);
+    const drained = await settleWithin([...this.running.values()], this.gracePeriodMs, this.clock);
     if (!drained) this.log.warn({ gracePeriodMs: this.gracePeriodMs }, 'runnables did not drain in time');
     if (!lost) {
       try {
         await this.elector.release();
       } catch (e) {
-        this.log.warn({ err: errText(e) }, 'releasing the leader lease failed');
+        this.log.warn({ err: errorMessage(e) }, 'releasing the leader lease failed');
       }
     }
     this.election.abort();
-    if (this.electionDone) await settleWithin([this.electionDone], 5_000);
+    if (this.electionDone) await settleWithin([this.electionDone], 5_000, this.clock);
     if (this.store) {
       try {
         await this.store.stop();
       } catch (e) {
-        this.log.warn({ err: errText(e) }, 'stopping caches failed');
+        this.log.warn({ err: errorMessage(e) }, 'stopping caches failed');
       }
     }
     await this.closeServer();
@@ -328,25 +340,21 @@ async function runChecks(
         await check();
         return { name, ok: true };
       } catch (e) {
-        return { name, ok: false, reason: errText(e) };
+        return { name, ok: false, reason: errorMessage(e) };
       }
     }),
   );
 }
 
 /** Waits for all promises to settle, or for `ms`; true when all settled in time. */
-async function settleWithin(ps: Promise<unknown>[], ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
+async function settleWithin(ps: Promise<unknown>[], ms: number, clock: Clock): Promise<boolean> {
+  let timer: TimerHandle | undefined;
   const timeout = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
+    timer = clock.setTimeout(() => resolve(false), ms);
   });
   try {
     return await Promise.race([Promise.allSettled(ps).then(() => true as const), timeout]);
   } finally {
-    clearTimeout(timer);
+    if (timer) clock.clearTimeout(timer);
   }
-}
-
-function errText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
 }

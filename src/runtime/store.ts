@@ -129,4 +129,3 @@ export const isNotFound = (e: unknown): boolean => e instanceof StoreError && e.
 export const isConflict = (e: unknown): boolean => e instanceof StoreError && e.reason === 'Conflict';
 export const isAlreadyExists = (e: unknown): boolean =>
   e instanceof StoreError && e.reason === 'AlreadyExists';
-export const isInvalid = (e: unknown): boolean => e instanceof StoreError && e.reason === 'Invalid';

@@ -9,10 +9,8 @@ import {
   type Context,
   context,
   propagation,
-  ROOT_CONTEXT,
   type Span,
   SpanStatusCode,
-  type TextMapGetter,
   type Tracer,
   trace,
 } from '@opentelemetry/api';
@@ -262,31 +260,4 @@ export async function withSpan<T>(
       span.end();
     }
   });
-}
-
-type HeaderBag = Record<string, string | string[] | undefined>;
-
-const headerGetter: TextMapGetter<HeaderBag> = {
-  keys: (carrier) => Object.keys(carrier),
-  get(carrier, key) {
-    const direct = carrier[key] ?? carrier[key.toLowerCase()];
-    if (direct !== undefined) return direct;
-    const wanted = key.toLowerCase();
-    for (const k of Object.keys(carrier)) if (k.toLowerCase() === wanted) return carrier[k];
-    return undefined;
-  },
-};
-
-/**
- * The context an incoming request asks to continue (W3C `traceparent`/`tracestate`), rooted at
- * ROOT_CONTEXT so nothing from the server's own context leaks in. Without tracing set up, or
- * without a valid header, it is just ROOT_CONTEXT.
- */
-export function extractTraceContext(headers: HeaderBag): Context {
-  return propagation.extract(ROOT_CONTEXT, headers, headerGetter);
-}
-
-/** Adds `traceparent` (and `tracestate`) for the active context to outgoing request headers. */
-export function injectTraceContext(headers: Record<string, string>, ctx: Context = context.active()): void {
-  propagation.inject(ctx, headers);
 }

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { LABEL_CLOUD_INIT_SECRET, LABEL_CREDENTIALS_FOR } from '../../src/api/constants.ts';
 import { createCredentialsResolver } from '../../src/api/credentials.ts';
-import { FakeClock } from '../../src/runtime/clock.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
+import { FakeClock } from '../support/clock.ts';
 
 const NS = 'crawl';
 const names = (ps: { metadata: { name: string } }[]) => ps.map((p) => p.metadata.name);

@@ -14,7 +14,8 @@ import {
 } from '../../src/discovery/server.ts';
 import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
 import { createLogger } from '../../src/log/index.ts';
-import { FakeClock, sleep } from '../../src/runtime/clock.ts';
+import { sleep } from '../../src/runtime/clock.ts';
+import { FakeClock } from '../support/clock.ts';
 
 const TOKEN = 'test-token-0123456789';
 

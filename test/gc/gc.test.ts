@@ -1,10 +1,10 @@
 import { Registry } from 'prom-client';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { OrphanGC } from '../../src/gc/gc.ts';
 import { silentLogger } from '../../src/log/index.ts';
 import type { Provider } from '../../src/provider/contract.ts';
-import { FakeClock } from '../../src/runtime/clock.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
+import { FakeClock } from '../support/clock.ts';
 import { FakeProvider } from '../support/fake-provider.ts';
 
 const MIN_AGE = 10 * 60_000;
@@ -114,5 +114,48 @@ describe('orphan GC', () => {
     const res = await gc.sweep(new AbortController().signal);
     expect(res.deleted).toEqual({ fake: [mine] });
     expect(fake.instances.has(theirs)).toBe(true);
+  });
+
+  it('as a runnable sweeps at once, then once per interval of the injected clock', async () => {
+    const { clock, fake, gc } = setup();
+    const first = await instance(fake, 'px-first', 'gone-1');
+    clock.advance(MIN_AGE + 1);
+    const ctrl = new AbortController();
+    const running = gc.start(ctrl.signal);
+    await vi.waitFor(() => expect(fake.instances.has(first)).toBe(false));
+    // The sweep is over once the runnable waits for its next period.
+    await vi.waitFor(() => expect(clock.pendingTimers()).toBe(1));
+
+    const second = await instance(fake, 'px-second', 'gone-2');
+    clock.advance(60_000 - 1);
+    expect(clock.pendingTimers()).toBe(1); // the next sweep is not due yet
+    expect(fake.instances.has(second)).toBe(true);
+    clock.advance(1);
+    await vi.waitFor(() => expect(fake.instances.has(second)).toBe(false));
+
+    ctrl.abort();
+    await running;
+    expect(clock.pendingTimers()).toBe(0);
+  });
+
+  it('a second collector on the same registry shares the deletion counter', async () => {
+    const { clock, fake, store, gc, registry, providers } = setup();
+    const again = new OrphanGC({
+      store,
+      providers: () => providers,
+      intervalMs: 60_000,
+      minAgeMs: MIN_AGE,
+      clock,
+      registry,
+    });
+    await instance(fake, 'px-a', 'gone-a');
+    clock.advance(MIN_AGE + 1);
+    await gc.sweep(new AbortController().signal);
+    await instance(fake, 'px-b', 'gone-b');
+    clock.advance(MIN_AGE + 1);
+    await again.sweep(new AbortController().signal);
+    expect(await registry.getSingleMetricAsString('proxy_operator_gc_deleted_total')).toMatch(
+      /proxy_operator_gc_deleted_total\{provider="fake"\} 2/,
+    );
   });
 });

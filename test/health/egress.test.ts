@@ -21,8 +21,8 @@ import {
 import { scheduleOffset } from '../../src/health/policy.ts';
 import { createLogger, type Logger } from '../../src/log/index.ts';
 import { ForwardProxy } from '../../src/provider/local/forward-proxy.ts';
-import { FakeClock } from '../../src/runtime/clock.ts';
 import { createMemoryStore, type MemoryStore } from '../../src/runtime/memory.ts';
+import { FakeClock } from '../support/clock.ts';
 import { closedPort, testPki } from '../support/origins.ts';
 
 const NS = 'crawl';

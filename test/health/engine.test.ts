@@ -11,9 +11,9 @@ import type { ProxyObject } from '../../src/api/proxy.ts';
 import { HealthEngine, type HealthEngineOptions, type HealthVerdict } from '../../src/health/engine.ts';
 import { resolveCheck } from '../../src/health/policy.ts';
 import type { ProbeCheck, ProbeOptions, ProbeResult, ProbeTarget } from '../../src/health/probe.ts';
-import { FakeClock } from '../../src/runtime/clock.ts';
 import { createMemoryStore, type MemoryStore } from '../../src/runtime/memory.ts';
 import { StoreError } from '../../src/runtime/store.ts';
+import { FakeClock } from '../support/clock.ts';
 
 const NS = 'crawl';
 const OK = (latencyMs = 10): ProbeResult => ({ ok: true, latencyMs, status: 204 });

@@ -5,7 +5,8 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { SlotScheduler } from '../../src/health/scheduler.ts';
-import { type Clock, FakeClock, type TimerHandle } from '../../src/runtime/clock.ts';
+import type { Clock, TimerHandle } from '../../src/runtime/clock.ts';
+import { FakeClock } from '../support/clock.ts';
 
 interface Rig {
   clock: FakeClock;

@@ -4,9 +4,9 @@ import type { ProxyObject } from '../../src/api/proxy.ts';
 import { startLeaseFeed } from '../../src/lease/feed.ts';
 import { type LeaseGrant, LeaseStore } from '../../src/lease/store.ts';
 import type { Logger } from '../../src/log/index.ts';
-import { FakeClock } from '../../src/runtime/clock.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
 import type { ObjectStore } from '../../src/runtime/store.ts';
+import { FakeClock } from '../support/clock.ts';
 import { captureLog } from '../support/log.ts';
 
 const NOW = '2026-01-01T00:00:00Z';

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { type LeaseGrant, LeaseInputError, LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
 import { normalizeTarget } from '../../src/lease/target.ts';
-import { FakeClock } from '../../src/runtime/clock.ts';
+import { FakeClock } from '../support/clock.ts';
 
 function info(name: string, over: Partial<ProxyInfo> = {}): ProxyInfo {
   const namespace = over.namespace ?? 'crawl';

@@ -9,7 +9,7 @@ import {
   startMetricsServer,
   tokenReviewAuthorizer,
 } from '../../src/metrics/index.ts';
-import { FakeClock } from '../../src/runtime/clock.ts';
+import { FakeClock } from '../support/clock.ts';
 
 /**
  * A tiny stand-in for the two review endpoints of kube-apiserver: it answers TokenReview and

@@ -25,7 +25,7 @@ import {
 } from '../../src/provider/kvm/rpc.ts';
 import { hashKnownHostName, parseKnownHosts, SshError } from '../../src/provider/kvm/ssh.ts';
 import { XdrError, XdrReader, XdrWriter } from '../../src/provider/kvm/xdr.ts';
-import { FakeClock } from '../../src/runtime/clock.ts';
+import { FakeClock } from '../support/clock.ts';
 
 const hex = (b: Buffer) => b.toString('hex');
 

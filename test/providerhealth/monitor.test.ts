@@ -1,9 +1,10 @@
 import { Registry } from 'prom-client';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { TargetStatus } from '../../src/api/providerhealth.ts';
 import type { Checker } from '../../src/provider/contract.ts';
 import { ProviderHealthMonitor, validateSchedule } from '../../src/providerhealth/monitor.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
+import { FakeClock } from '../support/clock.ts';
 import { captureLog } from '../support/log.ts';
 
 const capture = () => captureLog('debug');
@@ -78,14 +79,15 @@ describe('provider health monitor', () => {
       timeoutMs: 5_000,
     });
     const running = on.start(ctrl.signal);
-    await new Promise((r) => setTimeout(r, 50));
+    await vi.waitFor(() => {
+      const names = store.providerHealths
+        .list()
+        .map((o) => o.metadata.name)
+        .sort();
+      expect(names).toEqual(['kvm-home', 'not-ours']);
+    });
     ctrl.abort();
     await running;
-    const names = store.providerHealths
-      .list()
-      .map((o) => o.metadata.name)
-      .sort();
-    expect(names).toEqual(['kvm-home', 'not-ours']);
 
     const off = new ProviderHealthMonitor({
       store,
@@ -101,6 +103,7 @@ describe('provider health monitor', () => {
 
   it('bounds a round by the timeout and writes no object for an invalid name', async () => {
     const store = createMemoryStore();
+    const clock = new FakeClock();
     const hanging: Checker = {
       check: ({ signal }) =>
         new Promise((resolve) =>
@@ -112,10 +115,61 @@ describe('provider health monitor', () => {
       providers: [{ name: 'Bad_Name', type: 'kvm', checker: hanging }],
       intervalMs: 10_000,
       timeoutMs: 100,
+      clock,
     });
-    const results = await monitor.checkOnce(signal());
+    const round = monitor.checkOnce(signal());
+    clock.advance(100); // the round's timeout runs on the injected clock
+    const results = await round;
     expect(results[0]?.targets[0]?.reason).toBe('Timeout');
+    expect(clock.pendingTimers()).toBe(0);
     expect(store.providerHealths.list()).toEqual([]);
+  });
+
+  it('as a runnable checks at once, then once per interval of the injected clock', async () => {
+    const store = createMemoryStore();
+    const clock = new FakeClock();
+    const kvm = new ScriptedChecker();
+    kvm.next = [{ name: 'nas1', ready: true, reason: 'Ready' }];
+    const monitor = new ProviderHealthMonitor({
+      store,
+      providers: [{ name: 'kvm-home', type: 'kvm', checker: kvm }],
+      intervalMs: 60_000,
+      timeoutMs: 5_000,
+      clock,
+    });
+    const ctrl = new AbortController();
+    const running = monitor.start(ctrl.signal);
+    await vi.waitFor(() => expect(kvm.calls).toBe(1));
+    // The round is over (its timeout cancelled) once only the interval timer is left.
+    await vi.waitFor(() => expect(clock.pendingTimers()).toBe(1));
+    clock.advance(59_999);
+    expect(kvm.calls).toBe(1);
+    clock.advance(1);
+    await vi.waitFor(() => expect(kvm.calls).toBe(2));
+    ctrl.abort();
+    await running;
+  });
+
+  it('a second monitor on the same registry does not throw, and the newest one is exported', async () => {
+    const store = createMemoryStore();
+    const registry = new Registry();
+    const build = (checker: Checker) =>
+      new ProviderHealthMonitor({
+        store,
+        providers: [{ name: 'kvm-home', type: 'kvm', checker }],
+        intervalMs: 60_000,
+        timeoutMs: 5_000,
+        registry,
+      });
+    const old = new ScriptedChecker();
+    old.next = [{ name: 'nas1', ready: true, reason: 'Ready' }];
+    await build(old).checkOnce(signal());
+    const fresh = new ScriptedChecker();
+    fresh.next = [{ name: 'nas2', ready: false, reason: 'Unreachable' }];
+    await build(fresh).checkOnce(signal());
+    const metrics = await registry.metrics();
+    expect(metrics).toMatch(/proxy_operator_provider_target_up\{provider="kvm-home",target="nas2"\} 0/);
+    expect(metrics).not.toContain('target="nas1"');
   });
 
   it('validates the schedule flags', () => {

@@ -7,13 +7,14 @@ import { spawn } from 'node:child_process';
 import { mkdtemp, rm, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { FINALIZER } from '../../src/api/constants.ts';
 import {
   createEmbeddedStore,
   type EmbeddedStore,
   StateLockedError,
 } from '../../src/runtime/embedded/index.ts';
+import { FakeClock } from '../support/clock.ts';
 import { eventually, runStoreContract } from '../support/store-contract.ts';
 
 const dirs: string[] = [];
@@ -96,6 +97,32 @@ describe('embedded store', () => {
     expect(immut.length).toBeGreaterThan(0);
     expect(immut[0]).toMatchObject({ document: 1 });
     expect(store.proxies.get({ namespace: 'default', name: 'a' })?.spec.type).toBe('External');
+  });
+
+  it('rescans the manifests periodically on the injected clock', async () => {
+    const dir = await tempDir();
+    const m = join(dir, 'manifests');
+    await (await import('node:fs/promises')).mkdir(m);
+    await writeFile(join(m, 'p.yaml'), proxyYaml('a'));
+    const clock = new FakeClock();
+    // A debounce longer than the test: only the periodic rescan can pick the edit up.
+    const store = await make({
+      manifests: m,
+      statePath: join(dir, 'state.json'),
+      clock,
+      rescanIntervalMs: 10_000,
+      debounceMs: 3_600_000,
+    });
+    const ctrl = new AbortController();
+    await store.start(ctrl.signal);
+    await writeFile(join(m, 'p.yaml'), proxyYaml('a', '  drain: true'));
+    clock.advance(9_999);
+    expect(store.proxies.get({ namespace: 'default', name: 'a' })?.spec.drain).toBeUndefined();
+    clock.advance(1);
+    await vi.waitFor(() =>
+      expect(store.proxies.get({ namespace: 'default', name: 'a' })?.spec.drain).toBe(true),
+    );
+    ctrl.abort();
   });
 
   it('rejects a manifest edit that moves a Managed proxy to another provider, and keeps the stored one', async () => {

@@ -2,7 +2,7 @@
  * Manager: start order (caches → always-on → election → leader-only), /healthz and /readyz over
  * real HTTP, graceful stop (drain within grace, then release), leadership loss, runnable failure.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { sleep } from '../../src/runtime/clock.ts';
 import {
   type LeaderCallbacks,
@@ -12,6 +12,7 @@ import {
 } from '../../src/runtime/leader/elector.ts';
 import { Manager, type Runnable } from '../../src/runtime/manager.ts';
 import type { ObjectStore } from '../../src/runtime/store.ts';
+import { FakeClock } from '../support/clock.ts';
 
 type ManagedStore = Pick<ObjectStore, 'start' | 'stop' | 'proxies' | 'providerHealths' | 'secrets'>;
 
@@ -45,7 +46,7 @@ function fakeStore(events: string[]) {
   };
 }
 
-/** A runnable that records start/stop and takes `drainMs` to finish after its signal aborts. */
+/** A runnable that records start/stop and takes `drainMs` (Infinity: forever) to finish after its signal aborts. */
 function recorder(name: string, needLeaderElection: boolean, events: string[], drainMs = 0): Runnable {
   return {
     name,
@@ -53,6 +54,7 @@ function recorder(name: string, needLeaderElection: boolean, events: string[], d
     start: async (signal) => {
       events.push(`${name}.start`);
       await new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true }));
+      if (drainMs === Number.POSITIVE_INFINITY) await new Promise(() => {}); // never drains
       await sleep(drainMs);
       events.push(`${name}.stopped`);
     },
@@ -101,13 +103,7 @@ async function probe(m: Manager, path: string): Promise<{ status: number; body: 
   return { status: res.status, body: await res.text() };
 }
 
-async function until(cond: () => boolean, ms = 3000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await sleep(5);
-  }
-}
+const until = (cond: () => boolean) => vi.waitFor(() => expect(cond()).toBe(true));
 
 describe('health probe bind address', () => {
   it('accepts host:port, :port and [v6]:port; rejects garbage naming the value', () => {
@@ -144,7 +140,6 @@ describe('Manager', () => {
     const notReady = await probe(m, '/readyz');
     expect(notReady.status).toBe(500);
     expect(notReady.body).toContain('caches not synced');
-    await sleep(20);
     expect(events).toEqual(['store.start']); // nothing runs before caches sync
     sync();
     await m.whenStarted();
@@ -185,29 +180,34 @@ describe('Manager', () => {
 
   it('gives runnables the grace period to drain, but not longer', async () => {
     const events: string[] = [];
+    const clock = new FakeClock();
     const m = new Manager({
       gracePeriodMs: 300,
       elector: new StandaloneElector(),
       healthProbeBindAddress: '127.0.0.1:0',
+      clock,
     });
-    m.add(recorder('quick', true, events, 50));
-    m.add(recorder('stuck', false, events, 10_000));
+    m.add(recorder('quick', true, events));
+    m.add(recorder('stuck', false, events, Number.POSITIVE_INFINITY));
     const run = m.start();
     await until(() => events.includes('quick.start') && events.includes('stuck.start'));
     expect((await probe(m, '/readyz')).status).toBe(200);
-    const t0 = Date.now();
-    const stopping = m.stop();
+    let stopped = false;
+    const stopping = m.stop().then(() => {
+      stopped = true;
+    });
     const during = await probe(m, '/readyz'); // still serving while draining, but not ready
     expect(during.status).toBe(500);
     expect(during.body).toContain('shutting down');
     expect((await probe(m, '/healthz')).status).toBe(200);
+    await until(() => events.includes('quick.stopped'));
+    clock.advance(299);
+    expect((await probe(m, '/healthz')).status).toBe(200); // still draining
+    expect(stopped).toBe(false);
+    clock.advance(1);
     await stopping;
     await run;
-    const took = Date.now() - t0;
-    expect(events).toContain('quick.stopped');
     expect(events).not.toContain('stuck.stopped');
-    expect(took).toBeGreaterThanOrEqual(250);
-    expect(took).toBeLessThan(3000);
   });
 
   it('stops leader-only runnables and fails with LeaderElectionLost when leadership is lost', async () => {
@@ -257,9 +257,13 @@ describe('Manager', () => {
   it('fails when caches do not sync in time', async () => {
     const events: string[] = [];
     const { store } = fakeStore(events);
-    const m = new Manager({ store, cacheSyncTimeoutMs: 100 });
+    const clock = new FakeClock();
+    const m = new Manager({ store, cacheSyncTimeoutMs: 100, clock });
     m.add(recorder('api', false, events));
-    await expect(m.start()).rejects.toThrow(/caches did not sync within 100 ms/);
+    const run = m.start();
+    await until(() => events.includes('store.start'));
+    clock.advance(100);
+    await expect(run).rejects.toThrow(/caches did not sync within 100 ms/);
     expect(events).not.toContain('api.start');
     expect(events).toContain('store.stop');
   });

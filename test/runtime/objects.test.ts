@@ -3,7 +3,6 @@
  * preconditions, status subresource, generation, finalizers, watch resume and 410).
  */
 import { describe, expect, it } from 'vitest';
-import { FakeClock } from '../../src/runtime/clock.ts';
 import { type EngineEvent, ObjectEngine } from '../../src/runtime/objects/engine.ts';
 import {
   LEASE_RESOURCE,
@@ -14,6 +13,7 @@ import {
 import { applyJsonPatch, mergePatch, PatchError, parseJsonPatch } from '../../src/runtime/patch.ts';
 import { labelsMatch, parseSelector, SelectorError } from '../../src/runtime/selector.ts';
 import { StoreError } from '../../src/runtime/store.ts';
+import { FakeClock } from '../support/clock.ts';
 
 function setup() {
   const engine = new ObjectEngine({ clock: new FakeClock() });

@@ -4,8 +4,9 @@
  */
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { FakeClock, sleep } from '../../src/runtime/clock.ts';
+import { sleep } from '../../src/runtime/clock.ts';
 import { backoffDelay, RetryAfterError, WorkQueue } from '../../src/runtime/workqueue.ts';
+import { FakeClock } from '../support/clock.ts';
 
 const tick = () => new Promise<void>((r) => setImmediate(r));
 

@@ -8,14 +8,7 @@ import { redactUrl } from '../../src/api/url.ts';
 import { createLogger } from '../../src/log/index.ts';
 import { closeServer, listenOn } from '../../src/metrics/bind.ts';
 import { permanent } from '../../src/provider/errors.ts';
-import {
-  batchOptionsFromEnv,
-  extractTraceContext,
-  injectTraceContext,
-  setupTracing,
-  type Tracing,
-  withSpan,
-} from '../../src/tracing/index.ts';
+import { batchOptionsFromEnv, setupTracing, type Tracing, withSpan } from '../../src/tracing/index.ts';
 import { setupTestTracing } from '../support/tracing.ts';
 
 let active: Tracing | undefined;
@@ -134,25 +127,6 @@ describe('setupTracing', () => {
     const probe = t.span('health.probe');
     expect(probe.status.code).toBe(SpanStatusCode.ERROR);
     expect(JSON.stringify(probe.events)).not.toContain('s3cret');
-  });
-
-  it('continues a trace from an incoming traceparent and injects it into outgoing headers', async () => {
-    const t = setupTestTracing();
-    active = t;
-    const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
-    const parentId = '00f067aa0ba902b7';
-    const incoming = extractTraceContext({ TraceParent: `00-${traceId}-${parentId}-01`, host: 'x' });
-    const outgoing: Record<string, string> = {};
-    await withSpan(t.tracer, 'POST /v1/leases', {}, () => injectTraceContext(outgoing), incoming);
-    const span = t.span('POST /v1/leases');
-    expect(span.spanContext().traceId).toBe(traceId);
-    expect(span.parentSpanContext?.spanId).toBe(parentId);
-    expect(outgoing.traceparent).toBe(`00-${traceId}-${span.spanContext().spanId}-01`);
-
-    // A malformed header starts a fresh trace instead of failing the request.
-    await withSpan(t.tracer, 'bad', {}, () => {}, extractTraceContext({ traceparent: 'garbage' }));
-    expect(t.span('bad').parentSpanContext).toBeUndefined();
-    expect(trace.getSpan(extractTraceContext({}))).toBeUndefined();
   });
 
   it('logs collector URLs without embedded credentials', () => {

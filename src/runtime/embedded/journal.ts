@@ -11,8 +11,8 @@ import { dirname } from 'node:path';
 import type { EngineSnapshot } from '../objects/engine.ts';
 import type { StoredObject } from '../objects/types.ts';
 
-export const STATE_FORMAT = 'egress-proxies-operator/standalone-state';
-export const STATE_VERSION = 1;
+const STATE_FORMAT = 'egress-proxies-operator/standalone-state';
+const STATE_VERSION = 1;
 
 /** Which manifest a stored object came from, and which labels/annotations the manifest set. */
 export interface AppliedManifest {

@@ -21,14 +21,23 @@ import { isPlainObject } from '../patch.ts';
 
 export type ProxyValidator = (obj: unknown, opts?: { old?: ProxyObject }) => ValidationResult<ProxyObject>;
 
-export const DEFAULT_NAMESPACE = 'default';
+const DEFAULT_NAMESPACE = 'default';
+
+/** Which object a manifest document defines: identity across files and restarts. */
+export interface ManifestRef {
+  /** The resource's qualified name, as the engine's collections are named. */
+  resource: string;
+  namespace: string;
+  name: string;
+}
 
 export interface ManifestDoc {
   file: string;
   /** 1-based position of the document in its file. */
   index: number;
   type: ResourceType;
-  /** `<resource>|<namespace>/<name>`: identity across files and restarts. */
+  ref: ManifestRef;
+  /** `manifestKey(ref)`. */
   key: string;
   /** Only what a manifest may set: name, namespace, labels, annotations, spec (or Secret data/type). */
   obj: StoredObject;
@@ -50,9 +59,30 @@ export function formatManifestError(e: ManifestError): string {
   return `${where}: ${e.message}`;
 }
 
-export function manifestKey(type: ResourceType, namespace: string, name: string): string {
-  return `${qualifiedName(type)}|${namespace}/${name}`;
+function manifestRef(type: ResourceType, namespace: string, name: string): ManifestRef {
+  return { resource: qualifiedName(type), namespace, name };
 }
+
+/**
+ * `<resource>|<namespace>/<name>`: the ref as a map key, and as the state file stores the
+ * manifest bookkeeping (so the format must not change).
+ */
+export function manifestKey(ref: ManifestRef): string {
+  return `${ref.resource}|${ref.namespace}/${ref.name}`;
+}
+
+/** The inverse of manifestKey, for bookkeeping read back from the state file. */
+export function parseManifestKey(key: string): ManifestRef {
+  const bar = key.indexOf('|');
+  const slash = key.indexOf('/', bar + 1);
+  return { resource: key.slice(0, bar), namespace: key.slice(bar + 1, slash), name: key.slice(slash + 1) };
+}
+
+/** `<namespace>/<name>`, for messages. */
+export const refName = (ref: ManifestRef): string => `${ref.namespace}/${ref.name}`;
+
+/** Looks up the stored object a manifest defines (for transition rules on update). */
+export type StoredLookup = (ref: ManifestRef) => StoredObject | undefined;
 
 const MANIFEST_FILE = /\.(ya?ml|json)$/i;
 
@@ -135,14 +165,14 @@ function validateSecretDoc(doc: Record<string, unknown>): { obj?: StoredObject; 
 function validateProxyDoc(
   doc: Record<string, unknown>,
   validate: ProxyValidator,
-  old: (key: string) => StoredObject | undefined,
+  old: StoredLookup,
 ): { obj?: StoredObject; errors: FieldError[] } {
   const errors: FieldError[] = [];
   const meta = baseMeta(doc, errors);
   if (errors.length) return { errors };
   // Only user-settable fields take part: server-set metadata and status in a manifest are ignored.
   const candidate = { apiVersion: doc.apiVersion, kind: doc.kind, metadata: meta, spec: doc.spec };
-  const prev = meta.name ? old(manifestKey(PROXY_RESOURCE, meta.namespace as string, meta.name)) : undefined;
+  const prev = meta.name ? old(manifestRef(PROXY_RESOURCE, meta.namespace as string, meta.name)) : undefined;
   const res = validate(candidate, prev ? { old: prev as unknown as ProxyObject } : {});
   if (!res.ok) return { errors: res.errors };
   return {
@@ -152,14 +182,14 @@ function validateProxyDoc(
 }
 
 /**
- * Parses and validates one file. `old` returns the stored object for a manifest key (for
+ * Parses and validates one file. `old` returns the stored object a document defines (for
  * transition rules such as spec.type immutability).
  */
-export function parseManifestText(
+function parseManifestText(
   file: string,
   text: string,
   validate: ProxyValidator,
-  old: (key: string) => StoredObject | undefined,
+  old: StoredLookup,
 ): { docs: ManifestDoc[]; errors: ManifestError[] } {
   const docs: ManifestDoc[] = [];
   const errors: ManifestError[] = [];
@@ -204,13 +234,8 @@ export function parseManifestText(
       return;
     }
     const meta = res.obj.metadata;
-    docs.push({
-      file,
-      index: document,
-      type,
-      key: manifestKey(type, meta.namespace as string, meta.name),
-      obj: res.obj,
-    });
+    const ref = manifestRef(type, meta.namespace as string, meta.name);
+    docs.push({ file, index: document, type, ref, key: manifestKey(ref), obj: res.obj });
   });
   const seen = new Map<string, number>();
   for (const d of docs) {
@@ -220,7 +245,7 @@ export function parseManifestText(
         file,
         document: d.index,
         path: 'metadata.name',
-        message: `duplicates document ${first} (${d.key.split('|')[1]})`,
+        message: `duplicates document ${first} (${refName(d.ref)})`,
       });
     } else {
       seen.set(d.key, d.index);
@@ -240,7 +265,7 @@ export interface FileScan {
 export async function readManifestFile(
   file: string,
   validate: ProxyValidator,
-  old: (key: string) => StoredObject | undefined,
+  old: StoredLookup,
 ): Promise<FileScan> {
   let text: string;
   try {

@@ -1,0 +1,173 @@
+/**
+ * cmd/modes — what differs between the two modes: where objects live (embedded store or the
+ * Kubernetes API), who leads (always this process, or a Lease), and whether the kubernetes
+ * provider and authenticated metrics exist. Everything built here is registered on the
+ * Teardown at once, so a later start-up failure closes it.
+ */
+import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { errorMessage } from '../log/errors.ts';
+import type { Logger } from '../log/index.ts';
+import type { Authorize } from '../metrics/authorize.ts';
+import { createGcpProvider } from '../provider/gcp/index.ts';
+import { createKvmProvider } from '../provider/kvm/index.ts';
+import { createLocalProvider } from '../provider/local/index.ts';
+import type { ProviderFactory } from '../provider/registry.ts';
+import { createEmbeddedStore } from '../runtime/embedded/store.ts';
+import type { KubeClients } from '../runtime/kube/client.ts';
+import { type LeaderElector, StandaloneElector } from '../runtime/leader/elector.ts';
+import type { ObjectStore } from '../runtime/store.ts';
+import type { CommonFlags, OperatorFlags, StandaloneFlags } from './flags.ts';
+import { StartupError, type Teardown } from './startup.ts';
+
+const LEADER_LEASE_NAME = 'egress-proxies-operator-leader';
+
+export interface ModeParts {
+  store: ObjectStore;
+  elector: LeaderElector;
+  kubernetesProvider?: ProviderFactory;
+  metricsAuthorizer?: Authorize;
+  proxyNamespace?: string;
+}
+
+/** How cluster mode makes its API clients (a seam for tests). */
+export type KubeClientsFactory = (kc: KubeConfig) => Promise<KubeClients>;
+
+export interface StandalonePaths {
+  providersFile: string;
+  manifests: string;
+  statePath: string;
+}
+
+/** `--config` may name the providers file or a directory holding `providers.yaml`. */
+export function resolveStandalonePaths(flags: StandaloneFlags, cwd = process.cwd()): StandalonePaths {
+  const config = resolve(cwd, flags.config);
+  if (!existsSync(config)) throw new StartupError(`--config: ${flags.config} does not exist`);
+  const isDir = statSync(config).isDirectory();
+  const providersFile = isDir ? join(config, 'providers.yaml') : config;
+  if (!existsSync(providersFile)) {
+    throw new StartupError(`--config: ${flags.config} is a directory without a providers.yaml`);
+  }
+  const manifests = flags.manifests
+    ? resolve(cwd, flags.manifests)
+    : join(isDir ? config : dirname(config), 'proxies');
+  if (!existsSync(manifests)) {
+    throw new StartupError(
+      `--manifests: ${flags.manifests ?? manifests} does not exist (Proxy manifests are read from there)`,
+    );
+  }
+  const statePath = resolve(cwd, flags.state ?? join('.state', 'standalone-state.json'));
+  return { providersFile, manifests, statePath };
+}
+
+export function providerFactories(
+  kubernetes: ProviderFactory | undefined,
+  flags: Pick<CommonFlags, 'gcpWireFullPayloads'>,
+): Record<string, ProviderFactory> {
+  return {
+    local: (entry, deps) =>
+      createLocalProvider({ name: entry.name, config: entry.local ?? {}, log: deps.log }),
+    kubernetes:
+      kubernetes ??
+      (() => {
+        throw new Error(
+          'the kubernetes provider runs only in cluster mode (egress-proxies-operator operator)',
+        );
+      }),
+    gcp: (entry, deps) => {
+      if (!entry.gcp) throw new Error('the gcp block is required for a provider of type gcp');
+      return createGcpProvider({
+        name: entry.name,
+        config: entry.gcp,
+        log: deps.log,
+        wireLog: flags.gcpWireFullPayloads,
+      });
+    },
+    kvm: (entry, deps) => {
+      if (!entry.kvm) throw new Error('the kvm block is required for a provider of type kvm');
+      return createKvmProvider({ name: entry.name, config: entry.kvm, log: deps.log });
+    },
+  };
+}
+
+export async function standaloneParts(
+  flags: StandaloneFlags,
+  log: Logger,
+  teardown: Teardown,
+): Promise<ModeParts> {
+  const paths = resolveStandalonePaths(flags);
+  let store: ObjectStore;
+  try {
+    mkdirSync(dirname(paths.statePath), { recursive: true });
+    store = await createEmbeddedStore({
+      manifests: paths.manifests,
+      statePath: paths.statePath,
+      log: log.child({ component: 'store' }),
+    });
+  } catch (err) {
+    throw new StartupError(errorMessage(err), { cause: err });
+  }
+  teardown.add('store', () => store.stop());
+  log.info({ manifests: paths.manifests, state: paths.statePath }, 'standalone store ready');
+  return { store, elector: new StandaloneElector() };
+}
+
+/**
+ * Cluster mode. Its modules (client-node, undici 8) are loaded only here: they need
+ * Node ≥ 22.19, while standalone mode runs on any Node ≥ 22.12.
+ */
+export async function operatorParts(
+  flags: OperatorFlags,
+  log: Logger,
+  teardown: Teardown,
+  kubeClients?: KubeClientsFactory,
+): Promise<ModeParts> {
+  const [{ KubeConfig }, { createKubeClients }, { createKubeStore }, { LeaseElector }, k8sProvider, authz] =
+    await Promise.all([
+      import('@kubernetes/client-node'),
+      import('../runtime/kube/client.ts'),
+      import('../runtime/kube/store.ts'),
+      import('../runtime/leader/lease.ts'),
+      import('../provider/kubernetes/index.ts'),
+      import('../metrics/authorize.ts'),
+    ]);
+  const kc = new KubeConfig();
+  try {
+    if (flags.kubeconfig) kc.loadFromFile(flags.kubeconfig);
+    else kc.loadFromDefault();
+  } catch (err) {
+    throw new StartupError(`kubeconfig: ${errorMessage(err)}`, { cause: err });
+  }
+  const kube = await (kubeClients ?? createKubeClients)(kc);
+  teardown.add('kube clients', () => kube.close());
+  const store = await createKubeStore({
+    clients: kube,
+    log: log.child({ component: 'store' }),
+    namespace: flags.proxyNamespace,
+  });
+  teardown.add('store', () => store.stop());
+  const elector: LeaderElector = flags.leaderElect
+    ? new LeaseElector({
+        api: kube.coordination,
+        namespace: flags.leaderElectionNamespace ?? k8sProvider.operatorNamespace(),
+        name: LEADER_LEASE_NAME,
+        log: log.child({ component: 'leader-election' }),
+      })
+    : new StandaloneElector();
+  const kubernetesProvider: ProviderFactory = (entry, deps) =>
+    k8sProvider.createKubernetesProvider({
+      name: entry.name,
+      config: entry.kubernetes ?? {},
+      core: kube.core,
+      apiHost: kc.getCurrentCluster()?.server ?? '',
+      log: deps.log,
+    });
+  return {
+    store,
+    elector,
+    kubernetesProvider,
+    metricsAuthorizer: flags.metricsSecure ? authz.tokenReviewAuthorizer(kc) : undefined,
+    proxyNamespace: flags.proxyNamespace,
+  };
+}
