@@ -16,7 +16,7 @@ import type {
   InstanceState,
   Provider,
 } from '../../src/provider/contract.ts';
-import { type ErrorClass, notFound, permanent, ProviderError, transient } from '../../src/provider/errors.ts';
+import { type ErrorClass, notFound, ProviderError, permanent, transient } from '../../src/provider/errors.ts';
 
 /** The strictest name rule of the real backends (a GCE instance name, an RFC 1035 label). */
 const NAME_PATTERN = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -244,11 +244,14 @@ export class FakeProvider implements Provider, Checker {
     this.log.push(call);
     // Real providers answer an aborted call with a Transient ProviderError, never the raw reason.
     const aborted = (reason: unknown) =>
-      transient(`${this.name} ${op}${target === undefined ? '' : ` ${target}`}: aborted: ${errorMessage(reason)}`, {
-        op,
-        provider: this.name,
-        cause: reason,
-      });
+      transient(
+        `${this.name} ${op}${target === undefined ? '' : ` ${target}`}: aborted: ${errorMessage(reason)}`,
+        {
+          op,
+          provider: this.name,
+          cause: reason,
+        },
+      );
     if (ctx.signal.aborted) throw aborted(ctx.signal.reason);
     const ms = this.latency[op];
     if (ms) await abortableDelay(ms, ctx.signal).catch((reason: unknown) => Promise.reject(aborted(reason)));

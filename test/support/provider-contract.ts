@@ -168,8 +168,16 @@ export function providerContract(
         const ia = await create(s.request(a, { uid: `uid-${a}`, namespace: 'ns-a' }));
         const ib = await create(s.request(b, { uid: `uid-${b}`, namespace: 'ns-b' }));
         const all = await s.provider.listByTag(ctx());
-        expect(all.find((i) => i.name === a)).toMatchObject({ id: ia.id, uid: `uid-${a}`, namespace: 'ns-a' });
-        expect(all.find((i) => i.name === b)).toMatchObject({ id: ib.id, uid: `uid-${b}`, namespace: 'ns-b' });
+        expect(all.find((i) => i.name === a)).toMatchObject({
+          id: ia.id,
+          uid: `uid-${a}`,
+          namespace: 'ns-a',
+        });
+        expect(all.find((i) => i.name === b)).toMatchObject({
+          id: ib.id,
+          uid: `uid-${b}`,
+          namespace: 'ns-b',
+        });
         for (const i of all) expect(INSTANCE_STATES).toContain(i.state);
       },
       timeout,

@@ -48,7 +48,12 @@ export async function until<T>(
  * Asserts that `check` holds throughout `forMs` (polled), failing at the first moment it does
  * not: for "nothing else happens" after the awaited event, where an event to wait on is absent.
  */
-export async function holdsFor(what: string, check: () => boolean, forMs: number, intervalMs = 10): Promise<void> {
+export async function holdsFor(
+  what: string,
+  check: () => boolean,
+  forMs: number,
+  intervalMs = 10,
+): Promise<void> {
   const end = Date.now() + forMs;
   for (;;) {
     if (!check()) throw new Error(`expected ${what} to hold for ${forMs} ms; it stopped holding`);
