@@ -12,6 +12,7 @@ import {
 } from '../../src/runtime/leader/elector.ts';
 import { Manager, type Runnable } from '../../src/runtime/manager.ts';
 import type { ObjectStore } from '../../src/runtime/store.ts';
+import { until as waitUntil } from '../support/wait.ts';
 
 type ManagedStore = Pick<ObjectStore, 'start' | 'stop' | 'proxies' | 'providerHealths' | 'secrets'>;
 
@@ -101,13 +102,9 @@ async function probe(m: Manager, path: string): Promise<{ status: number; body: 
   return { status: res.status, body: await res.text() };
 }
 
-async function until(cond: () => boolean, ms = 3000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await sleep(5);
-  }
-}
+/** Waits (bounded) for a condition through the shared helper. */
+const until = (cond: () => boolean, ms = 3000) =>
+  waitUntil('condition', cond, { timeoutMs: ms, intervalMs: 5 });
 
 describe('health probe bind address', () => {
   it('accepts host:port, :port and [v6]:port; rejects garbage naming the value', () => {

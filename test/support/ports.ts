@@ -1,7 +1,8 @@
 /**
  * test/support/ports — free TCP ports for tests that must name ports up front (the local
- * provider's portRange, listen flags). The kernel picks the start (listen on port 0), so
- * parallel test files never pick the same block and no test depends on unseeded randomness.
+ * provider's portRange, listen flags). Blocks lie below the kernel's ephemeral range (32768+),
+ * so outgoing connections of other tests never land in them, and start at a slot derived from
+ * the worker's pid, so parallel test files rarely meet, without unseeded randomness.
  */
 import { createServer } from 'node:net';
 
@@ -26,14 +27,20 @@ export function freePort(): Promise<number> {
   });
 }
 
-/** `n` consecutive ports free right now, starting at a kernel-chosen port. */
+const LOW = 21_000;
+const HIGH = 32_000;
+/** Blocks handed out by this process, so two calls never overlap. */
+let nextSlot = (process.pid * 7919) % (HIGH - LOW);
+
+/** `n` consecutive ports below the ephemeral range, free right now. */
 export async function freePortRange(n: number): Promise<{ from: number; to: number }> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const from = await freePort();
-    if (from + n - 1 > 65535) continue;
+  const span = HIGH - LOW - n;
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const from = LOW + (nextSlot % span);
+    nextSlot += n + 1;
     let ok = true;
-    for (let p = from + 1; p < from + n && ok; p++) ok = await canBind(p);
+    for (let p = from; p < from + n && ok; p++) ok = await canBind(p);
     if (ok) return { from, to: from + n - 1 };
   }
-  throw new Error(`no ${n} consecutive free ports`);
+  throw new Error(`no ${n} consecutive free ports in ${LOW}-${HIGH}`);
 }
