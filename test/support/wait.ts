@@ -43,21 +43,3 @@ export async function until<T>(
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
-
-/**
- * Asserts that `check` holds throughout `forMs` (polled), failing at the first moment it does
- * not: for "nothing else happens" after the awaited event, where an event to wait on is absent.
- */
-export async function holdsFor(
-  what: string,
-  check: () => boolean,
-  forMs: number,
-  intervalMs = 10,
-): Promise<void> {
-  const end = Date.now() + forMs;
-  for (;;) {
-    if (!check()) throw new Error(`expected ${what} to hold for ${forMs} ms; it stopped holding`);
-    if (Date.now() >= end) return;
-    await new Promise((r) => setTimeout(r, intervalMs));
-  }
-}
