@@ -1,15 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { LABEL_CLOUD_INIT_SECRET } from '../../src/api/constants.ts';
 import { WorkQueue } from '../../src/runtime/workqueue.ts';
+import { until as waitUntil } from '../support/wait.ts';
 import { createHarness, NS } from './harness.ts';
 
-async function until(cond: () => boolean, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error('condition not reached in time');
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+const until = (cond: () => boolean, ms = 10_000) => waitUntil('condition', cond, ms);
 
 describe('reconciler on the real work queue', () => {
   it('brings 20 Proxies up (one waiting for its cloud-init Secret) and tears them down', async () => {

@@ -26,6 +26,7 @@ import {
 import { hashKnownHostName, parseKnownHosts, SshError } from '../../src/provider/kvm/ssh.ts';
 import { XdrError, XdrReader, XdrWriter } from '../../src/provider/kvm/xdr.ts';
 import { FakeClock } from '../support/clock.ts';
+import { TEST_SEED } from '../support/random.ts';
 
 const hex = (b: Buffer) => b.toString('hex');
 
@@ -81,6 +82,7 @@ describe('XDR', () => {
           r.end();
         },
       ),
+      { seed: TEST_SEED },
     );
   });
 

@@ -36,6 +36,7 @@ import {
   requireLibvirt,
   tinyDomainXml,
 } from '../support/libvirt.ts';
+import { until } from '../support/wait.ts';
 
 let env: LibvirtEnv;
 let conn: LibvirtConnection;
@@ -74,13 +75,8 @@ afterAll(async () => {
   await conn.close();
 });
 
-async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > until) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+const waitFor = (cond: () => boolean, timeoutMs: number) =>
+  until('condition', cond, { timeoutMs, intervalMs: 50 });
 
 function errorOf(p: Promise<unknown>): Promise<unknown> {
   return p.then(

@@ -9,6 +9,7 @@ import { ForwardProxy } from '../../src/provider/local/forward-proxy.ts';
 import { createLocalProvider, type LocalProvider, preferredPort } from '../../src/provider/local/index.ts';
 import { captureLog } from '../support/log.ts';
 import { closedPort, type Origin, startTlsOrigin, testPki } from '../support/origins.ts';
+import { freePortRange } from '../support/ports.ts';
 import { callContext, createRequest, TEST_CREDENTIALS } from '../support/provider-calls.ts';
 
 const creds = TEST_CREDENTIALS;
@@ -16,30 +17,6 @@ const ctx = callContext;
 const req = createRequest;
 
 const basic = (u: string, p: string) => `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}`;
-
-/** Free consecutive-ish ports: bind n ephemeral ports and report min..max of a small window. */
-async function freeRange(size: number): Promise<{ from: number; to: number }> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const base = 30000 + Math.floor(Math.random() * 20000);
-    const servers: net.Server[] = [];
-    let ok = true;
-    for (let p = base; p < base + size; p++) {
-      const s = net.createServer();
-      const bound = await new Promise<boolean>((resolve) => {
-        s.once('error', () => resolve(false));
-        s.listen(p, '127.0.0.1', () => resolve(true));
-      });
-      if (!bound) {
-        ok = false;
-        break;
-      }
-      servers.push(s);
-    }
-    await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
-    if (ok) return { from: base, to: base + size - 1 };
-  }
-  throw new Error('no free port window');
-}
 
 /** Plain HTTP origin that echoes method, headers and body as JSON. */
 async function startEchoOrigin(): Promise<{
@@ -161,7 +138,7 @@ describe('local provider', () => {
   const make = async (size = 20) => {
     const p = createLocalProvider({
       name: 'dev',
-      config: { portRange: await freeRange(size) },
+      config: { portRange: await freePortRange(size) },
       log: captured.log,
       connectTimeoutMs: 2000,
     });
@@ -367,7 +344,7 @@ describe('local provider', () => {
   });
 
   it('honours a port hint inside the range and skips ports someone else holds', async () => {
-    const range = await freeRange(3);
+    const range = await freePortRange(3);
     const q = createLocalProvider({ name: 'dev', config: { portRange: range } });
     providers.push(q);
     // Someone else holds the port this name would get first: the next free one is used.
@@ -390,7 +367,7 @@ describe('local provider', () => {
   });
 
   it('re-creates an instance on the same port after a restart of the process', async () => {
-    const range = await freeRange(50);
+    const range = await freePortRange(50);
     const before = createLocalProvider({ name: 'dev', config: { portRange: range } });
     providers.push(before);
     // Names whose slots differ (a shared slot goes to whoever is created first).
@@ -452,7 +429,7 @@ describe('local provider', () => {
       config: {
         bindAddress: '127.0.0.1',
         advertiseAddress: 'proxy.example.test',
-        portRange: await freeRange(3),
+        portRange: await freePortRange(3),
       },
     });
     providers.push(p);

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { instanceName } from '../../src/provider/naming.ts';
+import { TEST_SEED } from '../support/random.ts';
 
 const GCP = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const LIBVIRT = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
@@ -17,7 +18,7 @@ describe('instanceName', () => {
         expect(n.length).toBeLessThanOrEqual(63);
         expect(n.startsWith('px-')).toBe(true);
       }),
-      { numRuns: 2000 },
+      { numRuns: 2000, seed: TEST_SEED },
     );
   });
 
@@ -34,6 +35,7 @@ describe('instanceName', () => {
           }
         },
       ),
+      { seed: TEST_SEED },
     );
     const uid = '6f1c2a9e-3b7d-4e21-9a55-0c8d2f4b7e10';
     const h1 = 'a'.repeat(64);

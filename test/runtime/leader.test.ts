@@ -1,29 +1,96 @@
 /**
- * Lease leader election against the Kubernetes REST test server, over real client-node:
- * exactly one leader, takeover after a silent leader's lease expires (and not before), instant
- * hand-over on graceful stop, renew faults shorter than renewDeadline survived, longer ones
- * step the leader down. Short timings: lease 1.5 s (written as 2 s), renew 1 s, retry 0.2 s.
+ * Lease leader election against the Kubernetes REST test server, over real client-node, on a
+ * fake clock: exactly one leader, takeover after a silent leader's lease expires (and not
+ * before), instant hand-over on graceful stop, renew faults shorter than renewDeadline
+ * survived, longer ones step the leader down. Time moves only when the test advances it, in
+ * 10 ms steps after every in-flight Lease request has finished, so the bounds asserted are the
+ * algorithm's, not the machine's load. Timings: lease 1.5 s (written as 2 s), renew 1 s,
+ * retry 0.2 s; jitter from a seeded generator.
  */
+import type { CoordinationV1Api } from '@kubernetes/client-node';
 import { afterEach, describe, expect, it } from 'vitest';
-import { sleep } from '../../src/runtime/clock.ts';
 import { createKubeClients, type KubeClients } from '../../src/runtime/kube/client.ts';
 import { LeaderElectionLost, StandaloneElector } from '../../src/runtime/leader/elector.ts';
 import { LeaseElector, validateLeaseTimings } from '../../src/runtime/leader/lease.ts';
 import { Manager } from '../../src/runtime/manager.ts';
+import { FakeClock } from '../support/clock.ts';
 import { type KubeServer, startKubeServer } from '../support/kube-server/index.ts';
+import { seededRandom } from '../support/random.ts';
+import { until } from '../support/wait.ts';
 
 const TIMINGS = { leaseDurationMs: 1500, renewDeadlineMs: 1000, retryPeriodMs: 200 };
+/** The duration as written (whole seconds) and the longest jittered retry wait (× 2.2). */
+const WRITTEN_LEASE_MS = 2000;
+const MAX_RETRY_WAIT_MS = 200 * 2.2;
+const STEP_MS = 10;
 const LEASE = { namespace: 'operators', name: 'egress-proxies-operator' };
 
 let server: KubeServer;
+let clock: FakeClock;
+let inflight = 0;
+const random = seededRandom();
 const clients: KubeClients[] = [];
 const cleanups: Array<() => Promise<void> | void> = [];
 
+/** The API with every call counted while in flight, so the test knows when the electors are idle. */
+function tracked(api: CoordinationV1Api): CoordinationV1Api {
+  return new Proxy(api, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (typeof v !== 'function') return v;
+      return (...args: unknown[]) => {
+        inflight++;
+        return (v as (...a: unknown[]) => Promise<unknown>).apply(target, args).finally(() => inflight--);
+      };
+    },
+  });
+}
+
 async function elector(identity: string): Promise<LeaseElector> {
   if (!server) server = await startKubeServer();
+  clock ??= new FakeClock();
   const c = await createKubeClients(server.kubeConfig());
   clients.push(c);
-  return new LeaseElector({ api: c.coordination, ...LEASE, identity, ...TIMINGS });
+  return new LeaseElector({ api: tracked(c.coordination), ...LEASE, identity, ...TIMINGS, clock, random });
+}
+
+const macrotask = () => new Promise<void>((r) => setImmediate(r));
+
+/** Waits until no Lease request is in flight and none starts on the next turn either. */
+async function settle(): Promise<void> {
+  for (;;) {
+    await macrotask();
+    if (inflight === 0) {
+      await macrotask();
+      if (inflight === 0) return;
+    }
+    await until('Lease requests to finish', () => inflight === 0);
+  }
+}
+
+/** Advances fake time in steps (running `each` after every step) until `cond`; returns the time taken. */
+async function advanceUntil(cond: () => boolean, maxMs: number, each?: () => void): Promise<number> {
+  const t0 = clock.now();
+  await settle();
+  while (!cond()) {
+    if (clock.now() - t0 >= maxMs) throw new Error(`condition not met within ${maxMs} ms of fake time`);
+    clock.advance(STEP_MS);
+    each?.();
+    await settle();
+  }
+  return clock.now() - t0;
+}
+
+/** Advances fake time by `ms`, checking `invariant` after every step. */
+async function advance(ms: number, invariant?: () => void, each?: () => void): Promise<void> {
+  const end = clock.now() + ms;
+  await settle();
+  while (clock.now() < end) {
+    clock.advance(STEP_MS);
+    each?.();
+    await settle();
+    invariant?.();
+  }
 }
 
 interface Campaign {
@@ -39,7 +106,7 @@ function campaign(e: LeaseElector): Campaign {
   const c: Campaign = { e, ac, log: [], done: Promise.resolve() };
   c.done = e.run(ac.signal, {
     onStartedLeading: () => {
-      c.startedAt = Date.now();
+      c.startedAt = clock.now();
       c.log.push('started');
     },
     onStoppedLeading: () => c.log.push('stopped'),
@@ -63,32 +130,23 @@ function lease() {
   };
 }
 
-async function until(cond: () => boolean, ms = 5000): Promise<number> {
-  const t0 = Date.now();
-  while (!cond()) {
-    if (Date.now() - t0 > ms) throw new Error('condition not met in time');
-    await sleep(10);
-  }
-  return Date.now() - t0;
-}
-
 afterEach(async () => {
   for (const f of cleanups.splice(0).reverse()) await f();
   for (const c of clients.splice(0)) await c.close();
   await server?.stop();
   server = undefined as unknown as KubeServer;
+  clock = undefined as unknown as FakeClock;
 });
 
 describe('LeaseElector', () => {
   it('elects exactly one of two candidates and writes MicroTime renew times', async () => {
     const a = campaign(await elector('a'));
     const b = campaign(await elector('b'));
-    await until(() => a.e.isLeader() || b.e.isLeader());
-    for (let i = 0; i < 15; i++) {
+    await advanceUntil(() => a.e.isLeader() || b.e.isLeader(), 1000);
+    await advance(3000, () => {
       expect(a.e.isLeader() && b.e.isLeader()).toBe(false);
       expect(a.e.isLeader() || b.e.isLeader()).toBe(true);
-      await sleep(50);
-    }
+    });
     const leader = a.e.isLeader() ? 'a' : 'b';
     const spec = lease().spec;
     expect(spec.holderIdentity).toBe(leader);
@@ -96,34 +154,37 @@ describe('LeaseElector', () => {
     expect(spec.leaseDurationSeconds).toBe(2);
     expect(spec.renewTime).toMatch(/\.\d{6}Z$/);
     const before = spec.renewTime;
-    await sleep(500);
+    await advance(TIMINGS.retryPeriodMs);
     expect(lease().spec.renewTime).not.toBe(before); // renewing every retryPeriod
     const follower = leader === 'a' ? b : a;
     expect(follower.log).toContain(`leader:${leader}`);
+    expect(follower.log).not.toContain('started');
   });
 
   it('a silent leader is replaced after its lease expires, not before', async () => {
     const a = campaign(await elector('a'));
-    await until(() => a.e.isLeader());
+    await advanceUntil(() => a.e.isLeader(), 1000);
     const b = campaign(await elector('b'));
-    await sleep(600); // b has observed a's renewals
-    expect(b.e.isLeader()).toBe(false);
+    await advance(600, () => expect(b.e.isLeader()).toBe(false)); // b observes a's renewals
     a.ac.abort(); // a stops renewing without releasing (as if it hung or was killed)
-    const silentAt = Date.now();
-    await until(() => b.e.isLeader(), 6000);
+    await a.done;
+    const silentAt = clock.now();
+    await advanceUntil(() => b.e.isLeader(), 5000);
     const takeover = b.startedAt! - silentAt;
-    // The 2 s lease counts from when b saw the last renewal: never early, soon after expiry.
-    expect(takeover).toBeGreaterThanOrEqual(1200);
-    expect(takeover).toBeLessThan(2000 + 2.2 * 200 + 1500);
+    // b times the 2 s lease from when it saw a's last renewal (at most one retry before a went
+    // silent), and acquires at its first attempt after expiry.
+    expect(takeover).toBeGreaterThanOrEqual(WRITTEN_LEASE_MS - TIMINGS.retryPeriodMs);
+    expect(takeover).toBeLessThanOrEqual(WRITTEN_LEASE_MS + MAX_RETRY_WAIT_MS + STEP_MS);
     expect(lease().spec.holderIdentity).toBe('b');
     expect(lease().spec.leaseTransitions).toBe(1);
   });
 
   it('judges expiry by its own clock since the record last changed, never by renewTime', async () => {
-    if (!server) server = await startKubeServer();
+    server = await startKubeServer();
+    clock = new FakeClock();
     const leases = server.resource('leases');
     // A live holder whose clock is decades behind ours: its renewTime always looks expired.
-    const skewed = (ms: number) => `2000-01-01T00:00:${String(ms % 60).padStart(2, '0')}.000000Z`;
+    const skewed = (s: number) => `2000-01-01T00:00:${String(s % 60).padStart(2, '0')}.000000Z`;
     leases.create({
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
@@ -131,56 +192,59 @@ describe('LeaseElector', () => {
       spec: { holderIdentity: 'skewed', leaseDurationSeconds: 2, renewTime: skewed(0), leaseTransitions: 0 },
     } as never);
     let n = 0;
-    const renewer = setInterval(() => {
+    let renewing = true;
+    const renewEvery200ms = () => {
+      if (!renewing || clock.now() % 200 !== 0) return;
       const cur = leases.read(LEASE.namespace, LEASE.name);
       leases.update({ ...cur, spec: { ...(cur.spec as object), renewTime: skewed(++n) } } as never);
-    }, 200);
-    cleanups.push(() => clearInterval(renewer));
+    };
     const b = campaign(await elector('b'));
-    await sleep(2500);
-    expect(b.e.isLeader()).toBe(false); // the holder keeps renewing: its lease is alive
-    clearInterval(renewer);
-    const silentAt = Date.now();
-    await until(() => b.e.isLeader(), 5000);
-    expect(b.startedAt! - silentAt).toBeGreaterThanOrEqual(1500);
+    // The holder keeps renewing: its lease is alive however old renewTime looks.
+    await advance(2500, () => expect(b.e.isLeader()).toBe(false), renewEvery200ms);
+    renewing = false;
+    const silentAt = clock.now();
+    await advanceUntil(() => b.e.isLeader(), 5000);
+    expect(b.startedAt! - silentAt).toBeGreaterThanOrEqual(WRITTEN_LEASE_MS - 200);
+    expect(b.startedAt! - silentAt).toBeLessThanOrEqual(WRITTEN_LEASE_MS + MAX_RETRY_WAIT_MS + STEP_MS);
     expect(lease().spec.leaseTransitions).toBe(1);
   });
 
   it('release hands over at once, well under the lease duration', async () => {
     const a = campaign(await elector('a'));
-    await until(() => a.e.isLeader());
+    await advanceUntil(() => a.e.isLeader(), 1000);
     const b = campaign(await elector('b'));
-    await sleep(300);
-    const t0 = Date.now();
+    await advance(300);
     await a.e.release();
     expect(a.log).toContain('stopped');
     expect(a.e.isLeader()).toBe(false);
     // Released: no holder, a 1 s duration, so the next candidate need not wait for expiry.
     expect(lease().spec.holderIdentity ?? '').toBe('');
     expect(lease().spec.leaseDurationSeconds).toBe(1);
-    await until(() => b.e.isLeader(), 3000);
-    expect(Date.now() - t0).toBeLessThan(1900); // expiry would take >= 2 s
+    // b takes it at its next attempt: within one jittered retry wait, not after an expiry.
+    const took = await advanceUntil(() => b.e.isLeader(), 3000);
+    expect(took).toBeLessThanOrEqual(MAX_RETRY_WAIT_MS + STEP_MS);
     expect(lease().spec.leaseTransitions).toBe(1);
     expect(lease().spec.holderIdentity).toBe('b');
   });
 
   it('survives renew failures shorter than renewDeadline', async () => {
     const a = campaign(await elector('a'));
-    await until(() => a.e.isLeader());
+    await advanceUntil(() => a.e.isLeader(), 1000);
     const fault = server.injectFault({ path: /\/leases\//, status: 500, times: 3 });
-    await until(() => fault.hits >= 3, 3000);
-    await sleep(500);
-    expect(a.e.isLeader()).toBe(true);
+    await advanceUntil(() => fault.hits >= 3, 1000);
+    await advance(500, () => expect(a.e.isLeader()).toBe(true));
     expect(a.log).not.toContain('stopped');
     expect(lease().spec.leaseTransitions).toBe(0);
   });
 
   it('steps down when it cannot renew within renewDeadline', async () => {
     const a = campaign(await elector('a'));
-    await until(() => a.e.isLeader());
+    await advanceUntil(() => a.e.isLeader(), 1000);
     server.injectFault({ path: /\/leases\//, status: 500, times: Number.POSITIVE_INFINITY });
-    const took = await until(() => a.log.includes('stopped'), 4000);
-    expect(took).toBeLessThan(1000 + 200 + 1000);
+    const took = await advanceUntil(() => a.log.includes('stopped'), 4000);
+    // The last good renewal was at most one retry period before the fault.
+    expect(took).toBeGreaterThanOrEqual(TIMINGS.renewDeadlineMs - TIMINGS.retryPeriodMs);
+    expect(took).toBeLessThanOrEqual(TIMINGS.renewDeadlineMs + TIMINGS.retryPeriodMs);
     expect(a.e.isLeader()).toBe(false);
     await a.done; // run() ends after losing
   });
@@ -208,10 +272,9 @@ describe('Manager with Lease election', () => {
         name: 'gc',
         needLeaderElection: true,
         start: async (signal) => {
-          running.set(id, Date.now());
+          running.set(id, clock.now());
           if (running.size > 1) overlap.push(id);
           await new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true }));
-          await sleep(50); // drain
           running.delete(id);
         },
       });
@@ -224,17 +287,15 @@ describe('Manager with Lease election', () => {
     };
     const one = await mk('one');
     const two = await mk('two');
-    await until(() => running.size === 1);
-    await sleep(400);
-    expect(running.size).toBe(1);
+    await until('both managers to campaign', () => inflight > 0 || running.size > 0);
+    await advanceUntil(() => running.size === 1, 1000);
+    await advance(400, () => expect(running.size).toBe(1));
     const [first] = [...running.keys()];
     const [leader, other] = first === 'one' ? [one, two] : [two, one];
-    const t0 = Date.now();
     await leader.m.stop();
     await leader.done;
-    await until(() => other.m.isLeader(), 3000);
-    expect(Date.now() - t0).toBeLessThan(1900); // expiry would take >= 2 s
-    await until(() => running.size === 1);
+    const took = await advanceUntil(() => other.m.isLeader() && running.size === 1, 3000);
+    expect(took).toBeLessThanOrEqual(MAX_RETRY_WAIT_MS + STEP_MS); // expiry would take 2 s
     expect(overlap).toEqual([]);
   });
 
@@ -250,9 +311,15 @@ describe('Manager with Lease election', () => {
       },
     });
     const done = m.start();
-    await until(() => m.isLeader());
+    await until('the manager to campaign', () => inflight > 0 || m.isLeader());
+    await advanceUntil(() => m.isLeader(), 1000);
     server.injectFault({ path: /\/leases\//, status: 500, times: Number.POSITIVE_INFINITY });
-    await expect(done).rejects.toBeInstanceOf(LeaderElectionLost);
+    let lost: unknown;
+    done.catch((e: unknown) => {
+      lost = e;
+    });
+    await advanceUntil(() => lost !== undefined, 3000);
+    expect(lost).toBeInstanceOf(LeaderElectionLost);
     expect(stopped).toEqual(['gc']);
   });
 

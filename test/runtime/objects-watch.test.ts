@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { type EngineEvent, ObjectEngine } from '../../src/runtime/objects/engine.ts';
 import { PROXY_RESOURCE, type StoredObject } from '../../src/runtime/objects/types.ts';
 import { StoreError } from '../../src/runtime/store.ts';
+import { TEST_SEED } from '../support/random.ts';
 
 type Op =
   | { k: 'create'; n: number; pool: string }
@@ -93,7 +94,7 @@ describe('engine watch history (property)', () => {
         }).stop();
         expect(eu).toEqual(byName(px.list({ labelSelector: 'pool=eu' }).items));
       }),
-      { numRuns: 200 },
+      { numRuns: 200, seed: TEST_SEED },
     );
   });
 });

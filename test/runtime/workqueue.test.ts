@@ -7,6 +7,8 @@ import { describe, expect, it } from 'vitest';
 import { sleep } from '../../src/runtime/clock.ts';
 import { backoffDelay, RetryAfterError, WorkQueue } from '../../src/runtime/workqueue.ts';
 import { FakeClock } from '../support/clock.ts';
+import { seededRandom } from '../support/random.ts';
+import { until } from '../support/wait.ts';
 
 const tick = () => new Promise<void>((r) => setImmediate(r));
 
@@ -157,6 +159,7 @@ describe('WorkQueue under load', () => {
     let maxConcurrent = 0;
     let processed = 0;
     const ac = new AbortController();
+    const random = seededRandom();
     const run = q.runWorkers({
       concurrency: 8,
       signal: ac.signal,
@@ -165,25 +168,24 @@ describe('WorkQueue under load', () => {
         active.add(key);
         maxConcurrent = Math.max(maxConcurrent, active.size);
         lastStart.set(key, ++seq);
-        await sleep(Math.random() * 2);
-        if (Math.random() < 0.05) await tick();
+        await sleep(random() * 2);
+        if (random() < 0.05) await tick();
         active.delete(key);
         processed++;
-        if (Math.random() < 0.02) throw new RetryAfterError('retry soon', 0);
+        if (random() < 0.02) throw new RetryAfterError('retry soon', 0);
       },
     });
     for (let i = 0; i < 10_000; i++) {
-      const key = keys[Math.floor(Math.random() * keys.length)]!;
+      const key = keys[Math.floor(random() * keys.length)]!;
       lastAdd.set(key, ++seq);
       q.add(key);
-      if (i % 50 === 0) await sleep(Math.random() * 3);
+      if (i % 50 === 0) await sleep(random() * 3);
     }
-    const deadline = Date.now() + 15_000;
-    while (Date.now() < deadline) {
-      const pending = [...lastAdd].some(([k, s]) => (lastStart.get(k) ?? 0) < s);
-      if (!pending && q.len() === 0 && active.size === 0) break;
-      await sleep(10);
-    }
+    await until(
+      'every added key to be processed after its last add',
+      () => ![...lastAdd].some(([k, s]) => (lastStart.get(k) ?? 0) < s) && q.len() === 0 && active.size === 0,
+      15_000,
+    );
     ac.abort();
     await run;
     expect(overlaps).toBe(0);

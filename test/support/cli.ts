@@ -11,6 +11,8 @@ import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { DiscoveryClient, type ProxySnapshot } from '../../src/discovery/client.ts';
+import { freePortRange } from './ports.ts';
+import { until } from './wait.ts';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
 export const NODE = join(REPO_ROOT, 'node_modules/.bin/node');
@@ -69,34 +71,16 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-function canBind(port: number): Promise<boolean> {
-  return new Promise((ok) => {
-    const srv = net.createServer();
-    srv.once('error', () => ok(false));
-    srv.listen({ host: '127.0.0.1', port, exclusive: true }, () => srv.close(() => ok(true)));
-  });
-}
-
-/**
- * A block of free ports below the kernel's ephemeral range (32768+), so outgoing connections of
- * other tests do not land in it. Random start, so parallel test files rarely meet.
- */
-async function freeRange(): Promise<{ from: number; to: number }> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const from = 21000 + Math.floor(Math.random() * (32000 - 21000 - RANGE_SIZE));
-    let ok = true;
-    for (let p = from; p < from + RANGE_SIZE && ok; p++) ok = await canBind(p);
-    if (ok) return { from, to: from + RANGE_SIZE - 1 };
-  }
-  throw new Error('no free block of ports for the local provider');
-}
-
 /** Copies examples/standalone to a temp dir and points every port at a free one. */
 export async function createWorkspace(): Promise<Workspace> {
   const dir = mkdtempSync(join(tmpdir(), 'standalone-e2e-'));
   workspaces.push(dir);
   cpSync(EXAMPLE, dir, { recursive: true });
-  const [discoveryPort, healthPort, portRange] = [await freePort(), await freePort(), await freeRange()];
+  const [discoveryPort, healthPort, portRange] = [
+    await freePort(),
+    await freePort(),
+    await freePortRange(RANGE_SIZE),
+  ];
   const providersFile = join(dir, 'providers.yaml');
   const providers = readFileSync(providersFile, 'utf8');
   if (!EXAMPLE_RANGE.test(providers)) throw new Error('examples/standalone/providers.yaml: no portRange');
@@ -232,24 +216,14 @@ export async function waitFor<T>(
   timeoutMs = 30_000,
   proc?: CliProcess,
 ): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let lastError: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined && v !== false) return v;
-    } catch (err) {
-      lastError = err;
-    }
-    if (proc?.hasExited) throw new Error(`process exited while waiting for ${what}\n${proc.tail()}`);
-    if (Date.now() > deadline) {
-      const why = lastError instanceof Error ? ` (last error: ${lastError.message})` : '';
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what}${why}${proc ? `\n${proc.tail()}` : ''}`,
-      );
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const tail = () => (proc ? `\n${proc.tail()}` : '');
+  return until(what, probe, {
+    timeoutMs,
+    intervalMs: 100,
+    ...(proc ? { failFast: () => (proc.hasExited ? `process exited${tail()}` : undefined) } : {}),
+  }).catch((err: unknown) => {
+    throw proc && !proc.hasExited && err instanceof Error ? new Error(`${err.message}${tail()}`) : err;
+  });
 }
 
 /** The standard command line for a workspace, plus `extra`. */

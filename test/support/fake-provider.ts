@@ -2,9 +2,12 @@
  * test/support/fake-provider — an in-memory Provider + Checker for every component's tests:
  * idempotent create by name, state transitions (Pending → Running with an address after N
  * gets, or on markRunning), lost instances, injectable failures and latency per operation,
- * call counters. Behaves like the contract says a real backend does, nothing more.
+ * call counters. Behaves like the contract says a real backend does, nothing more: the provider
+ * contract suite (test/support/provider-contract.ts) runs the same cases against it and against
+ * local, gcp and kvm, so a reconciler test passing on the fake means something.
  */
 import type { TargetStatus } from '../../src/api/providerhealth.ts';
+import { errorMessage } from '../../src/log/errors.ts';
 import type {
   CallContext,
   Checker,
@@ -13,7 +16,11 @@ import type {
   InstanceState,
   Provider,
 } from '../../src/provider/contract.ts';
-import { type ErrorClass, notFound, ProviderError } from '../../src/provider/errors.ts';
+import { type ErrorClass, notFound, ProviderError, permanent, transient } from '../../src/provider/errors.ts';
+
+/** The strictest name rule of the real backends (a GCE instance name, an RFC 1035 label). */
+const NAME_PATTERN = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/;
+const ID_PREFIX = 'fake/';
 
 export type FakeOp = 'create' | 'get' | 'delete' | 'listByTag' | 'check';
 
@@ -125,7 +132,7 @@ export class FakeProvider implements Provider, Checker {
   }
 
   idOf(name: string): string {
-    return `fake/${name}`;
+    return `${ID_PREFIX}${name}`;
   }
 
   byName(name: string): FakeInstance | undefined {
@@ -139,6 +146,12 @@ export class FakeProvider implements Provider, Checker {
 
   async create(ctx: CallContext, req: CreateRequest): Promise<Instance> {
     await this.enter(ctx, 'create', req.name);
+    if (!NAME_PATTERN.test(req.name)) {
+      throw permanent(`${this.name} create: invalid instance name ${JSON.stringify(req.name)}`, {
+        op: 'create',
+        provider: this.name,
+      });
+    }
     const id = this.idOf(req.name);
     let inst = this.instances.get(id);
     if (!inst) {
@@ -166,6 +179,7 @@ export class FakeProvider implements Provider, Checker {
 
   async get(ctx: CallContext, providerID: string): Promise<Instance> {
     await this.enter(ctx, 'get', providerID);
+    this.parseID('get', providerID);
     const inst = this.instances.get(providerID);
     if (!inst) throw notFound(`${this.name} get ${providerID}: instance not found`);
     return this.observe(inst);
@@ -184,6 +198,7 @@ export class FakeProvider implements Provider, Checker {
 
   async delete(ctx: CallContext, providerID: string): Promise<void> {
     await this.enter(ctx, 'delete', providerID);
+    this.parseID('delete', providerID);
     this.instances.delete(providerID);
     this.after('delete', providerID);
   }
@@ -196,6 +211,18 @@ export class FakeProvider implements Provider, Checker {
   async check(ctx: CallContext): Promise<TargetStatus[]> {
     await this.enter(ctx, 'check').catch(() => undefined);
     return this.checkResult.map((t) => ({ ...t }));
+  }
+
+  /** Like every real backend: an ID that can never be valid is Permanent, not NotFound. */
+  private parseID(op: FakeOp, id: string): void {
+    const name = id.startsWith(ID_PREFIX) ? id.slice(ID_PREFIX.length) : '';
+    if (!NAME_PATTERN.test(name)) {
+      throw permanent(`${this.name} ${op}: malformed providerID ${JSON.stringify(id)}, want fake/<name>`, {
+        op,
+        provider: this.name,
+        providerID: id,
+      });
+    }
   }
 
   private settle(inst: FakeInstance): void {
@@ -215,9 +242,19 @@ export class FakeProvider implements Provider, Checker {
     this.calls[op]++;
     const call: FakeCall = { op, n: this.calls[op], ...(target === undefined ? {} : { target }) };
     this.log.push(call);
-    ctx.signal.throwIfAborted();
+    // Real providers answer an aborted call with a Transient ProviderError, never the raw reason.
+    const aborted = (reason: unknown) =>
+      transient(
+        `${this.name} ${op}${target === undefined ? '' : ` ${target}`}: aborted: ${errorMessage(reason)}`,
+        {
+          op,
+          provider: this.name,
+          cause: reason,
+        },
+      );
+    if (ctx.signal.aborted) throw aborted(ctx.signal.reason);
     const ms = this.latency[op];
-    if (ms) await abortableDelay(ms, ctx.signal);
+    if (ms) await abortableDelay(ms, ctx.signal).catch((reason: unknown) => Promise.reject(aborted(reason)));
     this.inject(this.faults.get(op), call);
   }
 

@@ -17,6 +17,10 @@ import { CONDITION_HEALTHY, CONDITION_PROVISIONED } from '../../src/api/constant
 import type { Condition } from '../../src/api/meta.ts';
 import type { StoredObject } from '../../src/runtime/objects/types.ts';
 import { type KubeServer, startKubeServer } from './kube-server/index.ts';
+import { canBind, freePortRange } from './ports.ts';
+import { until as waitUntil } from './wait.ts';
+
+export { canBind, freePortRange };
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const NODE = join(ROOT, 'node_modules/.bin/node');
@@ -37,43 +41,13 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-export async function canBind(port: number): Promise<boolean> {
-  const srv = createServer();
-  return new Promise((r) => {
-    srv.once('error', () => r(false));
-    srv.listen(port, '127.0.0.1', () => srv.close(() => r(true)));
-  });
-}
-
-/** A run of `n` ports that are free right now, for the local provider's portRange. */
-export async function freePortRange(n: number): Promise<{ from: number; to: number }> {
-  for (;;) {
-    const from = 30_000 + Math.floor(Math.random() * 25_000);
-    let ok = true;
-    for (let p = from; p < from + n && ok; p++) ok = await canBind(p);
-    if (ok) return { from, to: from + n - 1 };
-  }
-}
-
-export async function until<T>(
+/** The shared bounded wait, with the 30 s default operator start-ups need. */
+export function until<T>(
   what: string,
-  fn: () => T | undefined | Promise<T | undefined>,
+  probe: () => T | undefined | false | Promise<T | undefined | false>,
   timeoutMs = 30_000,
-) {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v as T;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > deadline) {
-      throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
+): Promise<T> {
+  return waitUntil(what, probe, { timeoutMs, intervalMs: 50 });
 }
 
 export interface LogLine {

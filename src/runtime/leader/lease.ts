@@ -13,6 +13,7 @@ import { type Logger, silentLogger } from '../../log/index.ts';
 import { type Clock, systemClock } from '../clock.ts';
 import { callOptions } from '../kube/client.ts';
 import { statusCodeOf, toStoreError } from '../kube/errors.ts';
+import { clockDeadline } from './deadline.ts';
 import type { LeaderCallbacks, LeaderElector } from './elector.ts';
 
 export interface LeaseElectorOptions {
@@ -30,6 +31,8 @@ export interface LeaseElectorOptions {
   /** Acquire attempts wait retryPeriod × (1 + random × jitter); default 1.2 like client-go. */
   jitterFactor?: number;
   clock?: Clock;
+  /** Uniform [0, 1) source for the jitter; default Math.random (tests pass a seeded one). */
+  random?: () => number;
   log?: Logger;
 }
 
@@ -79,6 +82,7 @@ export class LeaseElector implements LeaderElector {
   private readonly retryPeriodMs: number;
   private readonly jitterFactor: number;
   private readonly clock: Clock;
+  private readonly random: () => number;
   private readonly log: Logger;
 
   private leading = false;
@@ -109,6 +113,7 @@ export class LeaseElector implements LeaderElector {
       jitterFactor: this.jitterFactor,
     });
     this.clock = o.clock ?? systemClock;
+    this.random = o.random ?? Math.random;
     this.log = (o.log ?? silentLogger()).child({
       lease: `${o.namespace}/${o.name}`,
       identity: this.identity,
@@ -133,7 +138,15 @@ export class LeaseElector implements LeaderElector {
     await this.loop;
     if (!this.releasable) return;
     this.releasable = false;
-    const deadline = AbortSignal.timeout(this.renewDeadlineMs);
+    const { signal: deadline, cancel } = clockDeadline(this.clock, this.renewDeadlineMs);
+    try {
+      await this.releaseBefore(deadline);
+    } finally {
+      cancel();
+    }
+  }
+
+  private async releaseBefore(deadline: AbortSignal): Promise<void> {
     // Re-read first: a renew cut short by the stop may still have landed, moving the RV.
     for (let attempt = 0; attempt < 3 && !deadline.aborted; attempt++) {
       try {
@@ -172,7 +185,7 @@ export class LeaseElector implements LeaderElector {
         this.releasable = true; // even if we are stopped right now, hand it back on release()
         break;
       }
-      await this.sleep(this.retryPeriodMs * (1 + Math.random() * this.jitterFactor), signal);
+      await this.sleep(this.retryPeriodMs * (1 + this.random() * this.jitterFactor), signal);
     }
     if (signal.aborted) return;
     this.leading = true;
@@ -216,7 +229,15 @@ export class LeaseElector implements LeaderElector {
 
   /** One client-go tryAcquireOrRenew: read, judge expiry by our clock, replace with the read RV. */
   private async tryAcquireOrRenew(signal: AbortSignal, timeoutMs: number): Promise<Attempt> {
-    const reqSignal = AbortSignal.any([signal, AbortSignal.timeout(Math.max(1, timeoutMs))]);
+    const deadline = clockDeadline(this.clock, timeoutMs, signal);
+    try {
+      return await this.attempt(deadline.signal);
+    } finally {
+      deadline.cancel();
+    }
+  }
+
+  private async attempt(reqSignal: AbortSignal): Promise<Attempt> {
     const now = this.clock.now();
     const fresh: V1LeaseSpec = {
       holderIdentity: this.identity,
