@@ -1,10 +1,12 @@
 /**
  * log — structured logging for every component: JSON lines (pino) carrying the active
  * trace_id/span_id, human-readable when stdout is a terminal. Secrets are redacted by path
- * as a second line of defence; the first is never handing them to a logger at all.
+ * as a second line of defence; the first is never handing them to a logger at all. Errors go in
+ * as `{ err }` and come out through `serializeError` (log/errors.ts).
  */
 import { isSpanContextValid, trace } from '@opentelemetry/api';
 import { type Logger, pino } from 'pino';
+import { serializeError } from './errors.ts';
 
 export type { Logger } from 'pino';
 
@@ -38,6 +40,8 @@ export function createLogger(opts: LogOptions = {}): Logger {
     level: opts.level ?? process.env.LOG_LEVEL ?? 'info',
     base: undefined,
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+    // `{ err }` is how every component logs an error: only safe fields, text redacted.
+    serializers: { err: serializeError },
     mixin() {
       const span = trace.getActiveSpan();
       if (!span) return {};
