@@ -43,6 +43,10 @@ getent passwd libvirt-qemu >/dev/null ||
 getent passwd "$SSH_USER" >/dev/null || useradd --create-home --shell /bin/sh --groups libvirt "$SSH_USER"
 usermod -a -G libvirt "$SSH_USER"
 usermod -p '*' "$SSH_USER" # a fresh account is locked ('!'); sshd with UsePAM no refuses locked accounts
+# /dev/kvm as Debian's udev rule leaves it (root:kvm 0660). Where it exists but only root may open
+# it, QEMU's capability probe (as root) finds KVM while libvirt's check (as libvirt-qemu) does not,
+# so libvirtd discards its capabilities cache on every call and re-probes for seconds each time.
+if [ -c /dev/kvm ]; then chgrp kvm /dev/kvm && chmod 0660 /dev/kvm; fi
 
 # 2. virtlogd + libvirtd. keepalive_interval is short so tests see the daemon's PINGs within seconds.
 cat >"$DIR/libvirtd.conf" <<CONF
