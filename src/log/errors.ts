@@ -46,8 +46,9 @@ const MAX_CAUSES = 3;
  * classification fields our own errors carry (code, reason, errorClass), then its causes.
  * Anything else on the object — request configs, headers, bodies — is left out on purpose.
  */
-export function serializeError(err: unknown, depth = 0): LoggedError {
-  if (!(err instanceof Error)) return { type: typeof err, message: redactSecrets(String(err)) };
+export function serializeError(err: unknown, depth = 0): LoggedError | string {
+  // A message already reduced to text stays text (redacted), as it was logged.
+  if (!(err instanceof Error)) return redactSecrets(String(err));
   const out: LoggedError = {
     type: err.name || err.constructor?.name || 'Error',
     message: redactSecrets(err.message),
@@ -57,6 +58,9 @@ export function serializeError(err: unknown, depth = 0): LoggedError {
   if (typeof code === 'string' || typeof code === 'number') out.code = code;
   if (typeof fields.reason === 'string') out.reason = fields.reason;
   if (typeof fields.errorClass === 'string') out.errorClass = fields.errorClass;
-  if (err.cause !== undefined && depth < MAX_CAUSES) out.cause = serializeError(err.cause, depth + 1);
+  if (err.cause !== undefined && depth < MAX_CAUSES) {
+    const cause = serializeError(err.cause, depth + 1);
+    out.cause = typeof cause === 'string' ? { type: typeof err.cause, message: cause } : cause;
+  }
   return out;
 }

@@ -48,9 +48,6 @@ describe('logging errors', () => {
     );
     expect(redactSecrets('got Bearer eyJhbGciOi.x.y back')).toBe('got Bearer [redacted] back');
     expect(redactSecrets('proxy 10.1.2.3:3128 answered 407')).toBe('proxy 10.1.2.3:3128 answered 407');
-    expect(serializeError('plain string with password=x')).toEqual({
-      type: 'string',
-      message: 'plain string with password=[redacted]',
-    });
+    expect(serializeError('plain string with password=x')).toBe('plain string with password=[redacted]');
   });
 });
