@@ -1,5 +1,5 @@
 /**
- * bench/health — SPEC §10 health target: 1,000 proxies probed once a second each through local
+ * bench/health — the health target of docs/benchmarks.md: 1,000 proxies probed once a second each through local
  * CONNECT proxies to a local TLS origin (both in a child process), TLS resumption on. Reports
  * the engine process's CPU per probe and in cores, and the worst start delay behind schedule.
  */

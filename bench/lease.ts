@@ -1,5 +1,5 @@
 /**
- * bench/lease — SPEC §10 lease targets: grant+release pairs through the real discovery API
+ * bench/lease — the lease targets of docs/benchmarks.md: grant+release pairs through the real discovery API
  * (1,000 proxies, 64 concurrent clients) against a bare node:http server answering a constant
  * JSON body, both driven by the same in-process undici load generator in the same run; plus
  * the store-only selection cost at 100 vs 10,000 proxies.

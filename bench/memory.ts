@@ -1,6 +1,6 @@
 /**
  * bench/memory — resident memory with 1,000 Ready proxies (objects, credentials Secrets, lease
- * entries fed from the store) and 5,000 active leases. SPEC §10 target: ≤ 200 MB RSS.
+ * entries fed from the store) and 5,000 active leases. Target (docs/benchmarks.md): ≤ 200 MB RSS.
  */
 import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';

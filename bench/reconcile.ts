@@ -1,5 +1,5 @@
 /**
- * bench/reconcile — SPEC §10: 1,000 Proxies on a fake provider (instances Running at once)
+ * bench/reconcile — docs/benchmarks.md: 1,000 Proxies on a fake provider (instances Running at once)
  * reach Ready through the real reconciler, work queue and the standalone (embedded, journaled)
  * store — `--memory` for the in-memory one. Reports the time until all are Ready (seeding
  * included) and status writes per Proxy (targets: ≤ 60 s, ≤ 4).

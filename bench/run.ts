@@ -1,5 +1,5 @@
 /**
- * bench/run — `npm run bench`: runs every benchmark of SPEC §10, each in its own process so
+ * bench/run — `npm run bench`: runs every benchmark (targets: docs/benchmarks.md), each in its own process so
  * they do not share heap, JIT state or CPU, and prints their figures one after another.
  */
 import { spawnSync } from 'node:child_process';
