@@ -224,7 +224,7 @@ export function proxyType(spec: ProxySpec): ProxyType {
 /**
  * True in the phases whose status.address reaches a serving instance: `Ready`, and `Replacing`,
  * where the old instance keeps serving until the switch (capacity never drops to zero during a
- * rotation, SPEC §3.7). Leasing and health probing both go by this.
+ * rotation; see docs/architecture.md). Leasing and health probing both go by this.
  */
 export function phaseServes(phase: string | undefined): boolean {
   return phase === 'Ready' || phase === 'Replacing';

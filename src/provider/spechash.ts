@@ -1,5 +1,5 @@
 /**
- * provider/spechash — the spec-hash (SPEC §2.1): a digest of everything that, when it changes,
+ * provider/spechash — the spec-hash: a digest of everything that, when it changes,
  * needs a new instance — provider, placement, port, the resolved cloud-init bytes (inline or a
  * referenced Secret's content) and the credentials. Canonical JSON (sorted keys, no undefined)
  * → sha256 hex, so field order and absent-vs-undefined never cause a spurious replacement.
