@@ -5,7 +5,8 @@
  * providers) can never be counted as provider requests.
  */
 import { type Attributes, context, type Span, type Tracer } from '@opentelemetry/api';
-import { Counter, Histogram, type Registry } from 'prom-client';
+import type { Counter, Histogram, Registry } from 'prom-client';
+import { counter, histogram } from '../metrics/register.ts';
 import { recordSpanError } from '../tracing/index.ts';
 import type { CallContext, CreateRequest, Instance, Provider } from './contract.ts';
 import { asProviderError, classify, type ErrorClass } from './errors.ts';
@@ -25,32 +26,19 @@ export interface ProviderMetrics {
   duration: Histogram<'provider' | 'op'>;
 }
 
-/**
- * The provider request metrics on `registry`, registered on first use and shared afterwards
- * (prom-client refuses a second registration of the same name).
- */
+/** The provider request metrics on `registry`, registered on first use and shared afterwards. */
 export function providerMetrics(registry: Registry): ProviderMetrics {
-  const existingRequests = registry.getSingleMetric(PROVIDER_REQUESTS_TOTAL);
-  const existingDuration = registry.getSingleMetric(PROVIDER_REQUEST_DURATION);
-  if (existingRequests instanceof Counter && existingDuration instanceof Histogram) {
-    return {
-      requests: existingRequests as Counter<'provider' | 'op' | 'result'>,
-      duration: existingDuration as Histogram<'provider' | 'op'>,
-    };
-  }
   return {
-    requests: new Counter({
+    requests: counter(registry, {
       name: PROVIDER_REQUESTS_TOTAL,
       help: 'Provider API calls by provider, operation and result (ok or the error class).',
-      labelNames: ['provider', 'op', 'result'] as const,
-      registers: [registry],
+      labelNames: ['provider', 'op', 'result'],
     }),
-    duration: new Histogram({
+    duration: histogram(registry, {
       name: PROVIDER_REQUEST_DURATION,
       help: 'Duration of provider API calls in seconds, whatever their result.',
-      labelNames: ['provider', 'op'] as const,
+      labelNames: ['provider', 'op'],
       buckets: DURATION_BUCKETS,
-      registers: [registry],
     }),
   };
 }
