@@ -371,7 +371,7 @@ export async function runServer(
     await app.run();
     return 0;
   } catch (err) {
-    app.log.error({ err: errorMessage(err) }, 'stopped with an error');
+    app.log.error({ err }, 'stopped with an error');
     return 1;
   } finally {
     await app.stop();

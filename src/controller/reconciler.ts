@@ -157,7 +157,7 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
         } catch (err) {
           m.total.inc({ result: 'error' });
           span.setStatus({ code: SpanStatusCode.ERROR, message: errorMessage(err) });
-          ctx.log.debug({ err: errorMessage(err) }, 'reconcile failed');
+          ctx.log.debug({ err }, 'reconcile failed');
           throw err;
         } finally {
           m.duration.observe((clock.now() - started) / 1000);

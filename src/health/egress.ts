@@ -310,7 +310,12 @@ export class EgressIpChecker {
       return { outcome: 'failed' };
     }
     if (!ip) {
-      this.record(key, state, 'bad_answer', new Error(`${this.urlForLogs} did not answer with an IP address`));
+      this.record(
+        key,
+        state,
+        'bad_answer',
+        new Error(`${this.urlForLogs} did not answer with an IP address`),
+      );
       return { outcome: 'bad_answer' };
     }
     this.record(key, state, 'ok');

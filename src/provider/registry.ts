@@ -149,6 +149,6 @@ async function closeQuietly(p: Provider, log: Logger): Promise<void> {
   try {
     await p.close?.();
   } catch (err) {
-    log.warn({ provider: p.name, err: errorMessage(err) }, 'closing provider failed');
+    log.warn({ provider: p.name, err }, 'closing provider failed');
   }
 }
