@@ -1,6 +1,7 @@
 /**
  * provider/decorators — wrap a Provider so every call is counted, timed and traced, and every
- * failure is attributed to the provider, without the provider knowing. The wrappers expose only
+ * failure is attributed to the provider, without the provider knowing. Order, inside out:
+ * metrics, tracing, error origin (see `withErrorOrigin`). The wrappers expose only
  * the Provider contract: in particular never `check`, so health checks (collected from the raw
  * providers) can never be counted as provider requests.
  */
@@ -129,14 +130,22 @@ export function withTracing(p: Provider, tracer: Tracer): Provider {
   );
 }
 
+/** Providers made by `withErrorOrigin`, and the one made for each provider it was given. */
+const attributed = new WeakSet<Provider>();
+const attributedFor = new WeakMap<Provider, Provider>();
+
 /**
  * Every throw of `p` becomes a ProviderError (see `asProviderError`), so a caller tells the
  * provider's failures from its own: a store or network error on the caller's side is never
  * the provider's verdict on an instance. Apply it outermost: tracing trusts ProviderError
- * messages, and a foreign message wrapped here must not reach a span.
+ * messages, and a foreign message wrapped here must not reach a span. Idempotent: a provider
+ * it made is returned as is, and one provider always gets the same wrapper.
  */
 export function withErrorOrigin(p: Provider): Provider {
-  return decorate(p, async (op, attrs, call) => {
+  if (attributed.has(p)) return p;
+  const known = attributedFor.get(p);
+  if (known) return known;
+  const wrapped = decorate(p, async (op, attrs, call) => {
     try {
       return await call();
     } catch (err) {
@@ -148,4 +157,7 @@ export function withErrorOrigin(p: Provider): Provider {
       });
     }
   });
+  attributed.add(wrapped);
+  attributedFor.set(p, wrapped);
+  return wrapped;
 }
