@@ -3,11 +3,12 @@
  * lease store, discovery API, metrics, orphan GC and provider health for either mode, checks
  * everything that can be checked before anything starts, then hands them to the manager.
  * Standalone and cluster mode differ only in the store, the elector and the kubernetes
- * provider.
+ * provider. One clock and one credentials resolver serve every component.
  */
 
 import type { Tracer } from '@opentelemetry/api';
 import type { Registry } from 'prom-client';
+import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
 import { loadProvidersConfig } from '../config/load.ts';
 import type { ProvidersConfig } from '../config/schema.ts';
 import { createProxyReconciler } from '../controller/reconciler.ts';
@@ -25,6 +26,7 @@ import { createMetricsRegistry } from '../metrics/index.ts';
 import { startMetricsServer } from '../metrics/server.ts';
 import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor, validateSchedule } from '../providerhealth/monitor.ts';
+import { type Clock, systemClock } from '../runtime/clock.ts';
 import { Manager, type Runnable } from '../runtime/manager.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 import { WorkQueue } from '../runtime/workqueue.ts';
@@ -88,10 +90,11 @@ function untilAborted(signal: AbortSignal): Promise<void> {
   return new Promise((r) => signal.addEventListener('abort', () => r(), { once: true }));
 }
 
-/** Seams for tests: how tracing and the cluster-mode API clients are made. */
+/** Seams for tests: how tracing and the cluster-mode API clients are made, and the clock. */
 export interface ComposeDeps {
   setupTracing: (opts: TracingOptions) => Tracing;
   kubeClients?: KubeClientsFactory;
+  clock?: Clock;
 }
 
 export interface BuildOptions {
@@ -151,6 +154,10 @@ async function assemble(
       ? await standaloneParts(parsed.flags, log, teardown)
       : await operatorParts(parsed.flags, log, teardown, opts.deps?.kubeClients);
   const { store } = mode;
+  const clock = opts.deps?.clock ?? systemClock;
+  // The one resolver: reconciler, lease feed, health engine and egress check share its index.
+  const credentials = createCredentialsResolver(store, { clock });
+  teardown.add('credentials resolver', () => credentials.close());
 
   let providers: ProviderRegistry;
   try {
@@ -164,9 +171,10 @@ async function assemble(
   }
   teardown.add('providers', () => providers.close());
 
-  const parts = buildComponents({ flags, log, registry, tracer, mode, providers });
+  const parts = buildComponents({ flags, log, registry, tracer, clock, credentials, mode, providers });
   const manager = new Manager({
     store,
+    clock,
     elector: mode.elector,
     healthProbeBindAddress: flags.healthProbeBindAddress,
     gracePeriodMs: flags.shutdownGraceMs,
@@ -196,6 +204,8 @@ interface Shared {
   log: Logger;
   registry: Registry;
   tracer: Tracer;
+  clock: Clock;
+  credentials: CredentialsResolver;
   mode: ModeParts;
   providers: ProviderRegistry;
 }
@@ -212,11 +222,13 @@ interface Components extends Shared {
 
 /** The control loops and services over the store and providers; nothing runs yet. */
 function buildComponents(shared: Shared): Components {
-  const { flags, log, registry, tracer, mode, providers } = shared;
+  const { flags, log, registry, tracer, clock, credentials, mode, providers } = shared;
   const { store } = mode;
   // The health engine and the lease store call each other, each only once running.
   const health = new HealthEngine({
     store,
+    clock,
+    credentials,
     logger: log.child({ component: 'health' }),
     registry,
     traceProbes: flags.traceHealthProbes,
@@ -229,6 +241,8 @@ function buildComponents(shared: Shared): Components {
     egress = flags.egressIpUrl
       ? new EgressIpChecker({
           store,
+          clock,
+          credentials,
           url: flags.egressIpUrl,
           log: log.child({ component: 'egress-ip' }),
           registry,
@@ -238,6 +252,7 @@ function buildComponents(shared: Shared): Components {
     throw new StartupError(errorMessage(err), { cause: err });
   }
   const leases: LeaseStore = new LeaseStore({
+    clock,
     log: log.child({ component: 'leases' }),
     requestProbe: (key) => health.requestProbe(key),
   });
@@ -247,13 +262,16 @@ function buildComponents(shared: Shared): Components {
   const reconciler = createProxyReconciler({
     store,
     providers,
+    clock,
+    credentials,
     log: log.child({ component: 'controller' }),
     registry,
     tracer,
   });
-  const queue = new WorkQueue({ name: 'proxy', registry, log: log.child({ component: 'workqueue' }) });
+  const queue = new WorkQueue({ name: 'proxy', clock, registry, log: log.child({ component: 'workqueue' }) });
   const gc = new OrphanGC({
     store,
+    clock,
     providers: () => providers.entries(),
     intervalMs: flags.gcIntervalMs,
     minAgeMs: flags.gcMinAgeMs,
@@ -265,6 +283,7 @@ function buildComponents(shared: Shared): Components {
   const checkers = providers.checkers();
   const monitor = new ProviderHealthMonitor({
     store,
+    clock,
     providers: providers.names().map((name) => ({
       name,
       type: providers.type(name) ?? 'unknown',
@@ -286,7 +305,22 @@ function addRunnables(
   c: Components,
   discoveryToken: string | undefined,
 ): () => string | undefined {
-  const { flags, log, registry, tracer, mode, leases, health, reconciler, queue, gc, monitor, egress } = c;
+  const {
+    flags,
+    log,
+    registry,
+    tracer,
+    clock,
+    credentials,
+    mode,
+    leases,
+    health,
+    reconciler,
+    queue,
+    gc,
+    monitor,
+    egress,
+  } = c;
   const { store } = mode;
   let discovery: DiscoveryServer | undefined;
   const token = discoveryToken?.trim() || undefined;
@@ -321,7 +355,14 @@ function addRunnables(
   );
   manager.add(
     service('lease-feed', false, async (signal) => {
-      const feed = startLeaseFeed({ store, leases, log: log.child({ component: 'lease-feed' }), signal });
+      const feed = startLeaseFeed({
+        store,
+        leases,
+        clock,
+        credentials,
+        log: log.child({ component: 'lease-feed' }),
+        signal,
+      });
       await untilAborted(signal);
       feed.stop();
     }),
@@ -371,7 +412,7 @@ export async function runServer(
     await app.run();
     return 0;
   } catch (err) {
-    app.log.error({ err: errorMessage(err) }, 'stopped with an error');
+    app.log.error({ err }, 'stopped with an error');
     return 1;
   } finally {
     await app.stop();

@@ -3,7 +3,6 @@
  * built gets closed again: every resource is registered on a Teardown as soon as it exists, so
  * a failure at any later step, and a normal stop, close exactly what exists, newest first.
  */
-import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
 
 /** A start-up problem the user must fix; printed as one line. */
@@ -38,7 +37,7 @@ export class Teardown {
   /** Start-up failed: close what exists (logging, not throwing, a failure to close) and rethrow. */
   async abandon(err: unknown, log: Logger): Promise<never> {
     await this.close().catch((closeErr: unknown) =>
-      log.warn({ err: errorMessage(closeErr) }, 'closing after a start-up failure failed'),
+      log.warn({ err: closeErr }, 'closing after a start-up failure failed'),
     );
     throw err;
   }

@@ -29,7 +29,7 @@ async function cleanupOne(
     } catch (delErr) {
       throw new AggregateError([err, delErr], `${errorMessage(err)}; delete: ${errorMessage(delErr)}`);
     }
-    ctx.log.info({ providerID: id, err: errorMessage(err) }, 'instance unreachable but delete succeeded');
+    ctx.log.info({ providerID: id, err }, 'instance unreachable but delete succeeded');
     return 'gone';
   }
   await provider.delete(ctx.call, id);

@@ -12,12 +12,13 @@
  * instance is recorded in status.retiring before it is deleted.
  */
 import { type Span, SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
-import { Counter, Histogram, Registry } from 'prom-client';
+import { type Counter, type Histogram, Registry } from 'prom-client';
 import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
 import { type ProxyObject, proxyType } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
+import { counter, histogram } from '../metrics/register.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import { deepEqual } from '../runtime/patch.ts';
 import { isNotFound, type ObjectStore, type Unsubscribe, type WatchEvent } from '../runtime/store.ts';
@@ -96,32 +97,22 @@ interface Metrics {
 }
 
 function metrics(registry: Registry): Metrics {
-  const reuse = <T>(name: string): T | undefined => registry.getSingleMetric(name) as T | undefined;
   return {
-    total:
-      reuse<Counter<'result'>>('proxy_operator_reconcile_total') ??
-      new Counter({
-        name: 'proxy_operator_reconcile_total',
-        help: 'Proxy reconciles by result (success, requeue, error).',
-        labelNames: ['result'],
-        registers: [registry],
-      }),
-    duration:
-      reuse<Histogram>('proxy_operator_reconcile_duration_seconds') ??
-      new Histogram({
-        name: 'proxy_operator_reconcile_duration_seconds',
-        help: 'Time one Proxy reconcile took.',
-        buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60],
-        registers: [registry],
-      }),
-    lost:
-      reuse<Counter<'provider'>>('proxy_operator_instances_lost_total') ??
-      new Counter({
-        name: 'proxy_operator_instances_lost_total',
-        help: 'Instances that vanished or terminated while their Proxy expected them; each is recreated.',
-        labelNames: ['provider'],
-        registers: [registry],
-      }),
+    total: counter(registry, {
+      name: 'proxy_operator_reconcile_total',
+      help: 'Proxy reconciles by result (success, requeue, error).',
+      labelNames: ['result'],
+    }),
+    duration: histogram(registry, {
+      name: 'proxy_operator_reconcile_duration_seconds',
+      help: 'Time one Proxy reconcile took.',
+      buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60],
+    }),
+    lost: counter(registry, {
+      name: 'proxy_operator_instances_lost_total',
+      help: 'Instances that vanished or terminated while their Proxy expected them; each is recreated.',
+      labelNames: ['provider'],
+    }),
   };
 }
 
@@ -166,7 +157,7 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
         } catch (err) {
           m.total.inc({ result: 'error' });
           span.setStatus({ code: SpanStatusCode.ERROR, message: errorMessage(err) });
-          ctx.log.debug({ err: errorMessage(err) }, 'reconcile failed');
+          ctx.log.debug({ err }, 'reconcile failed');
           throw err;
         } finally {
           m.duration.observe((clock.now() - started) / 1000);

@@ -5,13 +5,13 @@
  * so duplicate egress IPs and NAT surprises are visible. Leader-only: it writes status.
  * Messages and logs name proxies, hosts and ports only: never credentials.
  */
-import { Counter, Gauge, Registry } from 'prom-client';
-import { readProxyCredentials } from '../api/credentials.ts';
+import { type Counter, Registry } from 'prom-client';
+import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
 import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
 import { redactUrl } from '../api/url.ts';
-import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
+import { collectedGauge, counter } from '../metrics/register.ts';
 import type { Credentials } from '../provider/contract.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import { retryOnConflict } from '../runtime/retry.ts';
@@ -48,6 +48,8 @@ export interface EgressIpCheckerOptions {
   registry?: Registry;
   /** Extra trust anchors for an https URL (tests, private services); system roots otherwise. */
   ca?: ProbeOptions['ca'];
+  /** The process's credentials resolver; one of the checker's own when omitted. */
+  credentials?: CredentialsResolver;
 }
 
 /** What one `checkOnce` did, for callers and tests. */
@@ -104,6 +106,7 @@ export class EgressIpChecker {
   private readonly clock: Clock;
   private readonly log: Logger;
   private readonly ca: ProbeOptions['ca'];
+  private readonly credentials: CredentialsResolver;
   private readonly checks: Counter<'result'>;
   private readonly states = new Map<string, TargetState>();
   /** The periodic schedule while `run` is running. */
@@ -124,19 +127,19 @@ export class EgressIpChecker {
     this.clock = opts.clock ?? systemClock;
     this.log = opts.log ?? silentLogger();
     this.ca = opts.ca;
+    // Read fresh at every check (no remembered reads), so an own resolver holds nothing to close.
+    this.credentials = opts.credentials ?? createCredentialsResolver(this.store, { clock: this.clock });
     const registry = opts.registry ?? new Registry();
-    this.checks = new Counter({
+    this.checks = counter(registry, {
       name: 'proxy_operator_egress_ip_checks_total',
       help: 'Egress-IP checks through proxies, by result (ok, failed, bad_answer).',
       labelNames: ['result'],
-      registers: [registry],
     });
     for (const r of EGRESS_CHECK_RESULTS) this.checks.inc({ result: r }, 0);
     const store = this.store;
-    new Gauge({
+    collectedGauge(registry, {
       name: 'proxy_operator_egress_ip_duplicates',
       help: 'Addressable proxies whose published egress IP is shared with another proxy.',
-      registers: [registry],
       collect() {
         const ips: string[] = [];
         for (const p of store.proxies.list()) {
@@ -239,7 +242,7 @@ export class EgressIpChecker {
   /** One check; never rejects (failures are counted and logged inside). */
   private guarded(key: string, uid: string, signal: AbortSignal): Promise<CheckOutcome> {
     return this.checkKey(key, uid, signal).catch((err): CheckOutcome => {
-      if (!signal.aborted) this.log.warn({ proxy: key, err: errorMessage(err) }, 'egress-IP check failed');
+      if (!signal.aborted) this.log.warn({ proxy: key, err }, 'egress-IP check failed');
       return 'failed';
     });
   }
@@ -263,10 +266,10 @@ export class EgressIpChecker {
     const state = this.stateFor(key, uid, '');
     let credentials: Credentials | undefined;
     try {
-      credentials = await readProxyCredentials(this.store.secrets, proxy, signal);
+      credentials = await this.credentials.credentialsFor(proxy, { signal });
     } catch (err) {
       if (signal.aborted) return 'skipped';
-      this.record(key, state, 'failed', `reading credentials failed: ${errorMessage(err)}`);
+      this.record(key, state, 'failed', new Error('reading credentials failed', { cause: err }));
       return 'failed';
     }
     if (!credentials && proxyType(proxy.spec) === 'Managed') {
@@ -303,11 +306,16 @@ export class EgressIpChecker {
       ip = parseEgressAnswer(res.body);
     } catch (err) {
       if (signal.aborted) return { outcome: 'skipped' };
-      this.record(key, state, 'failed', errorMessage(err));
+      this.record(key, state, 'failed', err);
       return { outcome: 'failed' };
     }
     if (!ip) {
-      this.record(key, state, 'bad_answer', `${this.urlForLogs} did not answer with an IP address`);
+      this.record(
+        key,
+        state,
+        'bad_answer',
+        new Error(`${this.urlForLogs} did not answer with an IP address`),
+      );
       return { outcome: 'bad_answer' };
     }
     this.record(key, state, 'ok');
@@ -330,8 +338,7 @@ export class EgressIpChecker {
       written = await this.publish(key, uid, ip, signal);
     } catch (err) {
       // Not remembered as published: the next check compares with status and writes again.
-      if (!signal.aborted)
-        this.log.warn({ proxy: key, err: errorMessage(err) }, 'writing status.egressIP failed');
+      if (!signal.aborted) this.log.warn({ proxy: key, err }, 'writing status.egressIP failed');
       state.ip = previous;
       return 'ok';
     }
@@ -351,12 +358,12 @@ export class EgressIpChecker {
     return written ? 'written' : 'ok';
   }
 
-  private record(key: string, state: TargetState, result: EgressCheckResult, message?: string): void {
+  private record(key: string, state: TargetState, result: EgressCheckResult, err?: unknown): void {
     this.checks.inc({ result });
     if (result !== 'ok') {
       // Once per run of failures: a dead proxy is already reported by the health engine.
       const level = state.lastResult === result ? 'debug' : 'warn';
-      this.log[level]({ proxy: key, result, err: message }, 'egress-IP check did not yield an IP');
+      this.log[level]({ proxy: key, result, err }, 'egress-IP check did not yield an IP');
     }
     state.lastResult = result;
   }

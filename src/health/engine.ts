@@ -1,19 +1,21 @@
 /**
  * health/engine — keeps every serving Proxy probed (see docs/health.md): follows the Proxies
- * and their Secrets, runs one probe per proxy per slot on the shared scheduler, turns results
+ * (with the credentials the shared resolver finds for them), runs one probe per proxy per slot
+ * on the shared scheduler, turns results
  * into threshold verdicts for the listener (the lease store) and the status writer, and holds
  * verdicts while the control probe says the probe URL itself is down. Scheduling, control
  * probes, credentials and status writes live in their own modules beside this one.
  */
 import { type Span, SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
 import { Registry } from 'prom-client';
-import { keyOf, type Secret } from '../api/meta.ts';
+import type { CredentialsResolver } from '../api/credentials.ts';
+import { keyOf } from '../api/meta.ts';
 import { type ProxyObject, servingEndpoint } from '../api/proxy.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import type { ObjectStore, Unsubscribe, WatchEvent } from '../runtime/store.ts';
 import { ControlProbes, controlKeyOf, REASON_TARGET_DOWN } from './control.ts';
-import { CredentialsCache } from './credentials-cache.ts';
+import { ProbeCredentialsSource } from './credentials.ts';
 import { createHealthMetrics, type HealthMetrics } from './metrics.ts';
 import {
   DEFAULT_HEALTH_CHECK,
@@ -64,6 +66,8 @@ export interface HealthEngineOptions {
   /** `--trace-health-probes`: one `health.probe` span per probe. */
   traceProbes?: boolean;
   tracer?: Tracer;
+  /** The process's credentials resolver; one of the engine's own when omitted. */
+  credentials?: CredentialsResolver;
 }
 
 export interface HealthEngineStats {
@@ -89,7 +93,7 @@ export class HealthEngine {
   private readonly metrics: HealthMetrics;
   private readonly scheduler: SlotScheduler;
   private readonly controls: ControlProbes;
-  private readonly credentials: CredentialsCache;
+  private readonly credentials: ProbeCredentialsSource;
   private readonly writer: HealthStatusWriter;
 
   private readonly targets = new Map<string, Target>();
@@ -126,7 +130,12 @@ export class HealthEngine {
       targetUp: this.metrics.targetUp,
       enabled: opts.controlProbe ?? true,
     });
-    this.credentials = new CredentialsCache({ store: this.store, clock: this.clock, log: this.log });
+    this.credentials = new ProbeCredentialsSource({
+      store: this.store,
+      clock: this.clock,
+      log: this.log,
+      ...(opts.credentials ? { resolver: opts.credentials } : {}),
+    });
     this.writer = new HealthStatusWriter({
       store: this.store,
       clock: this.clock,
@@ -142,8 +151,8 @@ export class HealthEngine {
     this.abort = new AbortController();
     this.scheduler.start();
     this.controls.start();
+    // Secret events need no watch here: the credentials resolver follows them.
     this.unsubscribe.push(this.store.proxies.watch((ev) => this.onProxyEvent(ev)));
-    this.unsubscribe.push(this.store.secrets.watch((ev) => this.onSecretEvent(ev)));
     for (const p of this.store.proxies.list()) this.upsert(p);
   }
 
@@ -156,6 +165,7 @@ export class HealthEngine {
     await Promise.all([this.scheduler.stop(), this.controls.stop()]);
     await this.writer.settle();
     for (const t of [...this.targets.values()]) this.remove(t.key, t.uid);
+    this.credentials.close();
   }
 
   /** Runs until the signal aborts (a manager Runnable). */
@@ -205,10 +215,6 @@ export class HealthEngine {
     } catch (err) {
       this.log.error({ err }, 'health engine failed to handle a Proxy event');
     }
-  }
-
-  private onSecretEvent(ev: WatchEvent<Secret>): void {
-    this.credentials.secretChanged(ev.object.metadata.namespace ?? '', ev.object.metadata.name);
   }
 
   private upsert(proxy: ProxyObject): void {
@@ -286,9 +292,8 @@ export class HealthEngine {
   private async probeKey(key: string): Promise<void> {
     const t = this.targets.get(key);
     if (!t) return;
-    // Cached credentials come back synchronously: the probe starts in its slot's turn.
-    const cached = this.credentials.get(key, t.uid, this.abort.signal);
-    const creds = cached instanceof Promise ? await cached : cached;
+    // Credentials of a cached Secret, or a remembered read, resolve within this turn.
+    const creds = await this.credentials.get(key, this.abort.signal);
     if (creds === null) return; // could not read them: neither success nor failure
     const target = creds
       ? { host: t.host, port: t.port, credentials: creds }

@@ -9,7 +9,6 @@ import { setCondition } from '../api/conditions.ts';
 import { CONDITION_HEALTHY } from '../api/constants.ts';
 import { type Condition, parseKey } from '../api/meta.ts';
 import type { ProxyObject } from '../api/proxy.ts';
-import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { retryOnConflict } from '../runtime/retry.ts';
@@ -91,10 +90,7 @@ export class HealthStatusWriter {
     if (t.status.version === t.status.writtenVersion && !t.status.latencyDirty) return;
     const p = this.write(t, signal)
       .catch((err) => {
-        this.opts.log.warn(
-          { proxy: t.key, err: errorMessage(err) },
-          'health status write failed; retrying on the next probe',
-        );
+        this.opts.log.warn({ proxy: t.key, err }, 'health status write failed; retrying on the next probe');
       })
       .finally(() => this.writing.delete(t));
     this.writing.set(t, p);

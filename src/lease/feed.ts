@@ -6,11 +6,10 @@
  */
 
 import { isConditionTrue } from '../api/conditions.ts';
-import { CONDITION_HEALTHY, DEFAULT_PROXY_PORT } from '../api/constants.ts';
+import { CONDITION_HEALTHY } from '../api/constants.ts';
 import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
-import { type ProxyObject, phaseServes, proxyType } from '../api/proxy.ts';
-import { errorMessage } from '../log/errors.ts';
+import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import type { Credentials } from '../provider/contract.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
@@ -35,13 +34,12 @@ export interface LeaseFeed {
   idle(): Promise<void>;
 }
 
-/** The lease-relevant facts of a Proxy. Address and port: status for Managed, spec.endpoint for External. */
+/**
+ * The lease-relevant facts of a Proxy. Host and port are where it serves (api/proxy
+ * `servingEndpoint`); a proxy serving nowhere gets none, and the lease store refuses it.
+ */
 export function proxyInfo(p: ProxyObject, credentials: Credentials | undefined): ProxyInfo {
-  const external = proxyType(p.spec) === 'External';
-  const host = (external ? p.spec.endpoint?.host : p.status?.address) ?? '';
-  const port = external
-    ? (p.spec.endpoint?.port ?? 0)
-    : (p.status?.port ?? p.spec.port ?? DEFAULT_PROXY_PORT);
+  const endpoint = servingEndpoint(p);
   const info: ProxyInfo = {
     key: keyOf(p),
     namespace: p.metadata.namespace ?? '',
@@ -53,8 +51,8 @@ export function proxyInfo(p: ProxyObject, credentials: Credentials | undefined):
     draining: p.spec.drain === true,
     deleting: p.metadata.deletionTimestamp !== undefined,
     maxLeases: p.spec.maxLeases ?? 0,
-    host,
-    port,
+    host: endpoint?.host ?? '',
+    port: endpoint?.port ?? 0,
   };
   if (credentials) info.credentials = credentials;
   const latency = p.status?.health?.latencyMillis;
@@ -87,10 +85,7 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
         creds = await credentials.credentialsFor(p, { signal });
       } catch (err) {
         if (stopped || generation.get(key) !== gen) return;
-        log.warn(
-          { proxy: key, err: { message: errorMessage(err) } },
-          'reading proxy credentials failed; retrying',
-        );
+        log.warn({ proxy: key, err }, 'reading proxy credentials failed; retrying');
         const t = clock.setTimeout(() => {
           timers.delete(t);
           const latest = store.proxies.get(parseKey(key));
@@ -104,8 +99,7 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
       else if (proxyType(p.spec) === 'Managed') {
         // A new proxy has no Secret until the reconciler generates it: normal, not worth a warning
         // until the proxy serves (then its lease URLs would really go out without credentials).
-        const serving = phaseServes(p.status?.phase) && Boolean(p.status?.address);
-        if (!serving) log.debug({ proxy: key }, 'managed proxy has no credentials Secret yet');
+        if (!servingEndpoint(p)) log.debug({ proxy: key }, 'managed proxy has no credentials Secret yet');
         else if (!warnedNoCredentials.has(key)) {
           warnedNoCredentials.add(key);
           log.warn(

@@ -64,7 +64,7 @@ export async function startMetricsServer(opts: MetricsServerOptions): Promise<Me
 
   const server = createServer((req, res) => {
     handle(req, res).catch((err: unknown) => {
-      log.error({ error: err instanceof Error ? err.message : String(err) }, 'metrics scrape failed');
+      log.error({ err }, 'metrics scrape failed');
       if (!res.headersSent) send(res, 500, 'metrics collection failed\n');
       else res.destroy();
     });

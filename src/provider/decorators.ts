@@ -1,11 +1,13 @@
 /**
  * provider/decorators — wrap a Provider so every call is counted, timed and traced, and every
- * failure is attributed to the provider, without the provider knowing. The wrappers expose only
+ * failure is attributed to the provider, without the provider knowing. Order, inside out:
+ * metrics, tracing, error origin (see `withErrorOrigin`). The wrappers expose only
  * the Provider contract: in particular never `check`, so health checks (collected from the raw
  * providers) can never be counted as provider requests.
  */
 import { type Attributes, context, type Span, type Tracer } from '@opentelemetry/api';
-import { Counter, Histogram, type Registry } from 'prom-client';
+import type { Counter, Histogram, Registry } from 'prom-client';
+import { counter, histogram } from '../metrics/register.ts';
 import { recordSpanError } from '../tracing/index.ts';
 import type { CallContext, CreateRequest, Instance, Provider } from './contract.ts';
 import { asProviderError, classify, type ErrorClass } from './errors.ts';
@@ -25,32 +27,19 @@ export interface ProviderMetrics {
   duration: Histogram<'provider' | 'op'>;
 }
 
-/**
- * The provider request metrics on `registry`, registered on first use and shared afterwards
- * (prom-client refuses a second registration of the same name).
- */
+/** The provider request metrics on `registry`, registered on first use and shared afterwards. */
 export function providerMetrics(registry: Registry): ProviderMetrics {
-  const existingRequests = registry.getSingleMetric(PROVIDER_REQUESTS_TOTAL);
-  const existingDuration = registry.getSingleMetric(PROVIDER_REQUEST_DURATION);
-  if (existingRequests instanceof Counter && existingDuration instanceof Histogram) {
-    return {
-      requests: existingRequests as Counter<'provider' | 'op' | 'result'>,
-      duration: existingDuration as Histogram<'provider' | 'op'>,
-    };
-  }
   return {
-    requests: new Counter({
+    requests: counter(registry, {
       name: PROVIDER_REQUESTS_TOTAL,
       help: 'Provider API calls by provider, operation and result (ok or the error class).',
-      labelNames: ['provider', 'op', 'result'] as const,
-      registers: [registry],
+      labelNames: ['provider', 'op', 'result'],
     }),
-    duration: new Histogram({
+    duration: histogram(registry, {
       name: PROVIDER_REQUEST_DURATION,
       help: 'Duration of provider API calls in seconds, whatever their result.',
-      labelNames: ['provider', 'op'] as const,
+      labelNames: ['provider', 'op'],
       buckets: DURATION_BUCKETS,
-      registers: [registry],
     }),
   };
 }
@@ -141,14 +130,22 @@ export function withTracing(p: Provider, tracer: Tracer): Provider {
   );
 }
 
+/** Providers made by `withErrorOrigin`, and the one made for each provider it was given. */
+const attributed = new WeakSet<Provider>();
+const attributedFor = new WeakMap<Provider, Provider>();
+
 /**
  * Every throw of `p` becomes a ProviderError (see `asProviderError`), so a caller tells the
  * provider's failures from its own: a store or network error on the caller's side is never
  * the provider's verdict on an instance. Apply it outermost: tracing trusts ProviderError
- * messages, and a foreign message wrapped here must not reach a span.
+ * messages, and a foreign message wrapped here must not reach a span. Idempotent: a provider
+ * it made is returned as is, and one provider always gets the same wrapper.
  */
 export function withErrorOrigin(p: Provider): Provider {
-  return decorate(p, async (op, attrs, call) => {
+  if (attributed.has(p)) return p;
+  const known = attributedFor.get(p);
+  if (known) return known;
+  const wrapped = decorate(p, async (op, attrs, call) => {
     try {
       return await call();
     } catch (err) {
@@ -160,4 +157,7 @@ export function withErrorOrigin(p: Provider): Provider {
       });
     }
   });
+  attributed.add(wrapped);
+  attributedFor.set(p, wrapped);
+  return wrapped;
 }

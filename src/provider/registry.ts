@@ -1,6 +1,6 @@
 /**
  * provider/registry — builds every configured provider, all or nothing, and hands out the
- * decorated (metrics + tracing) providers by name. Health checks are collected from the raw
+ * decorated providers (metrics, tracing, errors attributed to the provider) by name. Health checks are collected from the raw
  * providers before decoration, so they bypass the decorators.
  *
  * Construction contract for factories: throw only for configuration that can never work (a bad
@@ -16,7 +16,7 @@ import { errorMessage } from '../log/errors.ts';
 import { silentLogger } from '../log/index.ts';
 import { TRACER_NAME } from '../tracing/index.ts';
 import { type Checker, isChecker, type Provider } from './contract.ts';
-import { providerMetrics, withMetrics, withTracing } from './decorators.ts';
+import { providerMetrics, withErrorOrigin, withMetrics, withTracing } from './decorators.ts';
 
 export interface ProviderDeps {
   log: Logger;
@@ -113,7 +113,9 @@ export async function buildProviders(
 
 /**
  * A registry over providers that already exist (buildProviders uses it; tests and embedders can
- * too): each is decorated as withTracing(withMetrics(raw)).
+ * too): each is decorated as withErrorOrigin(withTracing(withMetrics(raw))), so every consumer
+ * (reconciler, GC) sees ProviderErrors, and tracing still sees the raw error: a foreign
+ * message is never recorded on a span as if it were a ProviderError's.
  */
 export function providerRegistryFrom(
   raw: readonly Provider[],
@@ -128,7 +130,7 @@ export function providerRegistryFrom(
   for (const p of raw) {
     if (rawByName.has(p.name)) throw new Error(`duplicate provider name ${p.name}`);
     rawByName.set(p.name, p);
-    decorated.set(p.name, withTracing(withMetrics(p, metrics), tracer));
+    decorated.set(p.name, withErrorOrigin(withTracing(withMetrics(p, metrics), tracer)));
     if (isChecker(p)) checkers.set(p.name, p);
   }
   let closing: Promise<void> | undefined;
@@ -149,6 +151,6 @@ async function closeQuietly(p: Provider, log: Logger): Promise<void> {
   try {
     await p.close?.();
   } catch (err) {
-    log.warn({ provider: p.name, err: errorMessage(err) }, 'closing provider failed');
+    log.warn({ provider: p.name, err }, 'closing provider failed');
   }
 }

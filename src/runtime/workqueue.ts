@@ -4,8 +4,9 @@
  * a key re-added while a worker holds it is handed out again only after that worker is done,
  * so no two workers ever hold the same key; failures back off per key, exponentially.
  */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { type Logger, silentLogger } from '../log/index.ts';
+import { counter, gauge, histogram } from '../metrics/register.ts';
 import { type Clock, systemClock, type TimerHandle } from './clock.ts';
 
 export interface WorkQueueOptions {
@@ -67,43 +68,31 @@ interface QueueMetrics {
 }
 
 function queueMetrics(registry: Registry): QueueMetrics {
-  // Several queues share one registry: reuse a metric another queue already registered.
-  const depth =
-    (registry.getSingleMetric('proxy_operator_workqueue_depth') as Gauge<'name'> | undefined) ??
-    new Gauge({
+  // Several queues share one registry, each under its own `name` label.
+  const labelNames = ['name'] as const;
+  return {
+    depth: gauge(registry, {
       name: 'proxy_operator_workqueue_depth',
       help: 'Keys waiting in the work queue (not counting delayed ones).',
-      labelNames: ['name'],
-      registers: [registry],
-    });
-  const adds =
-    (registry.getSingleMetric('proxy_operator_workqueue_adds_total') as Counter<'name'> | undefined) ??
-    new Counter({
+      labelNames,
+    }),
+    adds: counter(registry, {
       name: 'proxy_operator_workqueue_adds_total',
       help: 'Keys added to the work queue.',
-      labelNames: ['name'],
-      registers: [registry],
-    });
-  const retries =
-    (registry.getSingleMetric('proxy_operator_workqueue_retries_total') as Counter<'name'> | undefined) ??
-    new Counter({
+      labelNames,
+    }),
+    retries: counter(registry, {
       name: 'proxy_operator_workqueue_retries_total',
       help: 'Rate-limited re-adds (failed work).',
-      labelNames: ['name'],
-      registers: [registry],
-    });
-  const duration =
-    (registry.getSingleMetric('proxy_operator_workqueue_work_duration_seconds') as
-      | Histogram<'name'>
-      | undefined) ??
-    new Histogram({
+      labelNames,
+    }),
+    duration: histogram(registry, {
       name: 'proxy_operator_workqueue_work_duration_seconds',
       help: 'Time a worker spent on one key.',
-      labelNames: ['name'],
+      labelNames,
       buckets: [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
-      registers: [registry],
-    });
-  return { depth, adds, retries, duration };
+    }),
+  };
 }
 
 export class WorkQueue {

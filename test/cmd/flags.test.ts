@@ -24,7 +24,7 @@ describe('command line', () => {
     expect(parsed.flags.gcIntervalMs).toBe(600_000);
   });
 
-  it('parses every operator flag', () => {
+  it('parses the operator flags (docs/deployment.md)', () => {
     const parsed = parseCommandLine([
       'operator',
       '--providers-config=/etc/p.yaml',

@@ -9,7 +9,10 @@ import {
   type Instance,
   isChecker,
   type Provider,
+  ProviderError,
   providerMetrics,
+  providerRegistryFrom,
+  withErrorOrigin,
   withMetrics,
   withTracing,
 } from '../../src/provider/index.ts';
@@ -204,5 +207,39 @@ describe('decorated providers', () => {
     } finally {
       await tracing.shutdown();
     }
+  });
+});
+
+describe('the provider registry', () => {
+  it('hands out providers whose errors are attributed, without foreign messages on spans', async () => {
+    const tracing = setupTestTracing();
+    try {
+      const registry = new Registry();
+      const providers = providerRegistryFrom([tinyProvider()], { registry, tracer: tracing.tracer });
+      const p = providers.get('tiny')!;
+      const err = await p.get(ctx(), 'raw').catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ProviderError);
+      expect((err as ProviderError).provider).toBe('tiny');
+      expect((err as ProviderError).op).toBe('get');
+      // Tracing sits inside the attribution: it saw the raw error, so its text stayed out.
+      const span = tracing.span('provider.get');
+      expect(span.attributes['provider.error_class']).toBe('Transient');
+      expect(JSON.stringify(span.events)).not.toContain('hunter2');
+      expect(await counterValue(registry, { op: 'get', result: 'Transient' })).toBe(1);
+      // GC and the reconciler get the same attributed provider.
+      expect(providers.entries()[0]![1]).toBe(p);
+    } finally {
+      await tracing.shutdown();
+    }
+  });
+
+  it('never wraps twice: withErrorOrigin of an attributed provider is that provider', async () => {
+    const raw = tinyProvider();
+    const once = withErrorOrigin(raw);
+    expect(withErrorOrigin(once)).toBe(once);
+    expect(withErrorOrigin(raw)).toBe(once);
+    const providers = providerRegistryFrom([tinyProvider()], { registry: new Registry() });
+    const p = providers.get('tiny')!;
+    expect(withErrorOrigin(p)).toBe(p);
   });
 });
