@@ -67,7 +67,12 @@ describe('htpasswd (APR1 MD5-crypt)', () => {
     );
     for (let i = 0; i < 5; i++) {
       const pw = randomBytes(12).toString('base64url');
-      const ref = execFileSync('openssl', ['passwd', '-apr1', '-salt', 'Qz9./abc', pw]).toString().trim();
+      // On stdin: a password starting with '-' would read as an option on the command line.
+      const ref = execFileSync('openssl', ['passwd', '-apr1', '-salt', 'Qz9./abc', '-stdin'], {
+        input: `${pw}\n`,
+      })
+        .toString()
+        .trim();
       expect(md5crypt(pw, 'Qz9./abc')).toBe(ref);
     }
   });
