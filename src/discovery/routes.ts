@@ -4,7 +4,8 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Static, TSchema } from 'typebox';
-import type { LeaseStore, NoneLeasableCounts } from '../lease/store.ts';
+import type { LeaseStore } from '../lease/store.ts';
+import type { NoneLeasableCounts } from '../lease/types.ts';
 import { errorBody } from './errors.ts';
 import { buildOpenApi } from './openapi.ts';
 import {
