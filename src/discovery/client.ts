@@ -3,9 +3,9 @@
  * TypeScript/JavaScript. Uses the global fetch (or one you pass); errors are typed, and a
  * refused lease carries the "why nothing is leasable" arithmetic.
  */
-import type { LeaseGrant, NoneLeasableCounts, ProxySnapshot, ReportResult } from '../lease/store.ts';
+import type { LeaseGrant, NoneLeasableCounts, ProxySnapshot, ReportResult } from '../lease/types.ts';
 
-export type { LeaseGrant, NoneLeasableCounts, ProxySnapshot, ReportResult } from '../lease/store.ts';
+export type { LeaseGrant, NoneLeasableCounts, ProxySnapshot, ReportResult } from '../lease/types.ts';
 
 export interface DiscoveryClientOptions {
   /** e.g. `http://proxy-operator-discovery.crawl:8090`. */

@@ -3,7 +3,7 @@
  * validate requests, serialise responses, and are the source of /openapi.json.
  */
 import Type, { type TSchema } from 'typebox';
-import { MAX_COOLDOWN_SECONDS, MAX_TTL_SECONDS } from '../lease/store.ts';
+import { MAX_COOLDOWN_SECONDS, MAX_TTL_SECONDS } from '../lease/types.ts';
 
 const Ttl = Type.Integer({
   minimum: 1,

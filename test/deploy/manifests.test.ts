@@ -243,7 +243,7 @@ interface ApiCall {
 
 const PROXY = { group: 'crawl.example.com', scope: 'cluster' } as const;
 const CORE = { group: '', scope: 'cluster' } as const;
-const STORE = 'src/runtime/kube/store.ts';
+const STORE = 'src/runtime/kube/rest.ts';
 const REFLECTOR = 'src/runtime/kube/reflector.ts';
 
 const API_CALLS: ApiCall[] = [

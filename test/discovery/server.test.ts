@@ -417,6 +417,23 @@ describe('observability', () => {
     expect(text).toContain('proxy_operator_lease_requests_total{result="unauthorized"} 1');
   });
 
+  it('a second server on the same registry starts and adds to the same counters', async () => {
+    const s = await setup();
+    const second = await startDiscoveryServer({
+      bindAddress: '127.0.0.1:0',
+      leases: s.leases,
+      registry: s.registry,
+      token: TOKEN,
+    });
+    closers.push(() => second.close());
+    await s.call('GET', '/healthz');
+    await fetch(`${second.url}/healthz`);
+    const text = await s.registry.metrics();
+    expect(text).toContain(
+      'proxy_operator_discovery_requests_total{method="GET",route="/healthz",code="200"} 2',
+    );
+  });
+
   it('serves an OpenAPI document covering every route and schema', async () => {
     const s = await setup();
     const res = await s.call('GET', '/openapi.json');

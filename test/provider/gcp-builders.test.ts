@@ -14,9 +14,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import type { CreateRequest } from '../../src/provider/contract.ts';
 import { ProviderError } from '../../src/provider/errors.ts';
+import { credentialsFromFile, endpointOptions } from '../../src/provider/gcp/clients.ts';
 import { classForStatus, GcpApiError, redact, toProviderError } from '../../src/provider/gcp/errors.ts';
 import { buildFirewallRule, firewallRuleName, ruleMatches } from '../../src/provider/gcp/firewall.ts';
-import { credentialsFromFile, endpointOptions } from '../../src/provider/gcp/index.ts';
 import {
   buildInsertResource,
   DEFAULT_IMAGE,

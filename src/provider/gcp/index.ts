@@ -8,18 +8,15 @@
  * Cancellation: google-gax calls take no AbortSignal, so every call is raced against ctx.signal
  * — the caller returns at once, the abandoned HTTP request ends at its own timeout.
  */
-import { existsSync, readFileSync } from 'node:fs';
-import type { FirewallsClient, InstancesClient } from '@google-cloud/compute';
-import type { ClientOptions, googleAuthLibrary } from 'google-gax';
-
+import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { TargetStatus } from '../../api/providerhealth.ts';
-import { isHttpUrl } from '../../api/url.ts';
 import type { GcpProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
 import { notFound, ProviderError, permanent, transient } from '../errors.ts';
 import { defaultCloudInit } from '../squid/cloud-init.ts';
+import { buildClients, type Clients, endpointOptions, type GcpClientOptions } from './clients.ts';
 import { checkMessage, checkReason, parseError, raceSignal, toProviderError, type Where } from './errors.ts';
 import { buildFirewallRule, ruleMatches } from './firewall.ts';
 import {
@@ -35,41 +32,14 @@ import {
   requestProblems,
   sanitizeGcpLabelValue,
 } from './instance.ts';
-import { enableWireLog } from './wire.ts';
 
-type AuthClient = googleAuthLibrary.AuthClient;
-type ExternalAccountClientOptions = googleAuthLibrary.ExternalAccountClientOptions;
-
-/**
- * The Google libraries, loaded on first use: importing them costs seconds (compute's protos),
- * which every operator start would pay even with no gcp provider configured.
- */
-let gaxModule: Promise<typeof import('google-gax')> | undefined;
-let computeModule: Promise<typeof import('@google-cloud/compute')> | undefined;
-function loadGax() {
-  gaxModule ??= import('google-gax');
-  return gaxModule;
-}
-async function loadGoogle() {
-  computeModule ??= import('@google-cloud/compute').then(
-    (c) => (c as { default?: typeof import('@google-cloud/compute') }).default ?? c,
-  );
-  const [gax, compute] = await Promise.all([loadGax(), computeModule]);
-  return { gax, compute };
-}
+export type { GcpClientOptions } from './clients.ts';
 
 export const GCP_PROVIDER_TYPE = 'gcp';
 export const COMPUTE_ADDRESS = 'compute.googleapis.com';
-const CLOUD_PLATFORM_SCOPE = 'https://www.googleapis.com/auth/cloud-platform';
 const DEFAULT_CALL_TIMEOUT_MS = 60_000;
 /** Instances per aggregatedList page in listByTag (GCE's maximum). */
 const LIST_PAGE_SIZE = 500;
-
-/** Client options the provider passes on (tests: apiEndpoint, port, protocol, authClient). */
-export type GcpClientOptions = Pick<
-  ClientOptions,
-  'apiEndpoint' | 'port' | 'protocol' | 'authClient' | 'fallback'
->;
 
 export interface GcpProviderOptions {
   name: string;
@@ -92,94 +62,6 @@ export type GcpProvider = Provider & Checker & { close(): Promise<void> };
 
 export function createGcpProvider(opts: GcpProviderOptions): GcpProvider {
   return new GceProvider(opts);
-}
-
-interface Clients {
-  instances: InstancesClient;
-  /** Built on first use: only a provider managing the firewall rule needs it. */
-  firewalls(): FirewallsClient;
-  close(): Promise<void>;
-}
-
-/** `apiEndpoint` of the config (host, host:port or URL) as client options. */
-export function endpointOptions(apiEndpoint: string | undefined): GcpClientOptions {
-  if (!apiEndpoint) return {};
-  if (isHttpUrl(apiEndpoint)) {
-    const u = new URL(apiEndpoint);
-    const protocol = u.protocol.slice(0, -1);
-    return {
-      apiEndpoint: u.hostname,
-      port: u.port ? Number(u.port) : protocol === 'http' ? 80 : 443,
-      protocol,
-    };
-  }
-  const m = /^(.*?)(?::(\d+))?$/.exec(apiEndpoint);
-  return m?.[2] ? { apiEndpoint: m[1] ?? '', port: Number(m[2]) } : { apiEndpoint };
-}
-
-/**
- * The auth client of a credentials file, by its declared type, with the type-specific
- * constructor (the generic loader accepts any type, including ones that fetch arbitrary URLs).
- * Missing or unreadable: transient (a Secret mount may appear); anything else: permanent.
- */
-export async function credentialsFromFile(file: string): Promise<AuthClient> {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code ?? 'error';
-    throw transient(`gcp.credentialsFile ${file} is not readable (${code})`);
-  }
-  let json: Record<string, unknown>;
-  try {
-    json = JSON.parse(text) as Record<string, unknown>;
-  } catch {
-    throw permanent(`gcp.credentialsFile ${file} is not JSON (want a service-account key file)`);
-  }
-  const { googleAuthLibrary: gal } = await loadGax();
-  const str = (k: string) => (typeof json[k] === 'string' ? (json[k] as string) : undefined);
-  const scopes = [CLOUD_PLATFORM_SCOPE];
-  switch (json.type) {
-    case 'service_account': {
-      const email = str('client_email');
-      const key = str('private_key');
-      if (!email || !key) {
-        throw permanent(
-          `gcp.credentialsFile ${file}: a service_account key needs client_email and private_key`,
-        );
-      }
-      const keyId = str('private_key_id');
-      return new gal.JWT({ email, key, scopes, ...(keyId ? { keyId } : {}) });
-    }
-    case 'authorized_user': {
-      const clientId = str('client_id');
-      const clientSecret = str('client_secret');
-      const refreshToken = str('refresh_token');
-      if (!clientId || !clientSecret || !refreshToken) {
-        throw permanent(
-          `gcp.credentialsFile ${file}: authorized_user credentials need client_id, client_secret and refresh_token`,
-        );
-      }
-      return new gal.UserRefreshClient({ clientId, clientSecret, refreshToken });
-    }
-    case 'external_account': {
-      let client: AuthClient | null;
-      try {
-        client = gal.ExternalAccountClient.fromJSON({
-          ...(json as unknown as ExternalAccountClientOptions),
-          scopes,
-        });
-      } catch (err) {
-        throw permanent(`gcp.credentialsFile ${file}: ${(err as Error).message}`);
-      }
-      if (!client) throw permanent(`gcp.credentialsFile ${file}: not a valid external_account configuration`);
-      return client;
-    }
-    default:
-      throw permanent(
-        `gcp.credentialsFile ${file}: type ${JSON.stringify(json.type)} is not supported (want service_account, external_account or authorized_user)`,
-      );
-  }
 }
 
 class GceProvider implements Provider, Checker {
@@ -463,7 +345,13 @@ class GceProvider implements Provider, Checker {
     if (this.clients) return this.clients;
     if (this.closed) throw transient(`${this.name} ${op}: provider is closed`, this.where(op, providerID));
     if (!this.building) {
-      const p = this.buildClients();
+      const p = buildClients({
+        clientOptions: this.clientOptions,
+        credentialsFile: this.config.credentialsFile,
+        wireLog: this.wireLog,
+        log: this.log,
+        isClosed: () => this.closed,
+      });
       this.building = p;
       p.then(
         (c) => {
@@ -486,49 +374,6 @@ class GceProvider implements Provider, Checker {
       }
       throw toProviderError(err, this.where(op, providerID), ctx.signal);
     }
-  }
-
-  /**
-   * The auth client, resolved here rather than by google-gax: gax resolves credentials lazily
-   * inside a promise nobody awaits, so a missing file or absent ADC would surface as an
-   * unhandled rejection that kills the process.
-   */
-  private async buildClients(): Promise<Clients> {
-    const { compute, gax } = await loadGoogle();
-    let authClient = this.clientOptions.authClient;
-    if (!authClient) {
-      const file = this.config.credentialsFile;
-      try {
-        authClient = file
-          ? await credentialsFromFile(file)
-          : await new gax.googleAuthLibrary.GoogleAuth({ scopes: [CLOUD_PLATFORM_SCOPE] }).getClient();
-      } catch (err) {
-        if (err instanceof ProviderError) throw err;
-        const what = file ? `gcp.credentialsFile ${file}` : 'application default credentials';
-        throw transient(`${what}: cannot load credentials: ${(err as Error).message}`);
-      }
-    }
-    if (this.wireLog) authClient = enableWireLog(authClient, this.log);
-    const opts: ClientOptions = {
-      fallback: true,
-      // gax's own request logging would print request bodies (user-data): never on.
-      enableTelemetryLogging: false,
-      ...this.clientOptions,
-      authClient,
-    };
-    if (this.closed) throw transient('provider is closed');
-    const instances = new compute.InstancesClient(opts);
-    let firewalls: FirewallsClient | undefined;
-    return {
-      instances,
-      firewalls: () => {
-        firewalls ??= new compute.FirewallsClient(opts);
-        return firewalls;
-      },
-      close: async () => {
-        await Promise.allSettled([instances.close(), firewalls?.close()]);
-      },
-    };
   }
 
   private callOpts() {

@@ -5,10 +5,10 @@
  */
 import type { TargetStatus } from '../../api/providerhealth.ts';
 import { ProviderError } from '../errors.ts';
-import { ErrorCode, formatVersion, isLibvirtError, POOL_STATE_NAMES, PoolState } from './libvirt.ts';
+import { ErrorCode, formatVersion, isLibvirtError, POOL_STATE_NAMES, PoolState } from './libvirt-protocol.ts';
 import type { HostPool } from './pool.ts';
 import { RpcConnectionError } from './rpc.ts';
-import { SshError } from './ssh.ts';
+import { SshError } from './ssh-error.ts';
 
 export interface CheckHost {
   name: string;

@@ -6,7 +6,7 @@
  */
 import type { InstanceState } from '../contract.ts';
 import { permanent } from '../errors.ts';
-import { DomainState } from './libvirt.ts';
+import { DomainState } from './libvirt-protocol.ts';
 
 /** Instance names, host names and image keys: they become domain and volume names. */
 export const KVM_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;

@@ -18,7 +18,8 @@ import type { KvmImage } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import { permanent, transient } from '../errors.ts';
 import { baseVolumeName, KVM_NAME_PATTERN, markerVolumeName, rawVolumeXml } from './domain.ts';
-import { ErrorCode, isLibvirtError, type LibvirtConnection, type PoolRef, type VolRef } from './libvirt.ts';
+import type { LibvirtConnection } from './libvirt.ts';
+import { ErrorCode, isLibvirtError, type PoolRef, type VolRef } from './libvirt-protocol.ts';
 import { raceSignal } from './pool.ts';
 
 export interface ResolvedImage {

@@ -11,7 +11,7 @@ import { kvmWithDefaults } from '../../config/defaults.ts';
 import type { KvmProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
-import { type ErrorClass, notFound, ProviderError, permanent, wrap } from '../errors.ts';
+import { notFound, permanent } from '../errors.ts';
 import { defaultCloudInit } from '../squid/cloud-init.ts';
 import { checkHost } from './check.ts';
 import {
@@ -28,22 +28,23 @@ import {
   rawVolumeXml,
   seedVolumeName,
 } from './domain.ts';
+import { ignoreCode, toProviderError } from './errors.ts';
 import { ImageCache, resolveImage } from './image.ts';
+import type { LibvirtConnection } from './libvirt.ts';
 import {
   AddressSource,
   type DomainRef,
   DomainState,
   ErrorCode,
   isLibvirtError,
-  type LibvirtConnection,
   type PoolRef,
   UndefineFlags,
   type VolRef,
-} from './libvirt.ts';
+} from './libvirt-protocol.ts';
+import { type Host, resolveHost, resolveMachineType, type Settings } from './placement.ts';
 import { HostPool } from './pool.ts';
 import type { KeepaliveOptions } from './rpc.ts';
 import { buildSeed } from './seed.ts';
-import { SshError } from './ssh.ts';
 
 export const KVM_PROVIDER_TYPE = 'kvm';
 
@@ -70,37 +71,6 @@ export type KvmProvider = Provider & Checker & { close(): Promise<void> };
 export function createKvmProvider(opts: KvmProviderOptions): KvmProvider {
   return new LibvirtProvider(opts);
 }
-
-type Settings = ReturnType<typeof kvmWithDefaults>;
-type Host = Settings['hosts'][number];
-
-const PERMANENT_LIBVIRT_CODES: ReadonlySet<number> = new Set([
-  ErrorCode.INVALID_ARG,
-  ErrorCode.XML_ERROR,
-  ErrorCode.CONFIG_UNSUPPORTED,
-  ErrorCode.ARGUMENT_UNSUPPORTED,
-  ErrorCode.OPERATION_UNSUPPORTED,
-  ErrorCode.NO_SUPPORT,
-]);
-
-function errorClassOf(err: unknown): ErrorClass {
-  if (err instanceof ProviderError) return err.errorClass;
-  if (err instanceof SshError) return err.reason === 'SSHMaterialInvalid' ? 'Permanent' : 'Transient';
-  if (isLibvirtError(err)) {
-    if (err.code === ErrorCode.NO_DOMAIN) return 'NotFound';
-    if (PERMANENT_LIBVIRT_CODES.has(err.code)) return 'Permanent';
-  }
-  return 'Transient';
-}
-
-const ignoreCode = async <T>(p: Promise<T>, ...codes: number[]): Promise<T | undefined> => {
-  try {
-    return await p;
-  } catch (err) {
-    if (isLibvirtError(err) && codes.includes(err.code)) return undefined;
-    throw err;
-  }
-};
 
 class LibvirtProvider implements Provider, Checker {
   readonly name: string;
@@ -137,7 +107,7 @@ class LibvirtProvider implements Provider, Checker {
   }
 
   async create(ctx: CallContext, req: CreateRequest): Promise<Instance> {
-    const host = this.resolveHost(req);
+    const host = resolveHost(this.name, this.settings.hosts, req);
     const id = providerIDOf({ host: host.name, name: req.name });
     const where = { op: 'create', provider: this.name, providerID: id };
     if (!KVM_NAME_PATTERN.test(req.name)) {
@@ -146,7 +116,7 @@ class LibvirtProvider implements Provider, Checker {
         where,
       );
     }
-    const machine = this.resolveMachineType(req, where);
+    const machine = resolveMachineType(this.name, this.settings.machineTypes, req, where);
     let image: ReturnType<typeof resolveImage>;
     try {
       image = resolveImage(this.settings.images, req.image);
@@ -160,7 +130,7 @@ class LibvirtProvider implements Provider, Checker {
     try {
       return await run;
     } catch (err) {
-      throw this.toError(err, where, ctx.signal);
+      throw toProviderError(this.name, err, where, ctx.signal);
     } finally {
       if (this.creating.get(key) === run) this.creating.delete(key);
     }
@@ -284,7 +254,7 @@ class LibvirtProvider implements Provider, Checker {
       const dom = await this.lookup(conn, ref, ctx.signal);
       return await this.read(conn, ref.host, dom, ctx.signal);
     } catch (err) {
-      throw this.toError(err, where, ctx.signal);
+      throw toProviderError(this.name, err, where, ctx.signal);
     }
   }
 
@@ -318,7 +288,7 @@ class LibvirtProvider implements Provider, Checker {
         if (vol) await ignoreCode(conn.storageVolDelete(vol, 0, o), ErrorCode.NO_STORAGE_VOL);
       }
     } catch (err) {
-      throw this.toError(err, where, ctx.signal);
+      throw toProviderError(this.name, err, where, ctx.signal);
     }
   }
 
@@ -330,7 +300,7 @@ class LibvirtProvider implements Provider, Checker {
           return await this.listHost(h.name, ctx.signal);
         } catch (err) {
           // One host missing from the sweep must fail it: GC would otherwise see its VMs as gone.
-          throw this.toError(err, { ...where, providerID: `hosts/${h.name}` }, ctx.signal);
+          throw toProviderError(this.name, err, { ...where, providerID: `hosts/${h.name}` }, ctx.signal);
         }
       }),
     );
@@ -412,55 +382,5 @@ class LibvirtProvider implements Provider, Checker {
     if (meta.namespace) inst.namespace = meta.namespace;
     if (meta.createdAt) inst.createdAt = meta.createdAt;
     return inst;
-  }
-
-  private resolveHost(req: CreateRequest): Host {
-    const hosts = this.settings.hosts;
-    const where = { op: 'create', provider: this.name };
-    if (req.zone === undefined || req.zone === '') {
-      const only = hosts.length === 1 ? hosts[0] : undefined;
-      if (!only) {
-        throw permanent(
-          `${this.name} create ${req.name}: placement.zone must name one of the kvm hosts (${hosts.map((h) => h.name).join(', ')})`,
-          where,
-        );
-      }
-      return only;
-    }
-    const h = hosts.find((x) => x.name === req.zone);
-    if (!h) {
-      throw permanent(
-        `${this.name} create ${req.name}: placement.zone ${JSON.stringify(req.zone)} is not a configured kvm host (${hosts.map((x) => x.name).join(', ')})`,
-        where,
-      );
-    }
-    return h;
-  }
-
-  private resolveMachineType(
-    req: CreateRequest,
-    where: { op: string; provider: string; providerID: string },
-  ) {
-    const types = this.settings.machineTypes;
-    const keys = Object.keys(types);
-    const key = req.machineType || (keys.length === 1 ? keys[0] : undefined);
-    const mt = key === undefined ? undefined : types[key];
-    if (!mt) {
-      throw permanent(
-        `${this.name} create ${req.name}: placement.machineType ${JSON.stringify(req.machineType ?? '')} must be one of kvm.machineTypes (${keys.join(', ')})`,
-        where,
-      );
-    }
-    return mt;
-  }
-
-  private toError(
-    err: unknown,
-    where: { op: string; provider: string; providerID?: string },
-    signal: AbortSignal,
-  ): ProviderError {
-    if (err instanceof ProviderError && err.provider === this.name) return err;
-    const cls = signal.aborted ? 'Transient' : errorClassOf(err);
-    return wrap(cls, err, where);
   }
 }

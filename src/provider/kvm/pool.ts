@@ -120,7 +120,7 @@ export class HostPool {
           this.live.set(host, l);
           l.conn.onClose((err) => {
             if (this.live.get(host) === l) this.live.delete(host);
-            this.log.info({ host, err: err?.message }, 'kvm host connection closed');
+            this.log.info({ host, err }, 'kvm host connection closed');
           });
         },
         () => {

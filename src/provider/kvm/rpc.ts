@@ -557,7 +557,7 @@ export class RpcClient {
     if (this.keepaliveTimer) this.clock.clearTimeout(this.keepaliveTimer);
     this.keepaliveTimer = undefined;
     const closedErr = this.closedError();
-    if (err) this.log.debug({ err: err.message, pending: this.pending.size }, 'libvirt connection lost');
+    if (err) this.log.debug({ err, pending: this.pending.size }, 'libvirt connection lost');
     const calls = [...this.pending.values()];
     this.pending.clear();
     for (const c of calls) c.reject(closedErr);

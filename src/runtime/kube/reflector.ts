@@ -117,7 +117,7 @@ export class Reflector<T extends KubeObject> {
   private async backoff(signal: AbortSignal, what: string, err: unknown): Promise<void> {
     const base = backoffDelay(this.failures++, this.o.initialBackoffMs ?? 500, this.o.maxBackoffMs ?? 30_000);
     const ms = Math.round(base * (0.8 + Math.random() * 0.4));
-    this.log.warn({ err: describe(err), retryInMs: ms }, `${what}; retrying`);
+    this.log.warn({ err, retryInMs: ms }, `${what}; retrying`);
     await abortableSleep(ms, signal);
   }
 
@@ -203,7 +203,7 @@ export class Reflector<T extends KubeObject> {
           progressed = true;
         } catch (err) {
           // A bad object or a broken sink must not kill the stream or the process.
-          this.log.error({ err: describe(err), type }, 'failed to apply watch event');
+          this.log.error({ err, type }, 'failed to apply watch event');
         }
       };
       const onDone = (err: unknown) => {

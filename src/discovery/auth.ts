@@ -1,0 +1,42 @@
+/**
+ * discovery/auth — the optional bearer token: refused when blank (never silently open), compared
+ * in constant time, and not required on the public routes (liveness and the probe target).
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { errorBody } from './errors.ts';
+import { ROUTES } from './schemas.ts';
+
+/** Routes served without the bearer token (liveness and the built-in probe target). */
+const PUBLIC_ROUTES = new Set(ROUTES.filter((r) => !r.auth).map((r) => r.url));
+
+function hash(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+/**
+ * The hash of the configured token, or undefined when the API runs open. Trimmed: a token
+ * mounted from a file-created Secret often ends in a newline.
+ */
+export function tokenDigest(token: string | undefined): Buffer | undefined {
+  const trimmed = token?.trim();
+  if (trimmed === '') {
+    throw new Error('discovery token is empty; unset DISCOVERY_TOKEN to run without authentication');
+  }
+  return trimmed ? hash(trimmed) : undefined;
+}
+
+/** Answers 401 to a request on a non-public route without the right bearer token. */
+export function installBearerAuth(app: FastifyInstance, tokenHash: Buffer): void {
+  app.addHook('onRequest', (req, reply, done) => {
+    const route = req.routeOptions.url;
+    if (route !== undefined && PUBLIC_ROUTES.has(route)) return done();
+    const header = req.headers.authorization;
+    const given = header && /^bearer\s+/i.test(header) ? header.replace(/^bearer\s+/i, '').trim() : undefined;
+    if (given !== undefined && timingSafeEqual(hash(given), tokenHash)) return done();
+    reply
+      .code(401)
+      .header('www-authenticate', 'Bearer')
+      .send(errorBody('unauthorized', given === undefined ? 'bearer token required' : 'wrong bearer token'));
+  });
+}

@@ -1,0 +1,103 @@
+/**
+ * discovery/routes — the handlers behind the shared route table (see docs/api.md): each one maps
+ * a validated request onto one LeaseStore call and its answer onto a status and body.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Static, TSchema } from 'typebox';
+import type { LeaseStore } from '../lease/store.ts';
+import type { NoneLeasableCounts } from '../lease/types.ts';
+import { errorBody } from './errors.ts';
+import { buildOpenApi } from './openapi.ts';
+import {
+  type LeaseIdParams,
+  type LeaseRequestBody,
+  type ProxyListQuery,
+  type RenewRequestBody,
+  type ReportRequestBody,
+  ROUTES,
+} from './schemas.ts';
+import { withinRequest as within } from './telemetry.ts';
+
+type Handler = (req: FastifyRequest, reply: FastifyReply) => unknown;
+
+/** The 409 message: how many proxies fell at each step, so a crawler can tell why. */
+function describeRefusal(c: NoneLeasableCounts, target: string | undefined): string {
+  return (
+    `no proxy is leasable: ${c.matching} matching, ${c.ready} ready, ${c.healthy} healthy; of those ` +
+    `${c.draining} draining, ${c.coolingDown} cooling down, ${c.coolingDownForTarget} cooling down for ` +
+    `${target ? `"${target}"` : 'the target'}, ${c.atCapacity} at capacity`
+  );
+}
+
+function handlers(leases: LeaseStore): Record<string, Handler> {
+  return {
+    healthz: (_req, reply) => reply.send({ status: 'ok' }),
+    probeTarget: (_req, reply) => reply.code(204).send(),
+    listProxies: (req, reply) =>
+      within(req, () => {
+        const q = req.query as Static<typeof ProxyListQuery>;
+        const proxies = leases.snapshot({ namespace: q.namespace, selector: q.selector, target: q.target });
+        return reply.header('cache-control', 'no-store').send({ proxies });
+      }),
+    lease: (req, reply) =>
+      within(req, () => {
+        const body = req.body as Static<typeof LeaseRequestBody>;
+        const out = leases.lease(body);
+        reply.header('cache-control', 'no-store');
+        if (out.granted) {
+          req.otel?.span.setAttribute('lease.proxy', `${out.grant.proxy.namespace}/${out.grant.proxy.name}`);
+          return reply.code(201).send(out.grant);
+        }
+        return reply.code(409).send({
+          ...errorBody('none_leasable', describeRefusal(out.counts, body.target)),
+          ...out.counts,
+        });
+      }),
+    renew: (req, reply) =>
+      within(req, () => {
+        const { id } = req.params as Static<typeof LeaseIdParams>;
+        const body = req.body as Static<typeof RenewRequestBody>;
+        const out = leases.renew(id, body.ttlSeconds);
+        if (!out) return reply.code(404).send(errorBody('not_found', 'lease not found or expired'));
+        return reply.send(out);
+      }),
+    release: (req, reply) =>
+      within(req, () => {
+        leases.release((req.params as Static<typeof LeaseIdParams>).id);
+        return reply.code(204).send();
+      }),
+    report: (req, reply) =>
+      within(req, () => {
+        const { id } = req.params as Static<typeof LeaseIdParams>;
+        const body = req.body as Static<typeof ReportRequestBody>;
+        if (!leases.report(id, body))
+          return reply.code(404).send(errorBody('not_found', 'lease not found or expired'));
+        return reply.send({ id, released: body.release !== false });
+      }),
+  };
+}
+
+/** Registers every route of the table (each must have a handler) and /openapi.json. */
+export function registerRoutes(app: FastifyInstance, leases: LeaseStore): void {
+  const byOperation = handlers(leases);
+  for (const def of ROUTES) {
+    const handler = byOperation[def.operationId];
+    if (!handler) throw new Error(`no handler for ${def.operationId}`);
+    const response: Record<number, TSchema> = {};
+    for (const [status, schema] of Object.entries(def.schema.response))
+      if (schema) response[Number(status)] = schema;
+    app.route({
+      method: def.method,
+      url: def.url,
+      schema: {
+        ...(def.schema.querystring ? { querystring: def.schema.querystring } : {}),
+        ...(def.schema.params ? { params: def.schema.params } : {}),
+        ...(def.schema.body ? { body: def.schema.body } : {}),
+        response,
+      },
+      handler,
+    });
+  }
+  const openapi = JSON.stringify(buildOpenApi());
+  app.get('/openapi.json', (_req, reply) => reply.type('application/json').send(openapi));
+}

@@ -1,0 +1,107 @@
+/**
+ * discovery/telemetry — what each request leaves behind: one server span (continuing the
+ * caller's W3C trace context), the request counters, and a log line for failures (every request
+ * at debug). Request bodies are never logged: grants carry proxy credentials.
+ */
+import {
+  type Context,
+  context,
+  defaultTextMapGetter,
+  ROOT_CONTEXT,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  type Tracer,
+  trace,
+} from '@opentelemetry/api';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import { counter } from '../metrics/register.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    otel?: { span: Span; ctx: Context; start: number };
+  }
+}
+
+/** Runs `fn` inside the request's span context, so logs and child spans join its trace. */
+export function withinRequest<T>(req: FastifyRequest, fn: () => T): T {
+  return req.otel ? context.with(req.otel.ctx, fn) : fn();
+}
+
+/** The `result` label of a POST /v1/leases by its status code. */
+export function leaseResult(status: number): string {
+  if (status === 201) return 'granted';
+  if (status === 409) return 'none_leasable';
+  if (status === 401) return 'unauthorized';
+  if (status >= 500) return 'error';
+  return 'bad_request';
+}
+
+/**
+ * Installs the span, metric and log hooks. Must be installed before auth, so a refused request
+ * is traced and counted too.
+ */
+export function installTelemetry(
+  app: FastifyInstance,
+  { registry, tracer, log }: { registry: Registry; tracer: Tracer; log: Logger },
+): void {
+  const propagator = new W3CTraceContextPropagator();
+  const leaseRequests = counter(registry, {
+    name: 'proxy_operator_lease_requests_total',
+    help: 'POST /v1/leases requests by result (granted, none_leasable, bad_request, unauthorized, error).',
+    labelNames: ['result'],
+  });
+  const requests = counter(registry, {
+    name: 'proxy_operator_discovery_requests_total',
+    help: 'Discovery API requests by method, route pattern and status code.',
+    labelNames: ['method', 'route', 'code'],
+  });
+
+  app.addHook('onRequest', (req, _reply, done) => {
+    const route = req.routeOptions.url;
+    const parent = propagator.extract(ROOT_CONTEXT, req.headers, defaultTextMapGetter);
+    const span = tracer.startSpan(
+      route ? `HTTP ${req.method} ${route}` : `HTTP ${req.method}`,
+      {
+        kind: SpanKind.SERVER,
+        attributes: { 'http.request.method': req.method, ...(route ? { 'http.route': route } : {}) },
+      },
+      parent,
+    );
+    req.otel = { span, ctx: trace.setSpan(parent, span), start: performance.now() };
+    done();
+  });
+
+  app.addHook('onResponse', (req, reply, done) => {
+    const route = req.routeOptions.url ?? 'unmatched';
+    const status = reply.statusCode;
+    requests.inc({ method: req.method, route, code: String(status) });
+    if (route === '/v1/leases' && req.method === 'POST') leaseRequests.inc({ result: leaseResult(status) });
+    const otel = req.otel;
+    if (otel) {
+      otel.span.setAttribute('http.response.status_code', status);
+      if (status >= 500) otel.span.setStatus({ code: SpanStatusCode.ERROR });
+      otel.span.end();
+      if (status >= 500 || log.isLevelEnabled('debug')) {
+        const fields = { method: req.method, route, status, ms: Math.round(performance.now() - otel.start) };
+        context.with(otel.ctx, () =>
+          status >= 500
+            ? log.error(fields, 'discovery request failed')
+            : log.debug(fields, 'discovery request'),
+        );
+      }
+    }
+    done();
+  });
+
+  // A client that hangs up early gets no onResponse; end its span anyway.
+  app.addHook('onRequestAbort', (req, done) => {
+    req.otel?.span.setAttribute('http.request.aborted', true);
+    req.otel?.span.end();
+    req.otel = undefined;
+    done();
+  });
+}

@@ -1,0 +1,81 @@
+/**
+ * discovery/validation — turns malformed requests into precise 400s: a JSON-only body parser and
+ * a TypeBox validator whose errors name the one field at fault (see docs/api.md).
+ */
+import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
+import type { FastifyInstance, FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify';
+import type { TSchema } from 'typebox';
+
+/** A 400 that names the request field at fault. */
+export class FieldError extends Error {
+  readonly field: string;
+  readonly statusCode = 400;
+  constructor(field: string, message: string) {
+    super(message);
+    this.name = 'FieldError';
+    this.field = field;
+  }
+}
+
+function fieldOf(part: string, path: string): string {
+  return path === '' ? part : path.slice(1).replaceAll('/', '.');
+}
+
+/** Turns TypeBox's error list into one message about one field, the most specific first. */
+export function toFieldError(part: string, errors: FastifySchemaValidationError[]): FieldError {
+  type E = FastifySchemaValidationError & { keyword: string; params: Record<string, unknown> };
+  const list = errors as E[];
+  const extra = list.find((e) => e.keyword === 'additionalProperties');
+  if (extra) {
+    const names = (extra.params.additionalProperties as string[] | undefined) ?? [];
+    const name = names[0] ?? '?';
+    const at = fieldOf(part, extra.instancePath);
+    const field = at === part ? name : `${at}.${name}`;
+    return new FieldError(field, `unknown field "${field}" in ${part}`);
+  }
+  const required = list.find((e) => e.keyword === 'required');
+  if (required) {
+    const name = ((required.params.requiredProperties as string[] | undefined) ?? [])[0] ?? '?';
+    return new FieldError(name, `${name} is required`);
+  }
+  const anyOf = list.find((e) => e.keyword === 'anyOf');
+  if (anyOf) {
+    const allowed = list
+      .filter((e) => e.keyword === 'const' && e.instancePath === anyOf.instancePath)
+      .map((e) => String(e.params.allowedValue));
+    const field = fieldOf(part, anyOf.instancePath);
+    if (allowed.length > 0) return new FieldError(field, `${field} must be one of ${allowed.join(', ')}`);
+    return new FieldError(field, `${field} has an invalid value`);
+  }
+  const first = list[0];
+  if (!first) return new FieldError(part, `${part} is invalid`);
+  const field = fieldOf(part, first.instancePath);
+  return new FieldError(field, `${field} ${first.message}`);
+}
+
+const validatorCompiler: FastifySchemaCompiler<TSchema> = (route) => {
+  const inner = TypeBoxValidatorCompiler(route);
+  const part = route.httpPart === 'querystring' ? 'query' : (route.httpPart ?? 'request');
+  return (value: unknown) => {
+    // A POST without a body means "all defaults", not "body must be object".
+    const input = route.httpPart === 'body' && (value === null || value === undefined) ? {} : value;
+    const out = inner(input) as { value?: unknown; error?: FastifySchemaValidationError[] };
+    if (out.error) return { error: toFieldError(part, out.error) };
+    return { value: out.value };
+  };
+};
+
+/** Installs the validator and the body parser: only JSON bodies (else 415), empty JSON = no body. */
+export function installValidation(app: FastifyInstance): void {
+  app.setValidatorCompiler(validatorCompiler);
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    const text = body as string;
+    if (text.trim() === '') return done(null, undefined);
+    try {
+      done(null, JSON.parse(text));
+    } catch (err) {
+      done(new FieldError('body', `body is not valid JSON: ${(err as Error).message}`), undefined);
+    }
+  });
+}

@@ -1,0 +1,112 @@
+/**
+ * lease/types — the lease store's data contract (see docs/api.md): what the proxy feed and the
+ * health engine pass in, what clients ask for, and what they get back — grants, refusal
+ * counts, snapshots — with the limits the API enforces.
+ */
+import type { Selector } from '../runtime/selector.ts';
+
+export const DEFAULT_TTL_SECONDS = 300;
+export const MAX_TTL_SECONDS = 3600;
+export const DEFAULT_BLOCKED_COOLDOWN_SECONDS = 600;
+export const DEFAULT_FAILED_COOLDOWN_SECONDS = 60;
+export const MAX_COOLDOWN_SECONDS = 86_400;
+
+export interface ProxyInfo {
+  /** "namespace/name". */
+  key: string;
+  namespace: string;
+  name: string;
+  uid: string;
+  labels: Record<string, string>;
+  phase: string;
+  /** Initial health, from the status Healthy condition; health-engine verdicts override it. */
+  healthy: boolean;
+  draining: boolean;
+  deleting: boolean;
+  /** 0 = unlimited. */
+  maxLeases: number;
+  /** Empty when the proxy has no address yet (then it is not ready). */
+  host: string;
+  port: number;
+  credentials?: { username: string; password: string };
+  latencyMillis?: number;
+}
+
+export interface LeaseRequest {
+  target?: string;
+  /** Label selector text (Kubernetes syntax) or an already parsed selector. */
+  selector?: string | Selector;
+  namespace?: string;
+  ttlSeconds?: number;
+}
+
+export interface LeaseGrant {
+  id: string;
+  proxy: { namespace: string; name: string; url: string; host: string; port: number };
+  target: string | null;
+  expiresAt: string;
+}
+
+/**
+ * Why nothing was leasable, as a funnel over the proxies matching namespace + selector:
+ * matching ⊇ ready ⊇ healthy, then the healthy ones split into draining, coolingDown,
+ * coolingDownForTarget, atCapacity (each counted in the first of those it falls in), so that
+ * healthy − draining − coolingDown − coolingDownForTarget − atCapacity = leasable (0 on refusal).
+ */
+export interface NoneLeasableCounts {
+  matching: number;
+  ready: number;
+  healthy: number;
+  draining: number;
+  coolingDown: number;
+  coolingDownForTarget: number;
+  atCapacity: number;
+}
+
+export type LeaseOutcome =
+  | { granted: true; grant: LeaseGrant }
+  | { granted: false; counts: NoneLeasableCounts };
+
+export type ReportResult = 'success' | 'blocked' | 'failed';
+
+export interface ReportRequest {
+  result: ReportResult;
+  cooldownSeconds?: number;
+  /** Default true. */
+  release?: boolean;
+}
+
+export type NotLeasableReason =
+  | 'NotReady'
+  | 'Deleting'
+  | 'Unhealthy'
+  | 'Draining'
+  | 'CoolingDown'
+  | 'CoolingDownForTarget'
+  | 'AtCapacity';
+
+export interface ProxySnapshot {
+  namespace: string;
+  name: string;
+  phase: string;
+  healthy: boolean;
+  draining: boolean;
+  deleting: boolean;
+  host: string | null;
+  port: number | null;
+  latencyMillis: number | null;
+  activeLeases: number;
+  maxLeases: number;
+  lastLeasedAt: string | null;
+  cooldownUntil: string | null;
+  targetCooldowns: { target: string; until: string }[];
+  leasable: boolean;
+  /** Why not leasable now (the first rule that fails); null when leasable. */
+  reason: NotLeasableReason | null;
+}
+
+export interface SnapshotFilter {
+  namespace?: string;
+  selector?: string | Selector;
+  target?: string;
+}

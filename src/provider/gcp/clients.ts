@@ -1,0 +1,181 @@
+/**
+ * provider/gcp/clients — builds the Compute Engine clients: loads the Google libraries on first
+ * use, turns the configured endpoint into client options, and resolves credentials itself
+ * (a credentials file by its declared type, else application default credentials).
+ */
+import { readFileSync } from 'node:fs';
+import type { FirewallsClient, InstancesClient } from '@google-cloud/compute';
+import type { ClientOptions, googleAuthLibrary } from 'google-gax';
+import type { Logger } from 'pino';
+import { isHttpUrl } from '../../api/url.ts';
+import { ProviderError, permanent, transient } from '../errors.ts';
+import { enableWireLog } from './wire.ts';
+
+type AuthClient = googleAuthLibrary.AuthClient;
+type ExternalAccountClientOptions = googleAuthLibrary.ExternalAccountClientOptions;
+
+/**
+ * The Google libraries, loaded on first use: importing them costs seconds (compute's protos),
+ * which every operator start would pay even with no gcp provider configured.
+ */
+let gaxModule: Promise<typeof import('google-gax')> | undefined;
+let computeModule: Promise<typeof import('@google-cloud/compute')> | undefined;
+function loadGax() {
+  gaxModule ??= import('google-gax');
+  return gaxModule;
+}
+async function loadGoogle() {
+  computeModule ??= import('@google-cloud/compute').then(
+    (c) => (c as { default?: typeof import('@google-cloud/compute') }).default ?? c,
+  );
+  const [gax, compute] = await Promise.all([loadGax(), computeModule]);
+  return { gax, compute };
+}
+
+const CLOUD_PLATFORM_SCOPE = 'https://www.googleapis.com/auth/cloud-platform';
+
+/** Client options the provider passes on (tests: apiEndpoint, port, protocol, authClient). */
+export type GcpClientOptions = Pick<
+  ClientOptions,
+  'apiEndpoint' | 'port' | 'protocol' | 'authClient' | 'fallback'
+>;
+
+export interface Clients {
+  instances: InstancesClient;
+  /** Built on first use: only a provider managing the firewall rule needs it. */
+  firewalls(): FirewallsClient;
+  close(): Promise<void>;
+}
+
+/** `apiEndpoint` of the config (host, host:port or URL) as client options. */
+export function endpointOptions(apiEndpoint: string | undefined): GcpClientOptions {
+  if (!apiEndpoint) return {};
+  if (isHttpUrl(apiEndpoint)) {
+    const u = new URL(apiEndpoint);
+    const protocol = u.protocol.slice(0, -1);
+    return {
+      apiEndpoint: u.hostname,
+      port: u.port ? Number(u.port) : protocol === 'http' ? 80 : 443,
+      protocol,
+    };
+  }
+  const m = /^(.*?)(?::(\d+))?$/.exec(apiEndpoint);
+  return m?.[2] ? { apiEndpoint: m[1] ?? '', port: Number(m[2]) } : { apiEndpoint };
+}
+
+/**
+ * The auth client of a credentials file, by its declared type, with the type-specific
+ * constructor (the generic loader accepts any type, including ones that fetch arbitrary URLs).
+ * Missing or unreadable: transient (a Secret mount may appear); anything else: permanent.
+ */
+export async function credentialsFromFile(file: string): Promise<AuthClient> {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? 'error';
+    throw transient(`gcp.credentialsFile ${file} is not readable (${code})`);
+  }
+  let json: Record<string, unknown>;
+  try {
+    json = JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    throw permanent(`gcp.credentialsFile ${file} is not JSON (want a service-account key file)`);
+  }
+  const { googleAuthLibrary: gal } = await loadGax();
+  const str = (k: string) => (typeof json[k] === 'string' ? (json[k] as string) : undefined);
+  const scopes = [CLOUD_PLATFORM_SCOPE];
+  switch (json.type) {
+    case 'service_account': {
+      const email = str('client_email');
+      const key = str('private_key');
+      if (!email || !key) {
+        throw permanent(
+          `gcp.credentialsFile ${file}: a service_account key needs client_email and private_key`,
+        );
+      }
+      const keyId = str('private_key_id');
+      return new gal.JWT({ email, key, scopes, ...(keyId ? { keyId } : {}) });
+    }
+    case 'authorized_user': {
+      const clientId = str('client_id');
+      const clientSecret = str('client_secret');
+      const refreshToken = str('refresh_token');
+      if (!clientId || !clientSecret || !refreshToken) {
+        throw permanent(
+          `gcp.credentialsFile ${file}: authorized_user credentials need client_id, client_secret and refresh_token`,
+        );
+      }
+      return new gal.UserRefreshClient({ clientId, clientSecret, refreshToken });
+    }
+    case 'external_account': {
+      let client: AuthClient | null;
+      try {
+        client = gal.ExternalAccountClient.fromJSON({
+          ...(json as unknown as ExternalAccountClientOptions),
+          scopes,
+        });
+      } catch (err) {
+        throw permanent(`gcp.credentialsFile ${file}: ${(err as Error).message}`);
+      }
+      if (!client) throw permanent(`gcp.credentialsFile ${file}: not a valid external_account configuration`);
+      return client;
+    }
+    default:
+      throw permanent(
+        `gcp.credentialsFile ${file}: type ${JSON.stringify(json.type)} is not supported (want service_account, external_account or authorized_user)`,
+      );
+  }
+}
+
+export interface BuildClientsOptions {
+  clientOptions: GcpClientOptions;
+  credentialsFile: string | undefined;
+  wireLog: boolean;
+  log: Logger;
+  /** Checked once the libraries and credentials are loaded: a closed provider builds nothing. */
+  isClosed: () => boolean;
+}
+
+/**
+ * The compute clients. The auth client is resolved here rather than by google-gax: gax resolves
+ * credentials lazily inside a promise nobody awaits, so a missing file or absent ADC would
+ * surface as an unhandled rejection that kills the process.
+ */
+export async function buildClients(o: BuildClientsOptions): Promise<Clients> {
+  const { compute, gax } = await loadGoogle();
+  let authClient = o.clientOptions.authClient;
+  if (!authClient) {
+    const file = o.credentialsFile;
+    try {
+      authClient = file
+        ? await credentialsFromFile(file)
+        : await new gax.googleAuthLibrary.GoogleAuth({ scopes: [CLOUD_PLATFORM_SCOPE] }).getClient();
+    } catch (err) {
+      if (err instanceof ProviderError) throw err;
+      const what = file ? `gcp.credentialsFile ${file}` : 'application default credentials';
+      throw transient(`${what}: cannot load credentials: ${(err as Error).message}`);
+    }
+  }
+  if (o.wireLog) authClient = enableWireLog(authClient, o.log);
+  const opts: ClientOptions = {
+    fallback: true,
+    // gax's own request logging would print request bodies (user-data): never on.
+    enableTelemetryLogging: false,
+    ...o.clientOptions,
+    authClient,
+  };
+  if (o.isClosed()) throw transient('provider is closed');
+  const instances = new compute.InstancesClient(opts);
+  let firewalls: FirewallsClient | undefined;
+  return {
+    instances,
+    firewalls: () => {
+      firewalls ??= new compute.FirewallsClient(opts);
+      return firewalls;
+    },
+    close: async () => {
+      await Promise.allSettled([instances.close(), firewalls?.close()]);
+    },
+  };
+}
