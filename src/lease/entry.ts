@@ -4,7 +4,7 @@
  * eligible exactly when it names none. Grants, snapshots and the refusal funnel all go by it.
  */
 import { phaseServes } from '../api/proxy.ts';
-import type { NoneLeasableCounts, NotLeasableReason, ProxyInfo, ProxySnapshot } from './store.ts';
+import type { NoneLeasableCounts, NotLeasableReason, ProxyInfo, ProxySnapshot } from './types.ts';
 
 /** A proxy's facts (credentials folded into `url`) plus its lease state. */
 export interface Entry extends Omit<ProxyInfo, 'credentials' | 'latencyMillis'> {

@@ -14,7 +14,8 @@ import { type Logger, silentLogger } from '../log/index.ts';
 import type { Credentials } from '../provider/contract.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import type { ObjectStore, Unsubscribe } from '../runtime/store.ts';
-import type { LeaseStore, ProxyInfo } from './store.ts';
+import type { LeaseStore } from './store.ts';
+import type { ProxyInfo } from './types.ts';
 
 export interface LeaseFeedOptions {
   store: ObjectStore;
