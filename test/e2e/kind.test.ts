@@ -205,11 +205,10 @@ describe('egress-proxies-operator on a kind cluster', () => {
   it('deletes the instance before letting the Proxy go', async () => {
     const uid = (await getProxy())?.metadata.uid;
     await custom.deleteNamespacedCustomObject({ ...GROUP, namespace: PROXY_NS, name: PROXY });
-    await until(
-      'the Proxy to disappear',
-      async () => ((await getProxy()) === undefined ? true : undefined),
-      { timeoutMs: 120_000, intervalMs: 1000 },
-    );
+    await until('the Proxy to disappear', async () => ((await getProxy()) === undefined ? true : undefined), {
+      timeoutMs: 120_000,
+      intervalMs: 1000,
+    });
     const pods = await core.listNamespacedPod({
       namespace: OPERATOR_NS,
       labelSelector: `proxy-operator-uid=${uid}`,
