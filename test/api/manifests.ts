@@ -41,7 +41,7 @@ const externalSpec = external().spec;
 const managedSpec = managed().spec;
 
 export const PROXY_CASES: ProxyCase[] = [
-  // Defaults and the full example of SPEC §2.1.
+  // Defaults, and a managed Proxy with every field set (see docs/configuration.md, `Proxy`).
   {
     name: 'minimal managed (type defaulted)',
     obj: { ...managed(), spec: { provider: 'kvm-home' } },

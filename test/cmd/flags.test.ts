@@ -24,7 +24,7 @@ describe('command line', () => {
     expect(parsed.flags.gcIntervalMs).toBe(600_000);
   });
 
-  it('parses operator flags of SPEC §9', () => {
+  it('parses the operator flags', () => {
     const parsed = parseCommandLine([
       'operator',
       '--providers-config=/etc/p.yaml',
