@@ -385,7 +385,7 @@ describe('EgressIpChecker through real forward proxies', () => {
     const messages = r.logs
       .lines()
       .filter((l) => l.result === 'failed')
-      .map((l) => String(l.err));
+      .map((l) => JSON.stringify(l.err)); // the err serializer logs an object
     expect(messages.some((m) => m.includes('407'))).toBe(true);
     expect(messages.some((m) => m.includes('ECONNREFUSED'))).toBe(true);
     noSecretsIn(r.logs.text());
