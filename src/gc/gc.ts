@@ -107,7 +107,7 @@ export class OrphanGC {
             } catch (err) {
               result.failed[name] = errorMessage(err);
               this.log.warn(
-                { provider: name, err: errorMessage(err) },
+                { provider: name, err },
                 'gc: listing instances failed; skipping provider this sweep',
               );
               return;
@@ -127,10 +127,7 @@ export class OrphanGC {
                 );
               } catch (err) {
                 result.failed[name] = errorMessage(err);
-                this.log.warn(
-                  { provider: name, providerID: inst.id, err: errorMessage(err) },
-                  'gc: delete failed',
-                );
+                this.log.warn({ provider: name, providerID: inst.id, err }, 'gc: delete failed');
               }
             }
           }),
@@ -153,7 +150,7 @@ export class OrphanGC {
         await this.sweep(signal);
       } catch (err) {
         if (signal.aborted) return;
-        this.log.warn({ err: errorMessage(err) }, 'gc: sweep failed');
+        this.log.warn({ err }, 'gc: sweep failed');
       }
       try {
         await sleep(this.opts.intervalMs, signal, this.clock);

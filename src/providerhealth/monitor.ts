@@ -115,10 +115,7 @@ export class ProviderHealthMonitor {
           try {
             await this.publish(r, signal);
           } catch (err) {
-            this.log.error(
-              { provider: r.provider, err: errorMessage(err) },
-              'writing provider health failed',
-            );
+            this.log.error({ provider: r.provider, err }, 'writing provider health failed');
           }
         }
         span.setAttribute('providerhealth.providers', results.length);
@@ -210,10 +207,7 @@ export class ProviderHealthMonitor {
         }
       }
     } catch (err) {
-      this.log.warn(
-        { err: errorMessage(err) },
-        'cleaning up stale ProviderHealth objects failed; retried at next start',
-      );
+      this.log.warn({ err }, 'cleaning up stale ProviderHealth objects failed; retried at next start');
     }
   }
 

@@ -242,7 +242,7 @@ export class Manager {
         if (!signal.aborted) this.log.info({ runnable: r.name }, 'runnable finished');
       } catch (e) {
         if (signal.aborted && (this.phase === 'stopping' || this.phase === 'stopped')) {
-          this.log.warn({ runnable: r.name, err: errorMessage(e) }, 'runnable failed while stopping');
+          this.log.warn({ runnable: r.name, err: e }, 'runnable failed while stopping');
           return;
         }
         this.fail(new Error(`runnable ${r.name} failed: ${errorMessage(e)}`, { cause: e }));
@@ -267,7 +267,7 @@ export class Manager {
       try {
         await this.elector.release();
       } catch (e) {
-        this.log.warn({ err: errorMessage(e) }, 'releasing the leader lease failed');
+        this.log.warn({ err: e }, 'releasing the leader lease failed');
       }
     }
     this.election.abort();
@@ -276,7 +276,7 @@ export class Manager {
       try {
         await this.store.stop();
       } catch (e) {
-        this.log.warn({ err: errorMessage(e) }, 'stopping caches failed');
+        this.log.warn({ err: e }, 'stopping caches failed');
       }
     }
     await this.closeServer();

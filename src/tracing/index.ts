@@ -200,7 +200,7 @@ export function setupTracing(opts: TracingOptions): Tracing {
         try {
           await provider.shutdown();
         } catch (err) {
-          log.warn({ err: safeErrorSummary(err) }, 'flushing spans at shutdown failed');
+          log.warn({ err }, 'flushing spans at shutdown failed');
         } finally {
           trace.disable();
           propagation.disable();

@@ -150,8 +150,16 @@ describe('operator (cluster mode) end to end', () => {
     await createProxy('elsewhere', op, 'other');
     await createProxy('mine', op);
     await untilReadyAndHealthy('mine');
-    // Give the operator every chance to have touched the other one: it must not have.
-    await new Promise((r) => setTimeout(r, 1500));
+    // Proven by the request log rather than by waiting: the operator never listed or watched
+    // Proxies outside its namespace, and the test's own create is the only request there.
+    const outside = kube()
+      .requests.filter(
+        (r) =>
+          r.path.includes('/namespaces/other/') ||
+          (/\/proxies(\/|$)/.test(r.path) && !r.path.includes(`/namespaces/${PROXY_NS}/`)),
+      )
+      .map((r) => `${r.method} ${r.path}`);
+    expect(outside).toEqual(['POST /apis/crawl.example.com/v1alpha1/namespaces/other/proxies']);
     const other = proxies().get('other', 'elsewhere');
     expect(other?.metadata.finalizers ?? []).toEqual([]);
     expect(other?.status).toBeUndefined();

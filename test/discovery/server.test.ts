@@ -1,6 +1,6 @@
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { Registry } from 'prom-client';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   DiscoveryClient,
   DiscoveryError,
@@ -14,7 +14,6 @@ import {
 } from '../../src/discovery/server.ts';
 import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
 import { createLogger } from '../../src/log/index.ts';
-import { sleep } from '../../src/runtime/clock.ts';
 import { FakeClock } from '../support/clock.ts';
 
 const TOKEN = 'test-token-0123456789';
@@ -393,7 +392,7 @@ describe('observability', () => {
     await s.call('POST', '/v1/leases', { headers: { traceparent: `00-${traceId}-${parentId}-01` } });
     await s.call('GET', '/healthz');
     // Spans end in onResponse, which may run just after the client has the response.
-    for (let i = 0; i < 100 && s.exporter.getFinishedSpans().length < 2; i++) await sleep(10);
+    await vi.waitFor(() => expect(s.exporter.getFinishedSpans()).toHaveLength(2), { interval: 10 });
     const spans = s.exporter.getFinishedSpans();
     expect(spans.map((sp) => sp.name)).toEqual(['HTTP POST /v1/leases', 'HTTP GET /healthz']);
     const [lease, health] = spans;

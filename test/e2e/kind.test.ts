@@ -9,10 +9,11 @@
  *   E2E_SKIP_BUILD=1  use an image already loaded into the cluster
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../support/ports.ts';
+import { until } from '../support/wait.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const CLUSTER = process.env.E2E_KIND_CLUSTER ?? 'kind';
@@ -45,30 +46,6 @@ function requireTool(tool: string, args: string[]): void {
       `\`${tool} ${args.join(' ')}\` failed: the e2e suite needs docker (running), kind and kubectl`,
     );
   }
-}
-
-async function until<T>(what: string, fn: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined) return v;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
-    await new Promise((r) => setTimeout(r, 1000));
-  }
-}
-
-async function freePort(): Promise<number> {
-  const srv = createServer().listen(0, '127.0.0.1');
-  await new Promise((r) => srv.once('listening', r));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise((r) => srv.close(r));
-  return port;
 }
 
 interface Condition {
@@ -174,7 +151,7 @@ describe('egress-proxies-operator on a kind cluster', () => {
           ? obj
           : undefined;
       },
-      240_000,
+      { timeoutMs: 240_000, intervalMs: 1000 },
     );
     expect(p.metadata.finalizers).toContain('crawl.example.com/instance-cleanup');
     expect(p.status?.address).toMatch(/^[0-9a-f.:]+$/);
@@ -211,7 +188,7 @@ describe('egress-proxies-operator on a kind cluster', () => {
           ? ((await res.json()) as { id: string; proxy: { name: string; url: string; host: string } })
           : undefined;
       },
-      60_000,
+      { timeoutMs: 60_000, intervalMs: 1000 },
     );
     const p = await getProxy();
     expect(grant.proxy.name).toBe(PROXY);
@@ -228,11 +205,10 @@ describe('egress-proxies-operator on a kind cluster', () => {
   it('deletes the instance before letting the Proxy go', async () => {
     const uid = (await getProxy())?.metadata.uid;
     await custom.deleteNamespacedCustomObject({ ...GROUP, namespace: PROXY_NS, name: PROXY });
-    await until(
-      'the Proxy to disappear',
-      async () => ((await getProxy()) === undefined ? true : undefined),
-      120_000,
-    );
+    await until('the Proxy to disappear', async () => ((await getProxy()) === undefined ? true : undefined), {
+      timeoutMs: 120_000,
+      intervalMs: 1000,
+    });
     const pods = await core.listNamespacedPod({
       namespace: OPERATOR_NS,
       labelSelector: `proxy-operator-uid=${uid}`,

@@ -3,7 +3,7 @@
  * marks a proxy with the right credentials Healthy and one with wrong credentials Unhealthy
  * (ProxyAuthRequired), through the in-memory store.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { CONDITION_HEALTHY } from '../../src/api/constants.ts';
 import { HealthEngine, type HealthVerdict } from '../../src/health/engine.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
@@ -47,18 +47,20 @@ it('probes real proxies and writes the Healthy condition', async () => {
     defaults: { url: `${origin.baseUrl}/generate_204`, intervalMs: 200 },
     listener: (v) => verdicts.push(v),
   });
-  engine.start();
-  try {
-    const deadline = Date.now() + 10_000;
-    while (verdicts.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    await new Promise((r) => setTimeout(r, 300)); // let the status writes land
-  } finally {
-    await engine.stop();
-  }
   const cond = (name: string) =>
     store.proxies
       .get({ namespace: 'crawl', name })
       ?.status?.conditions?.find((c) => c.type === CONDITION_HEALTHY);
+  engine.start();
+  try {
+    // The status writes land after the verdicts: wait for both conditions, not a fixed time.
+    await vi.waitFor(() => expect(verdicts.length >= 2 && cond('good') && cond('bad')).toBeTruthy(), {
+      timeout: 10_000,
+      interval: 50,
+    });
+  } finally {
+    await engine.stop();
+  }
   expect(cond('good')).toMatchObject({ status: 'True', reason: 'ProbeSucceeded' });
   expect(cond('bad')).toMatchObject({ status: 'False', reason: 'ProxyAuthRequired' });
   expect(JSON.stringify(store.proxies.list())).not.toContain(squid.password);

@@ -6,7 +6,6 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { googleAuthLibrary } from 'google-gax';
@@ -32,7 +31,7 @@ import {
 import { defaultCloudInit } from '../../src/provider/squid/cloud-init.ts';
 import { NCSA_AUTH_HELPER, squidConfig, VM_HTPASSWD } from '../../src/provider/squid/config.ts';
 import { closedPort, type Origin, startHttpOrigin } from '../support/origins.ts';
-import { basicAuthHeader, statusViaProxy, stopSquidProcess } from '../support/squid.ts';
+import { basicAuthHeader, statusViaProxy, stopSquidProcess, untilSquidAnswers } from '../support/squid.ts';
 
 const SQUID = '/usr/sbin/squid';
 const creds = { username: 'crawler-1', password: 'p w:d%&+é-Secr3t' };
@@ -453,22 +452,7 @@ describe('default cloud-init, run for real', () => {
       stdio: 'ignore',
       ...(asProxy ? { uid: 13, gid: 13 } : {}),
     });
-    const deadline = Date.now() + 15_000;
-    for (;;) {
-      const up = await new Promise<boolean>((resolve) => {
-        const s = net.connect({ host: '127.0.0.1', port }, () => {
-          s.destroy();
-          resolve(true);
-        });
-        s.on('error', () => resolve(false));
-      });
-      if (up) break;
-      if (child.exitCode !== null || Date.now() > deadline) {
-        const log = existsSync(join(dir, 'cache.log')) ? readFileSync(join(dir, 'cache.log'), 'utf8') : '';
-        throw new Error(`squid did not start: ${log.slice(-2000)}`);
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await untilSquidAnswers(child, port, () => '', dir);
   });
 
   afterAll(async () => {

@@ -1,7 +1,6 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ApiException, type V1Pod } from '@kubernetes/client-node';
@@ -25,7 +24,7 @@ import {
 import { NCSA_AUTH_HELPER, type SquidConfigOptions, squidConfig } from '../../src/provider/squid/config.ts';
 import { htpasswdLine, md5crypt } from '../../src/provider/squid/htpasswd.ts';
 import { closedPort, type Origin, startHttpOrigin, startTlsOrigin, testPki } from '../support/origins.ts';
-import { basicAuthHeader, statusViaProxy, stopSquidProcess } from '../support/squid.ts';
+import { basicAuthHeader, statusViaProxy, stopSquidProcess, untilSquidAnswers } from '../support/squid.ts';
 
 const SQUID = '/usr/sbin/squid';
 const creds = { username: 'crawler-1', password: 'p w:d%&+é-Secr3t' };
@@ -176,21 +175,7 @@ describe('generated Squid config, run for real', () => {
       stdio: ['ignore', openSync(join(dir, 'stdout'), 'a'), openSync(join(dir, 'stderr'), 'a')],
       ...(asProxy ? { uid: 13, gid: 13 } : {}),
     });
-    const deadline = Date.now() + 15_000;
-    for (;;) {
-      const up = await new Promise<boolean>((resolve) => {
-        const s = net.connect({ host: '127.0.0.1', port }, () => {
-          s.destroy();
-          resolve(true);
-        });
-        s.on('error', () => resolve(false));
-      });
-      if (up) break;
-      if (child.exitCode !== null || Date.now() > deadline) {
-        throw new Error(`squid did not start: ${readFileSync(join(dir, 'stderr'), 'utf8').slice(-2000)}`);
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await untilSquidAnswers(child, port, () => readFileSync(join(dir, 'stderr'), 'utf8').slice(-2000), dir);
   });
 
   afterAll(async () => {

@@ -12,6 +12,7 @@ import { createKvmProvider } from '../../src/provider/kvm/index.ts';
 import { HostPool } from '../../src/provider/kvm/pool.ts';
 import { SshError } from '../../src/provider/kvm/ssh.ts';
 import { type LibvirtEnv, requireLibvirt } from '../support/libvirt.ts';
+import { until } from '../support/wait.ts';
 
 let env: LibvirtEnv;
 let setupError: unknown;
@@ -69,7 +70,7 @@ describe('kvm host pool', () => {
     expect(a).toBe(b);
     expect(await pool.get('ci', never())).toBe(a);
     a.rpc.close();
-    await new Promise((r) => setTimeout(r, 50));
+    await until('the shared connection to close', () => !a.isOpen);
     const c = await pool.get('ci', never());
     expect(c).not.toBe(a);
     expect(c.isOpen).toBe(true);
@@ -110,8 +111,11 @@ describe('kvm host pool', () => {
     expect(calls).toBe(1);
 
     release();
-    await new Promise((r) => setTimeout(r, 50));
-    expect(await pool.probe('ci', AbortSignal.timeout(5_000), (c) => c.getHostname())).toBeTruthy();
+    // Until the abandoned probe settles, a probe fails at once; then it runs again.
+    const hostname = await until('a probe after the abandoned one settled', () =>
+      pool.probe('ci', AbortSignal.timeout(5_000), (c) => c.getHostname()),
+    );
+    expect(hostname).toBeTruthy();
     expect(await pool.get('ci', never())).toBe(conn);
   }, 30_000);
 

@@ -15,7 +15,7 @@ import {
   StateLockedError,
 } from '../../src/runtime/embedded/index.ts';
 import { FakeClock } from '../support/clock.ts';
-import { eventually, runStoreContract } from '../support/store-contract.ts';
+import { runStoreContract } from '../support/store-contract.ts';
 
 const dirs: string[] = [];
 async function tempDir(): Promise<string> {
@@ -200,11 +200,14 @@ describe('embedded store', () => {
     // Putting the manifest back creates a new object (new UID), picked up by the file watcher.
     await store.start(new AbortController().signal);
     await writeFile(join(m, 'a.yaml'), proxyYaml('a'));
-    const again = await eventually(() => {
-      const p = store.proxies.get(key);
-      if (!p) throw new Error('not yet');
-      return p;
-    }, 5000);
+    const again = await vi.waitFor(
+      () => {
+        const p = store.proxies.get(key);
+        if (!p) throw new Error('not yet');
+        return p;
+      },
+      { timeout: 5000, interval: 10 },
+    );
     expect(again.metadata.uid).not.toBe(a.metadata.uid);
   });
 

@@ -5,9 +5,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { KubeObject } from '../../src/api/meta.ts';
-import { sleep } from '../../src/runtime/clock.ts';
 import { Informer } from '../../src/runtime/kube/informer.ts';
 import { Reflector, type WatchClient } from '../../src/runtime/kube/reflector.ts';
+import { until } from '../support/wait.ts';
 
 const obj = (name: string, rv: string): KubeObject => ({
   metadata: { name, namespace: 'ns', resourceVersion: rv },
@@ -20,12 +20,17 @@ type Script = (
 ) => void;
 
 /** A WatchClient that plays one script per watch call (the last one repeats). */
-function scripted(scripts: Script[]): WatchClient & { calls: Array<Record<string, unknown>> } {
+function scripted(
+  scripts: Script[],
+): WatchClient & { calls: Array<Record<string, unknown>>; callTimes: number[] } {
   const calls: Array<Record<string, unknown>> = [];
+  const callTimes: number[] = [];
   return {
     calls,
+    callTimes,
     async watch(_path, query, cb, done) {
       calls.push(query);
+      callTimes.push(performance.now());
       const ac = new AbortController();
       let ended = false;
       const end = (err?: unknown) => {
@@ -76,7 +81,7 @@ describe('Reflector', () => {
       initialBackoffMs: 5,
     });
     const stop = run(r);
-    await sleep(50);
+    await until('the resumed (idle) watch', () => w.calls.length >= 2 && inf.get('ns/a'));
     await stop();
     expect(w.calls.map((q) => q.resourceVersion)).toEqual(['10', '15']);
     expect(w.calls[0]?.allowWatchBookmarks).toBe(true);
@@ -104,10 +109,7 @@ describe('Reflector', () => {
       initialBackoffMs: 5,
     });
     const stop = run(r);
-    // Wait for the 500 and the watch after it rather than a fixed time: on a loaded machine the
-    // round trips can take longer than any small sleep.
-    const settled = () => r.stats.errors >= 1 && w.calls.length >= 3;
-    for (const end = Date.now() + 5_000; !settled() && Date.now() < end; ) await sleep(5);
+    await until('the 500 and the watch after it', () => r.stats.errors >= 1 && w.calls.length >= 3);
     await stop();
     expect(lists).toBe(2);
     expect(r.stats.relistsOnGone).toBe(1);
@@ -128,10 +130,11 @@ describe('Reflector', () => {
       maxBackoffMs: 100,
     });
     const stop = run(r);
-    await sleep(400);
+    await until('four watch attempts', () => w.calls.length >= 4);
     await stop();
-    expect(w.calls.length).toBeLessThan(15); // a busy loop would make thousands
-    expect(w.calls.length).toBeGreaterThan(2);
+    // Backoff doubles from 20 ms (±20 % jitter); a busy loop would re-watch within a millisecond.
+    const gaps = w.callTimes.slice(1, 4).map((t, i) => t - w.callTimes[i]!);
+    for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(15);
   });
 
   it('a sink that throws loses that event only; the stream and later events go on', async () => {
@@ -158,9 +161,8 @@ describe('Reflector', () => {
       sink,
     });
     const stop = run(r);
-    await sleep(30);
+    await until('the event after the throwing one', () => inf.get('ns/good'));
     await stop();
-    expect(inf.get('ns/good')).toBeDefined();
     expect(w.calls).toHaveLength(1);
   });
 
@@ -186,7 +188,7 @@ describe('Reflector', () => {
       initialBackoffMs: 5,
     });
     const stop = run(r);
-    await sleep(50);
+    await until('the restarted list to sync', () => r.hasSynced() && pages.length >= 4);
     await stop();
     expect(pages).toEqual(['first', 'p2', 'first', 'p2']);
     expect(inf.list().map((o) => o.metadata.name)).toEqual(['a', 'b']);

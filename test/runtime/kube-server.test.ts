@@ -13,9 +13,12 @@ import {
   V1MicroTime,
   Watch,
 } from '@kubernetes/client-node';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { type KubeServer, startKubeServer } from '../support/kube-server/index.ts';
-import { eventually, proxyFixture } from '../support/store-contract.ts';
+import { proxyFixture } from '../support/store-contract.ts';
+
+/** How long a cache or watch may take to catch up on loopback. */
+const WAIT = { timeout: 5000, interval: 10 };
 
 const G = { group: 'crawl.example.com', version: 'v1alpha1', plural: 'proxies' };
 
@@ -261,12 +264,15 @@ describe('kube test server with client-node', () => {
         ended = true;
       },
     );
-    await eventually(() => expect(events.filter((e) => e !== 'BOOKMARK')).toEqual(['ADDED:b']));
+    await vi.waitFor(() => expect(events.filter((e) => e !== 'BOOKMARK')).toEqual(['ADDED:b']), WAIT);
     await co.deleteNamespacedCustomObject({ ...G, namespace: 'ns1', name: 'a' });
-    await eventually(() => expect(events.filter((e) => e !== 'BOOKMARK')).toEqual(['ADDED:b', 'DELETED:a']));
-    await eventually(() => expect(events).toContain('BOOKMARK'));
+    await vi.waitFor(
+      () => expect(events.filter((e) => e !== 'BOOKMARK')).toEqual(['ADDED:b', 'DELETED:a']),
+      WAIT,
+    );
+    await vi.waitFor(() => expect(events).toContain('BOOKMARK'), WAIT);
     server.closeWatches();
-    await eventually(() => expect(ended).toBe(true));
+    await vi.waitFor(() => expect(ended).toBe(true), WAIT);
     ctl.abort();
 
     server.compact();
@@ -280,7 +286,7 @@ describe('kube test server with client-node', () => {
         done = true;
       },
     );
-    await eventually(() => expect(done).toBe(true));
+    await vi.waitFor(() => expect(done).toBe(true), WAIT);
     expect(errors).toEqual([
       { type: 'ERROR', obj: expect.objectContaining({ code: 410, reason: 'Expired' }) },
     ]);
@@ -398,19 +404,19 @@ describe('kube test server with client-node', () => {
     await co.createNamespacedCustomObject({ ...G, namespace: 'ns1', body: proxyFixture('ns1', 'a') });
     await informer.start();
     try {
-      await eventually(() => expect(seen).toEqual(['add:a']));
+      await vi.waitFor(() => expect(seen).toEqual(['add:a']), WAIT);
       await co.createNamespacedCustomObject({ ...G, namespace: 'ns1', body: proxyFixture('ns1', 'b') });
-      await eventually(() => expect(seen).toEqual(['add:a', 'add:b']));
-      await eventually(() => expect(server.openWatches()).toBe(1));
+      await vi.waitFor(() => expect(seen).toEqual(['add:a', 'add:b']), WAIT);
+      await vi.waitFor(() => expect(server.openWatches()).toBe(1), WAIT);
 
       // An apiserver restart: the stream ends, the informer re-watches from its resourceVersion.
       server.closeWatches();
-      await eventually(() => expect(server.openWatches()).toBe(1));
+      await vi.waitFor(() => expect(server.openWatches()).toBe(1), WAIT);
       await co.patchNamespacedCustomObjectStatus(
         { ...G, namespace: 'ns1', name: 'a', body: { status: { phase: 'Ready' } } },
         setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
       );
-      await eventually(() => expect(seen).toEqual(['add:a', 'add:b', 'update:a']));
+      await vi.waitFor(() => expect(seen).toEqual(['add:a', 'add:b', 'update:a']), WAIT);
 
       // Missed events plus compaction: the re-watch gets 410 and the informer relists.
       // (The re-watch is held back so the delete and compaction happen in between.)
@@ -418,8 +424,8 @@ describe('kube test server with client-node', () => {
       server.closeWatches();
       await co.deleteNamespacedCustomObject({ ...G, namespace: 'ns1', name: 'b' });
       server.compact();
-      await eventually(() => expect(held.hits).toBe(1));
-      await eventually(() => expect(seen).toContain('delete:b'), 10_000);
+      await vi.waitFor(() => expect(held.hits).toBe(1), WAIT);
+      await vi.waitFor(() => expect(seen).toContain('delete:b'), { timeout: 10_000, interval: 10 });
       expect(informer.list('ns1').map((o) => o.metadata?.name)).toEqual(['a']);
       const lists = server.requests.filter((r) => r.method === 'GET' && r.path === path && !r.watch);
       expect(lists.length).toBeGreaterThanOrEqual(2); // the relist after 410

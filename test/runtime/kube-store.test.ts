@@ -5,7 +5,7 @@
  */
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { FINALIZER } from '../../src/api/constants.ts';
 import { keyOf, parseKey } from '../../src/api/meta.ts';
 import type { ProxyObject } from '../../src/api/proxy.ts';
@@ -15,7 +15,10 @@ import { Manager } from '../../src/runtime/manager.ts';
 import type { WatchEvent } from '../../src/runtime/store.ts';
 import { WorkQueue } from '../../src/runtime/workqueue.ts';
 import { type KubeServer, startKubeServer } from '../support/kube-server/index.ts';
-import { eventually, proxyFixture, runStoreContract } from '../support/store-contract.ts';
+import { proxyFixture, runStoreContract } from '../support/store-contract.ts';
+
+/** How long a cache or watch may take to catch up on loopback. */
+const WAIT = { timeout: 5000, interval: 10 };
 
 const fastReflector = { initialBackoffMs: 20, maxBackoffMs: 200, watchTimeoutSeconds: 20, pageSize: 3 };
 
@@ -90,8 +93,9 @@ describe('kube store: reflector resilience', () => {
     for (let round = 0; round < 3; round++) {
       server.closeWatches({ abrupt: round === 1 });
       seed(server, 'ns', `after-cut-${round}`);
-      await eventually(() =>
-        expect(store.proxies.get({ namespace: 'ns', name: `after-cut-${round}` })).toBeDefined(),
+      await vi.waitFor(
+        () => expect(store.proxies.get({ namespace: 'ns', name: `after-cut-${round}` })).toBeDefined(),
+        WAIT,
       );
     }
     expect(names(store)).toHaveLength(10);
@@ -101,7 +105,7 @@ describe('kube store: reflector resilience', () => {
     const { server, store, events } = await setup();
     seed(server, 'ns', 'keep');
     seed(server, 'ns', 'gone');
-    await eventually(() => expect(names(store)).toEqual(['ns/gone', 'ns/keep']));
+    await vi.waitFor(() => expect(names(store)).toEqual(['ns/gone', 'ns/keep']), WAIT);
     const watchesBefore = env!.store.reflectors[0]!.stats.relistsOnGone;
     // Changes happen while our watch is down, then history is compacted past our resourceVersion.
     server.injectFault({ path: /\/proxies$/, watch: true, status: 500, times: 3 });
@@ -112,7 +116,7 @@ describe('kube store: reflector resilience', () => {
     col.delete('ns', 'gone');
     col.create(proxyFixture('ns', 'new') as never);
     server.compact();
-    await eventually(() => expect(names(store)).toEqual(['ns/keep', 'ns/new']));
+    await vi.waitFor(() => expect(names(store)).toEqual(['ns/keep', 'ns/new']), WAIT);
     expect(store.proxies.get({ namespace: 'ns', name: 'keep' })?.metadata.labels).toEqual({ changed: 'yes' });
     expect(env!.store.reflectors[0]!.stats.relistsOnGone).toBeGreaterThan(watchesBefore);
     const types = events
@@ -141,7 +145,7 @@ describe('kube store: reflector resilience', () => {
     const { store } = await setup({ server });
     expect(names(store)).toEqual(['ns/a']);
     seed(server, 'ns', 'b');
-    await eventually(() => expect(names(store)).toEqual(['ns/a', 'ns/b']));
+    await vi.waitFor(() => expect(names(store)).toEqual(['ns/a', 'ns/b']), WAIT);
     expect(store.reflectors[0]!.stats.errors).toBeGreaterThanOrEqual(4);
   });
 
@@ -151,7 +155,7 @@ describe('kube store: reflector resilience', () => {
       throw new Error('handler bug');
     });
     seed(server, 'ns', 'x');
-    await eventually(() => expect(store.proxies.get({ namespace: 'ns', name: 'x' })).toBeDefined());
+    await vi.waitFor(() => expect(store.proxies.get({ namespace: 'ns', name: 'x' })).toBeDefined(), WAIT);
   });
 });
 
@@ -243,7 +247,7 @@ describe('kube store: wire behaviour', () => {
     const { store } = await setup({ server, namespace: 'mine' });
     seed(server, 'theirs', 'c');
     seed(server, 'mine', 'd');
-    await eventually(() => expect(names(store)).toEqual(['mine/a', 'mine/d']));
+    await vi.waitFor(() => expect(names(store)).toEqual(['mine/a', 'mine/d']), WAIT);
     expect(server.requests.some((r) => r.path === '/apis/crawl.example.com/v1alpha1/proxies')).toBe(false);
     expect(
       server.requests.some((r) => r.path === '/api/v1/namespaces/mine/secrets' && r.query.labelSelector),
@@ -269,7 +273,7 @@ describe('kube store under the manager', () => {
     const m = new Manager({ store, healthProbeBindAddress: '127.0.0.1:0', gracePeriodMs: 500 });
     const run = m.start();
     try {
-      await eventually(() => expect(m.healthAddress()).toBeDefined());
+      await vi.waitFor(() => expect(m.healthAddress()).toBeDefined(), WAIT);
       const url = `http://127.0.0.1:${m.healthAddress()!.port}/readyz`;
       expect((await fetch(url)).status).toBe(500);
       await m.whenStarted();
@@ -299,13 +303,13 @@ describe('cache → handler → queue → workers', () => {
       },
     });
     seed(server, 'ns', 'a', { v: '1' });
-    await eventually(() => expect(seen).toContain('ns/a:1'));
+    await vi.waitFor(() => expect(seen).toContain('ns/a:1'), WAIT);
     const col = server.resource('proxies');
     const cur = col.read('ns', 'a');
     col.update({ ...cur, metadata: { ...cur.metadata, labels: { v: '2' } } });
-    await eventually(() => expect(seen.at(-1)).toBe('ns/a:2'));
+    await vi.waitFor(() => expect(seen.at(-1)).toBe('ns/a:2'), WAIT);
     col.delete('ns', 'a');
-    await eventually(() => expect(seen.at(-1)).toBe('ns/a:gone'));
+    await vi.waitFor(() => expect(seen.at(-1)).toBe('ns/a:gone'), WAIT);
     ac.abort();
     await workers;
   });

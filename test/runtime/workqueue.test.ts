@@ -206,7 +206,9 @@ describe('WorkQueue shutdown', () => {
     const drain = q.shutDownWithDrain().then(() => {
       drained = true;
     });
-    await sleep(20);
+    // The drain settles by promises alone: once a macrotask has passed, every promise that could
+    // settle without `done` has, so `false` here is proof, not a timing window.
+    await new Promise((r) => setImmediate(r));
     expect(drained).toBe(false);
     expect(await q.get()).toBeUndefined();
     q.add('c');

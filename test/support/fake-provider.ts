@@ -170,6 +170,17 @@ export class FakeProvider implements Provider, Checker {
       this.settle(inst);
       this.instances.set(id, inst);
     } else {
+      // Like every backend: a name another Proxy owns is Permanent, never handed over.
+      if (inst.uid !== req.uid) {
+        throw permanent(
+          `${this.name} create ${id}: an instance of that name exists and does not belong to this Proxy`,
+          {
+            op: 'create',
+            provider: this.name,
+            providerID: id,
+          },
+        );
+      }
       // Re-creating an existing name is the idempotent path: it observes the instance like a get.
       return this.observe(inst, () => this.after('create', req.name));
     }

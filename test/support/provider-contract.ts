@@ -2,8 +2,8 @@
  * test/support/provider-contract — the cases every Provider must pass, whatever its backend:
  * create is idempotent by name (also concurrently), get answers NotFound for a gone instance
  * and Permanent for an ID that can never be valid, delete is idempotent, listByTag reads the
- * Proxy identity back, every failure is a classified ProviderError, and an aborted call is a
- * Transient error that created nothing. The fake every reconciler test relies on runs the same
+ * Proxy identity back, a name another Proxy owns is Permanent, every failure is a classified
+ * ProviderError, and an aborted call is a Transient error that changed nothing. The fake every reconciler test relies on runs the same
  * cases as local, gcp and kvm, so where it passes they pass (see docs/architecture.md).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -138,6 +138,19 @@ export function providerContract(
     );
 
     it(
+      'create of a name another Proxy (UID) owns is Permanent and leaves that instance alone',
+      async () => {
+        const name = s.uniqueName('owned');
+        const mine = await create(s.request(name, { uid: `uid-${name}` }));
+        const err = await expectClass(create(s.request(name, { uid: `uid-other-${name}` })), 'Permanent');
+        expect(err.message).toContain('does not belong to this Proxy');
+        expect(await s.provider.get(ctx(), mine.id)).toMatchObject({ id: mine.id, uid: `uid-${name}` });
+        expect((await listed(name)).map((i) => i.id)).toEqual([mine.id]);
+      },
+      timeout,
+    );
+
+    it(
       'get answers NotFound for a missing instance and Permanent for a malformed ID',
       async () => {
         await expectClass(s.provider.get(ctx(), s.missingID()), 'NotFound');
@@ -189,6 +202,18 @@ export function providerContract(
         const name = s.uniqueName('aborted');
         await expectClass(s.provider.create(aborted(), s.request(name)), 'Transient');
         expect(await listed(name)).toEqual([]);
+      },
+      timeout,
+    );
+
+    it(
+      'get, delete and listByTag with an already aborted signal are Transient and change nothing',
+      async () => {
+        const inst = await create(s.request(s.uniqueName('abort-ops')));
+        await expectClass(s.provider.get(aborted(), inst.id), 'Transient');
+        await expectClass(s.provider.delete(aborted(), inst.id), 'Transient');
+        await expectClass(s.provider.listByTag(aborted()), 'Transient');
+        expect(await s.provider.get(ctx(), inst.id)).toMatchObject({ id: inst.id, name: inst.name });
       },
       timeout,
     );

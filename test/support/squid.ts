@@ -21,6 +21,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { closedPort } from './origins.ts';
+import { until } from './wait.ts';
 
 export const SQUID_BIN = process.env.SQUID_BIN ?? '/usr/sbin/squid';
 const NCSA_AUTH = '/usr/lib/squid/basic_ncsa_auth';
@@ -147,14 +148,11 @@ export async function startSquid(opts: SquidOptions = {}): Promise<Squid> {
     }
     cleanup();
   };
-  const deadline = Date.now() + 15_000;
-  while (!(await answers(port))) {
-    if (child.exitCode !== null || child.signalCode !== null || Date.now() > deadline) {
-      const log = existsSync(join(dir, 'cache.log')) ? readFileSync(join(dir, 'cache.log'), 'utf8') : '';
-      await stop();
-      throw new Error(`squid did not start: ${stderr.slice(-2000)} ${log.slice(-2000)}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
+  try {
+    await untilSquidAnswers(child, port, () => stderr.slice(-2000), dir);
+  } catch (e) {
+    await stop();
+    throw e;
   }
   return {
     host: '127.0.0.1',
@@ -171,6 +169,32 @@ export async function startSquid(opts: SquidOptions = {}): Promise<Squid> {
     },
     stop,
   };
+}
+
+/**
+ * Waits until the Squid `child` answers HTTP on 127.0.0.1:`port`; gives up at once when it exits,
+ * and puts `logs()` plus the tail of its cache.log (in `dir`) into the error.
+ */
+export async function untilSquidAnswers(
+  child: ChildProcess,
+  port: number,
+  logs: () => string,
+  dir?: string,
+): Promise<void> {
+  try {
+    await until(`squid to answer on port ${port}`, () => answers(port), {
+      timeoutMs: 15_000,
+      intervalMs: 50,
+      failFast: () =>
+        child.exitCode !== null || child.signalCode !== null
+          ? `squid exited (${child.exitCode ?? child.signalCode})`
+          : undefined,
+    });
+  } catch (e) {
+    const cacheLog =
+      dir && existsSync(join(dir, 'cache.log')) ? readFileSync(join(dir, 'cache.log'), 'utf8') : '';
+    throw new Error(`squid did not start: ${(e as Error).message} ${logs()} ${cacheLog.slice(-2000)}`);
+  }
 }
 
 /** Kills a squid a test started with its own config, and removes its dir and shm segments. */

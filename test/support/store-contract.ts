@@ -5,7 +5,7 @@
  * cache assertions wait for it.
  */
 import { randomBytes } from 'node:crypto';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { FINALIZER, LABEL_CLOUD_INIT_SECRET, LABEL_CREDENTIALS_FOR } from '../../src/api/constants.ts';
 import type { Condition, Secret } from '../../src/api/meta.ts';
 import type { ProviderHealth } from '../../src/api/providerhealth.ts';
@@ -17,6 +17,7 @@ import {
   StoreError,
   type WatchEvent,
 } from '../../src/runtime/store.ts';
+import { seededRandom } from './random.ts';
 
 export interface ContractStore {
   store: ObjectStore;
@@ -26,19 +27,6 @@ export interface ContractStore {
 export interface ContractOptions {
   /** Max wait for a cache to catch up with a write (default 5 s). */
   cacheTimeoutMs?: number;
-}
-
-/** Polls until `fn` stops throwing. */
-export async function eventually<T>(fn: () => T | Promise<T>, timeoutMs = 5000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await fn();
-    } catch (e) {
-      if (Date.now() > deadline) throw e;
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  }
 }
 
 async function expectStoreError(p: Promise<unknown>, reason: string): Promise<StoreError> {
@@ -77,7 +65,7 @@ export function runStoreContract(
   makeStore: () => Promise<ContractStore>,
   opts: ContractOptions = {},
 ): void {
-  const wait = opts.cacheTimeoutMs ?? 5000;
+  const cache = { timeout: opts.cacheTimeoutMs ?? 5000, interval: 10 };
   describe(`ObjectStore contract: ${name}`, () => {
     let current: ContractStore | undefined;
     const open = async (): Promise<{ store: ObjectStore; ns: string }> => {
@@ -98,11 +86,11 @@ export function runStoreContract(
       expect(a.metadata.resourceVersion).toMatch(/^\d+$/);
       expect(a.metadata.generation).toBe(1);
       expect((await store.proxies.read({ namespace: ns, name: 'a' })).metadata.uid).toBe(a.metadata.uid);
-      await eventually(
+      await vi.waitFor(
         () => expect(store.proxies.get({ namespace: ns, name: 'a' })?.metadata.uid).toBe(a.metadata.uid),
-        wait,
+        cache,
       );
-      await eventually(() => {
+      await vi.waitFor(() => {
         const names = (sel?: string, namespace?: string) =>
           store.proxies
             .list({ ...(sel ? { labelSelector: sel } : {}), ...(namespace ? { namespace } : {}) })
@@ -113,7 +101,7 @@ export function runStoreContract(
         expect(names('pool=eu')).toEqual([`${ns}-other/c`, `${ns}/a`]);
         expect(names('pool in (eu,us)', ns)).toEqual([`${ns}/a`, `${ns}/b`]);
         expect(names('pool!=eu', ns)).toEqual([`${ns}/b`]);
-      }, wait);
+      }, cache);
       await expectStoreError(store.proxies.create(proxyFixture(ns, 'a')), 'AlreadyExists');
     });
 
@@ -185,11 +173,12 @@ export function runStoreContract(
       const key = { namespace: ns, name: 'a' };
       await store.proxies.create(proxyFixture(ns, 'a'));
       let conflicts = 0;
+      const random = seededRandom();
       const writer = async (type: string, rounds: number) => {
         for (let i = 0; i < rounds; i++) {
           for (;;) {
             const cur = await store.proxies.read(key);
-            await new Promise((r) => setTimeout(r, Math.random() * 3));
+            await new Promise((r) => setTimeout(r, random() * 3)); // interleaves the writers
             const others = (cur.status?.conditions ?? []).filter((c) => c.type !== type);
             const mine = condition(type, i % 2 ? 'True' : 'False', `Round${i}`);
             try {
@@ -261,7 +250,7 @@ export function runStoreContract(
       expect(isConflict(await store.proxies.removeFinalizer(deleting, FINALIZER).catch((e) => e))).toBe(true);
       expect(await store.proxies.removeFinalizer(status, FINALIZER)).toBeUndefined();
       await expectStoreError(store.proxies.read(key), 'NotFound');
-      await eventually(() => expect(store.proxies.get(key)).toBeUndefined(), wait);
+      await vi.waitFor(() => expect(store.proxies.get(key)).toBeUndefined(), cache);
 
       const b = await store.proxies.create(proxyFixture(ns, 'b'));
       const kept = await store.proxies.addFinalizer(b, FINALIZER);
@@ -275,26 +264,32 @@ export function runStoreContract(
       const { store, ns } = await open();
       const key = { namespace: ns, name: 'a' };
       const a = await store.proxies.create(proxyFixture(ns, 'a'));
-      await eventually(() => expect(store.proxies.get(key)).toBeDefined(), wait);
+      await vi.waitFor(() => expect(store.proxies.get(key)).toBeDefined(), cache);
       const events: WatchEvent<ProxyObject>[] = [];
       const unsubscribe = store.proxies.watch((e) => {
         if (e.object.metadata.namespace === ns) events.push(e);
       });
-      await eventually(() => expect(events.map((e) => e.type)).toEqual(['ADDED']), wait);
+      await vi.waitFor(() => expect(events.map((e) => e.type)).toEqual(['ADDED']), cache);
       const b = await store.proxies.patchStatus(key, { phase: 'Ready' });
-      await eventually(() => expect(events.map((e) => e.type)).toEqual(['ADDED', 'MODIFIED']), wait);
+      await vi.waitFor(() => expect(events.map((e) => e.type)).toEqual(['ADDED', 'MODIFIED']), cache);
       expect(events[1]?.old?.status?.phase).toBeUndefined();
       expect(events[1]?.object.status?.phase).toBe('Ready');
       await store.proxies.delete(key);
-      await eventually(
+      await vi.waitFor(
         () => expect(events.map((e) => e.type)).toEqual(['ADDED', 'MODIFIED', 'DELETED']),
-        wait,
+        cache,
       );
       expect(events[2]?.object.metadata.uid).toBe(a.metadata.uid);
       expect(events[2]?.old?.metadata.resourceVersion).toBe(b.metadata.resourceVersion);
       unsubscribe();
+      // A second watcher seeing the later create proves it was delivered; the first must not have.
+      const after: string[] = [];
+      const stillWatching = store.proxies.watch((e) => {
+        if (e.object.metadata.namespace === ns) after.push(e.object.metadata.name as string);
+      });
       await store.proxies.create(proxyFixture(ns, 'later'));
-      await new Promise((r) => setTimeout(r, 50));
+      await vi.waitFor(() => expect(after).toContain('later'), cache);
+      stillWatching();
       expect(events).toHaveLength(3);
     });
 
@@ -307,25 +302,25 @@ export function runStoreContract(
       const names = (pool: string) =>
         store.proxies.byIndex('pool', `${ns}|${pool}`).map((p) => p.metadata.name);
       await store.proxies.create(proxyFixture(ns, 'a', { pool: 'eu' }));
-      await eventually(() => expect(store.proxies.get({ namespace: ns, name: 'a' })).toBeDefined(), wait);
+      await vi.waitFor(() => expect(store.proxies.get({ namespace: ns, name: 'a' })).toBeDefined(), cache);
       // Objects cached before the index exists are indexed too.
       store.proxies.addIndex('pool', byPool);
       expect(names('eu')).toEqual(['a']);
       await store.proxies.create(proxyFixture(ns, 'b', { pool: 'eu' }));
       await store.proxies.create(proxyFixture(ns, 'c', { pool: 'us' }));
       await store.proxies.create(proxyFixture(ns, 'd'));
-      await eventually(() => {
+      await vi.waitFor(() => {
         expect(names('eu')).toEqual(['a', 'b']);
         expect(names('us')).toEqual(['c']);
-      }, wait);
+      }, cache);
       const a = await store.proxies.read({ namespace: ns, name: 'a' });
       await store.proxies.update({ ...a, metadata: { ...a.metadata, labels: { pool: 'us' } } });
       await store.proxies.delete({ namespace: ns, name: 'b' });
-      await eventually(() => {
+      await vi.waitFor(() => {
         expect(names('eu')).toEqual([]);
         expect(names('us')).toEqual(['a', 'c']);
         expect(store.proxies.byIndex('pool', `${ns}|us`)[0]?.metadata.labels).toEqual({ pool: 'us' });
-      }, wait);
+      }, cache);
       // One shared index: asking again with the same function is fine, another function is not.
       store.proxies.addIndex('pool', byPool);
       expect(names('us')).toEqual(['a', 'c']);
@@ -344,7 +339,7 @@ export function runStoreContract(
       });
       await store.proxies.create(proxyFixture(ns, 'x'));
       await store.proxies.create(proxyFixture(ns, 'y'));
-      await eventually(() => expect(seen).toEqual(['ADDED:x', 'ADDED:y']), wait);
+      await vi.waitFor(() => expect(seen).toEqual(['ADDED:x', 'ADDED:y']), cache);
       u1();
       u2();
     });
@@ -365,23 +360,23 @@ export function runStoreContract(
       await store.secrets.create(secret('creds', { [LABEL_CREDENTIALS_FOR]: 'a' }));
       await store.secrets.create(secret('plain', {}));
       await store.secrets.create(secret('wrong', { [LABEL_CLOUD_INIT_SECRET]: 'false' }));
-      await eventually(() => {
+      await vi.waitFor(() => {
         expect(store.secrets.get({ namespace: ns, name: 'init' })?.data?.['user-data']).toBe(
           Buffer.from('#cloud-config init').toString('base64'),
         );
         expect(store.secrets.get({ namespace: ns, name: 'creds' })).toBeDefined();
-      }, wait);
+      }, cache);
       expect(store.secrets.get({ namespace: ns, name: 'plain' })).toBeUndefined();
       expect(store.secrets.get({ namespace: ns, name: 'wrong' })).toBeUndefined();
       expect((await store.secrets.read({ namespace: ns, name: 'plain' })).data?.['user-data']).toBeTruthy();
-      await eventually(() => expect(events.sort()).toEqual(['ADDED:creds', 'ADDED:init']), wait);
+      await vi.waitFor(() => expect(events.sort()).toEqual(['ADDED:creds', 'ADDED:init']), cache);
       await store.secrets.delete({ namespace: ns, name: 'init' });
       await store.secrets.delete({ namespace: ns, name: 'plain' });
-      await eventually(() => expect(events).toContain('DELETED:init'), wait);
+      await vi.waitFor(() => expect(events).toContain('DELETED:init'), cache);
       expect(events).not.toContain('DELETED:plain');
-      await eventually(
+      await vi.waitFor(
         () => expect(store.secrets.get({ namespace: ns, name: 'init' })).toBeUndefined(),
-        wait,
+        cache,
       );
       await expectStoreError(store.secrets.read({ namespace: ns, name: 'init' }), 'NotFound');
       unsubscribe();

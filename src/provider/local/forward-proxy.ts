@@ -58,7 +58,7 @@ export class ForwardProxy {
     this.server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) =>
       this.onRequest(req, res),
     );
-    this.server.on('error', (err) => this.log.warn({ err: err.message }, 'local proxy listener error'));
+    this.server.on('error', (err) => this.log.warn({ err }, 'local proxy listener error'));
   }
 
   /** Binds the listener; rejects with the raw listen error (EADDRINUSE and friends). */
@@ -153,7 +153,7 @@ export class ForwardProxy {
     upstream.on('error', (err) => {
       clearTimeout(timer);
       if (!established) {
-        this.log.debug({ target: req.url, err: err.message }, 'tunnel connect failed');
+        this.log.debug({ target: req.url, err }, 'tunnel connect failed');
         endRaw(client, 502, 'Bad Gateway');
       } else {
         client.destroy();
@@ -214,7 +214,7 @@ export class ForwardProxy {
       upRes.on('error', () => res.destroy());
     });
     upReq.on('error', (err) => {
-      this.log.debug({ target: url.host, err: err.message }, 'forwarding failed');
+      this.log.debug({ target: url.host, err }, 'forwarding failed');
       if (res.headersSent) res.destroy();
       else plain(res, timedOut ? 504 : 502, timedOut ? 'origin connect timed out' : 'origin unreachable');
     });

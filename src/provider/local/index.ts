@@ -116,18 +116,29 @@ class LocalProxyProvider implements Provider, Checker {
       );
     }
     if (this.closed) throw transient(`${this.name} create: provider is shut down`, this.where('create'));
-    const existing = this.instances.get(req.name);
-    if (existing) return this.toInstance(existing);
-    let pending = this.starting.get(req.name);
-    if (!pending) {
-      pending = this.start(ctx, req).finally(() => this.starting.delete(req.name));
-      this.starting.set(req.name, pending);
+    this.throwIfAborted(ctx, 'create', req.name);
+    let entry = this.instances.get(req.name);
+    if (!entry) {
+      let pending = this.starting.get(req.name);
+      if (!pending) {
+        pending = this.start(ctx, req).finally(() => this.starting.delete(req.name));
+        this.starting.set(req.name, pending);
+      }
+      entry = await pending;
     }
-    return this.toInstance(await pending);
+    // Like every backend: an instance name is idempotent for its own Proxy only.
+    if (entry.uid !== req.uid) {
+      throw permanent(
+        `${this.name} create ${LOCAL_ID_PREFIX}${req.name}: a local proxy of that name exists and does not belong to this Proxy`,
+        this.where('create'),
+      );
+    }
+    return this.toInstance(entry);
   }
 
-  async get(_ctx: CallContext, providerID: string): Promise<Instance> {
+  async get(ctx: CallContext, providerID: string): Promise<Instance> {
     const name = parseLocalID(providerID, this.name);
+    this.throwIfAborted(ctx, 'get', providerID);
     const entry = this.instances.get(name);
     if (!entry?.proxy.listening) {
       if (entry) await this.stop(entry);
@@ -136,15 +147,17 @@ class LocalProxyProvider implements Provider, Checker {
     return this.toInstance(entry);
   }
 
-  async delete(_ctx: CallContext, providerID: string): Promise<void> {
+  async delete(ctx: CallContext, providerID: string): Promise<void> {
     const name = parseLocalID(providerID, this.name);
+    this.throwIfAborted(ctx, 'delete', providerID);
     // A create still binding must not leave a listener behind the delete.
     await this.starting.get(name)?.catch(() => undefined);
     const entry = this.instances.get(name);
     if (entry) await this.stop(entry);
   }
 
-  async listByTag(_ctx: CallContext): Promise<Instance[]> {
+  async listByTag(ctx: CallContext): Promise<Instance[]> {
+    this.throwIfAborted(ctx, 'listByTag');
     return [...this.instances.values()].map((e) => this.toInstance(e));
   }
 
@@ -193,12 +206,7 @@ class LocalProxyProvider implements Provider, Checker {
   private async start(ctx: CallContext, req: CreateRequest): Promise<Entry> {
     const taken = new Set([...this.instances.values()].map((e) => e.port));
     for (const port of this.candidates(req, taken)) {
-      if (ctx.signal.aborted) {
-        throw transient(`${this.name} create ${req.name}: aborted`, {
-          ...this.where('create'),
-          cause: ctx.signal.reason,
-        });
-      }
+      this.throwIfAborted(ctx, 'create', req.name);
       const proxy = new ForwardProxy({
         credentials: req.credentials,
         log: this.log.child({ instance: req.name }),
@@ -304,6 +312,15 @@ class LocalProxyProvider implements Provider, Checker {
       namespace: e.namespace,
       createdAt: e.createdAt,
     };
+  }
+
+  /** A caller that gave up gets a Transient error, as from every backend, and nothing changes. */
+  private throwIfAborted(ctx: CallContext, op: string, target?: string): void {
+    if (!ctx.signal.aborted) return;
+    throw transient(`${this.name} ${op}${target === undefined ? '' : ` ${target}`}: aborted`, {
+      ...(op === 'create' ? this.where(op) : this.where(op, target)),
+      cause: ctx.signal.reason,
+    });
   }
 
   private where(op: string, providerID?: string) {

@@ -167,7 +167,7 @@ export class LeaseElector implements LeaderElector {
         return;
       } catch (e) {
         if (statusCodeOf(e) !== 409) {
-          this.log.warn({ err: describe(e) }, 'could not release the leader lease');
+          this.log.warn({ err: toStoreError(e, 'lease') }, 'could not release the leader lease');
           return;
         }
       }
@@ -327,7 +327,7 @@ export class LeaseElector implements LeaderElector {
   private failed(what: string, e: unknown): Attempt {
     const code = statusCodeOf(e);
     if (code === 409) this.log.debug('lost a race for the leader lease (409)');
-    else this.log.warn({ err: describe(e) }, what);
+    else this.log.warn({ err: toStoreError(e, 'lease') }, what);
     return 'failed';
   }
 
@@ -344,9 +344,4 @@ export class LeaseElector implements LeaderElector {
       signal.addEventListener('abort', done, { once: true });
     });
   }
-}
-
-function describe(e: unknown): string {
-  const s = toStoreError(e, 'lease');
-  return s instanceof Error ? s.message : String(s);
 }
