@@ -218,28 +218,32 @@ export function providerContract(
       timeout,
     );
 
-    it.runIf(opts.midCallAbort === true)(
-      'a call aborted midway returns promptly as a Transient error',
-      async () => {
-        s.slowDown!(5000);
-        try {
-          for (const call of [
-            (c: CallContext) => s.provider.get(c, s.missingID()),
-            (c: CallContext) => s.provider.create(c, s.request(s.uniqueName('midway'))),
-            (c: CallContext) => s.provider.listByTag(c),
-          ]) {
-            const ac = new AbortController();
-            const started = Date.now();
-            const pending = call(callContext(ac.signal));
-            setTimeout(() => ac.abort(new Error('caller gave up')), 20);
-            await expectClass(pending, 'Transient');
-            expect(Date.now() - started).toBeLessThan(2000);
+    // Only where the backend can be slowed down on purpose (fake, gcp's fake server): the case is
+    // not registered elsewhere rather than reported as skipped; the already-aborted case above
+    // covers every provider.
+    if (opts.midCallAbort === true)
+      it(
+        'a call aborted midway returns promptly as a Transient error',
+        async () => {
+          s.slowDown!(5000);
+          try {
+            for (const call of [
+              (c: CallContext) => s.provider.get(c, s.missingID()),
+              (c: CallContext) => s.provider.create(c, s.request(s.uniqueName('midway'))),
+              (c: CallContext) => s.provider.listByTag(c),
+            ]) {
+              const ac = new AbortController();
+              const started = Date.now();
+              const pending = call(callContext(ac.signal));
+              setTimeout(() => ac.abort(new Error('caller gave up')), 20);
+              await expectClass(pending, 'Transient');
+              expect(Date.now() - started).toBeLessThan(2000);
+            }
+          } finally {
+            s.speedUp!();
           }
-        } finally {
-          s.speedUp!();
-        }
-      },
-      timeout,
-    );
+        },
+        timeout,
+      );
   });
 }
