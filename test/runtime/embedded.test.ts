@@ -312,7 +312,8 @@ describe('embedded store', () => {
     await writeFile(statePath, '{"hello":"world"}\n');
     const wrong = await createEmbeddedStore({ statePath }).catch((e) => e);
     expect(String(wrong.message)).toContain('not a standalone state file');
-    await writeFile(statePath, '');
+    // Deleting the file is how a fresh start is asked for.
+    await unlink(statePath);
     const fresh = await make({ statePath });
     expect(fresh.proxies.list()).toEqual([]);
   });
