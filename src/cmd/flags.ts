@@ -182,7 +182,10 @@ type OptionTable = Record<string, { type: 'string' | 'boolean'; short?: string }
  * is taken out of argv here and its value checked; bare `--flag` counts as true, and the last
  * mention wins, as in Go. Arguments after `--` are left alone (and rejected as positionals).
  */
-function takeBooleans(args: string[], options: OptionTable): { rest: string[]; bools: Record<string, boolean> } {
+function takeBooleans(
+  args: string[],
+  options: OptionTable,
+): { rest: string[]; bools: Record<string, boolean> } {
   const rest: string[] = [];
   const bools: Record<string, boolean> = {};
   for (let i = 0; i < args.length; i++) {

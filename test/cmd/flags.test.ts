@@ -126,7 +126,9 @@ describe('command line', () => {
     expect(fails(['operator', '--providers-config', 'p', '--leader-elect='])).toBe(
       '--leader-elect: "" is not a boolean (use true or false)',
     );
-    expect(fails(['standalone', '-c', 'x', '--trace-health-probes=on'])).toMatch(/--trace-health-probes: "on"/);
+    expect(fails(['standalone', '-c', 'x', '--trace-health-probes=on'])).toMatch(
+      /--trace-health-probes: "on"/,
+    );
   });
 
   it('turns GC off with --gc-interval 0', () => {

@@ -174,10 +174,7 @@ export async function readState(
   const { parsed, lineNo, tornTail } = parseLines(path, text);
   const header = parsed[0];
   if (!isObject(header) || header.format !== STATE_FORMAT) {
-    throw new StateFileError(
-      path,
-      `line 1: not a standalone state file (expected format "${STATE_FORMAT}")`,
-    );
+    throw new StateFileError(path, `line 1: not a standalone state file (expected format "${STATE_FORMAT}")`);
   }
   if (header.version !== STATE_VERSION) {
     throw new StateFileError(
