@@ -3,7 +3,7 @@
  * file, a lock left behind by an earlier boot, Go-style boolean flags, and every manifest
  * removed at once while proxies are serving.
  */
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import {
@@ -13,7 +13,6 @@ import {
   runCli,
   standaloneArgs,
   startStandalone,
-  waitFor,
   waitForReady,
 } from '../support/cli.ts';
 
@@ -40,7 +39,9 @@ describe('standalone CLI: refuses to start a fresh fleet by accident', () => {
     const ws = await createWorkspace();
     const res = await runCli(standaloneArgs(ws, ['--trace-health-probes=yes']), ws.dir);
     expect(res.code).toBe(2);
-    expect(res.stderr.trim()).toBe('--trace-health-probes: "yes" is not a boolean (use true or false)');
+    expect(res.stderr.trim()).toBe(
+      'egress-proxies-operator: --trace-health-probes: "yes" is not a boolean (use true or false)',
+    );
   });
 });
 
@@ -57,7 +58,6 @@ describe('standalone CLI: removing every manifest at once', () => {
 
     // `mv proxies proxies.bak && mkdir proxies`: the directory now holds no Proxy.
     renameSync(ws.proxiesDir, `${ws.proxiesDir}.bak`);
-    const { mkdirSync } = await import('node:fs');
     mkdirSync(ws.proxiesDir);
     const warning = await proc.waitForLog(
       (l) => l.level >= 40 && /--allow-empty-manifests/.test(l.msg),
