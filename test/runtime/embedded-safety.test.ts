@@ -93,6 +93,26 @@ describe('symlinked manifests', () => {
     expect(after.metadata.resourceVersion).toBe(before.metadata.resourceVersion);
   });
 
+  it('sees an edit of a symlink target outside the manifests directory at once', async () => {
+    const dir = await tempDir();
+    await mkdir(join(dir, 'real'));
+    await writeFile(join(dir, 'real', 'a.yaml'), proxyYaml('a'));
+    const m = join(dir, 'proxies');
+    await mkdir(m);
+    await symlink(join(dir, 'real', 'a.yaml'), join(m, 'a.yaml'));
+    const store = await make({ manifests: m, statePath: join(dir, 'state.json') });
+    await store.start(new AbortController().signal);
+    // Periodic rescans are off (rescanIntervalMs 0): only a watch can see this.
+    await until(
+      'the target directory to be watched',
+      async () => {
+        await writeFile(join(dir, 'real', 'a.yaml'), proxyYaml('a', '  drain: true'));
+        return store.proxies.get(key('a'))?.spec.drain;
+      },
+      { timeoutMs: 5000, intervalMs: 200 },
+    );
+  });
+
   it('reports a symlink loop or a dangling symlink as an error of that file and keeps its objects', async () => {
     const { dir, m } = await manifestsDir({ 'a.yaml': proxyYaml('a'), 'b.yaml': proxyYaml('b') });
     const store = await make({ manifests: m, statePath: join(dir, 'state.json') });
