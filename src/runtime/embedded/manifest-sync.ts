@@ -1,9 +1,10 @@
 /**
  * runtime/embedded/manifest-sync — keeps the engine in line with the manifest files: applies
  * every valid document (create, or update only the fields a manifest owns), deletes objects
- * whose document is gone, and rescans when the files change (watch + debounce), periodically
- * as a fallback, and when a manifest object finishes deleting. A file with any error keeps its
- * previous version in effect. Which labels and annotations each manifest set is remembered
+ * whose document is gone — unless that would delete more than half of the Proxies at once
+ * (manifest-rules) — and rescans when the files change (manifest-watch + debounce), periodically
+ * as a fallback, and when a manifest object finishes deleting. A file with any error, or one
+ * that adds a name another file owns, keeps its previous version in effect. Which labels and annotations each manifest set is remembered
  * (and persisted) so that removing one from the file removes it from the object, while keys
  * the operator added itself survive.
  */
