@@ -27,6 +27,8 @@ export interface StandaloneFlags extends CommonFlags {
   /** Proxy/Secret manifests (file or directory); default `<config dir>/proxies`. */
   manifests?: string;
   state?: string;
+  /** Let a rescan delete all Proxies, or more than half of them, at once. */
+  allowEmptyManifests: boolean;
 }
 
 export interface OperatorFlags extends CommonFlags {
@@ -156,9 +158,67 @@ function common(values: Values, defaults: { discovery: string; healthProbe: stri
   };
 }
 
-function parse(args: string[], options: Record<string, { type: 'string' | 'boolean'; short?: string }>) {
+/** What `--flag=<value>` may say for a boolean flag: exactly what Go's flag package accepts. */
+const BOOL_VALUES: Record<string, boolean> = {
+  true: true,
+  True: true,
+  TRUE: true,
+  t: true,
+  T: true,
+  '1': true,
+  false: false,
+  False: false,
+  FALSE: false,
+  f: false,
+  F: false,
+  '0': false,
+};
+
+type OptionTable = Record<string, { type: 'string' | 'boolean'; short?: string }>;
+
+/**
+ * Node's parseArgs refuses `--flag=value` for a boolean, but Go-style command lines (copied
+ * from controller-runtime deployments) say `--leader-elect=true`. Every boolean `--flag=value`
+ * is taken out of argv here and its value checked; bare `--flag` counts as true, and the last
+ * mention wins, as in Go. Arguments after `--` are left alone (and rejected as positionals).
+ */
+function takeBooleans(
+  args: string[],
+  options: OptionTable,
+): { rest: string[]; bools: Record<string, boolean> } {
+  const rest: string[] = [];
+  const bools: Record<string, boolean> = {};
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i] as string;
+    if (arg === '--') {
+      rest.push(...args.slice(i));
+      break;
+    }
+    const m = /^--([^=]+)(?:=(.*))?$/s.exec(arg);
+    const name = m?.[1];
+    if (!m || name === undefined || options[name]?.type !== 'boolean') {
+      rest.push(arg);
+      continue;
+    }
+    const text = m[2];
+    if (text === undefined) {
+      bools[name] = true;
+      continue;
+    }
+    const value = BOOL_VALUES[text];
+    if (value === undefined) {
+      throw new FlagError(`--${name}: ${JSON.stringify(text)} is not a boolean (use true or false)`);
+    }
+    bools[name] = value;
+  }
+  return { rest, bools };
+}
+
+function parse(args: string[], options: OptionTable) {
+  const { rest, bools } = takeBooleans(args, options);
   try {
-    return parseArgs({ args, options, allowPositionals: false, strict: true });
+    const parsed = parseArgs({ args: rest, options, allowPositionals: false, strict: true });
+    return { values: { ...(parsed.values as Values), ...bools } };
   } catch (err) {
     const msg = err instanceof Error ? err.message : String(err);
     throw new FlagError(msg.replace(/^Unknown option '(.+?)'.*$/s, 'unknown flag $1 (see --help)'));
@@ -178,6 +238,7 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
         config: { type: 'string', short: 'c' },
         manifests: { type: 'string', short: 'm' },
         state: { type: 'string' },
+        'allow-empty-manifests': { type: 'boolean' },
       });
       if (values.help) return { command: 'help', topic: 'standalone' };
       const config = values.config as string | undefined;
@@ -187,6 +248,7 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
         config,
         manifests: (values.manifests as string | undefined) || undefined,
         state: (values.state as string | undefined) || undefined,
+        allowEmptyManifests: values['allow-empty-manifests'] === true,
       };
       return { command: 'standalone', flags };
     }
@@ -265,6 +327,8 @@ Run 'egress-proxies-operator <command> --help' for the flags of a command.`,
       --state <file>               Where status, instance IDs and generated credentials are
                                    kept (default: .state/standalone-state.json). One process
                                    per state file.
+      --allow-empty-manifests      Let one rescan delete every Proxy, or more than half of them
+                                   (otherwise such a rescan deletes nothing and warns).
 ${'COMMON'}`,
   operator: `Usage: egress-proxies-operator operator --providers-config <file> [flags]
 
@@ -287,7 +351,7 @@ ${'COMMON'}`,
       --health-probe-bind-address <addr>  /healthz and /readyz (standalone 127.0.0.1:8081, operator :8081).
       --provider-check-interval <dur>     Provider health checks; 0 = off, else >= 10s (default 1m).
       --provider-check-timeout <dur>      Per round; default min(15s, interval); <= interval.
-      --gc-interval <dur>                 Orphan instance sweep (default 10m).
+      --gc-interval <dur>                 Orphan instance sweep; 0 = off (default 10m).
       --gc-min-age <dur>                  Never collect instances younger than this (default 10m).
       --trace-health-probes               One span per health probe (off: probes run every second).
       --gcp-wire-full-payloads            Log GCP API requests/responses with bodies at debug (secrets redacted).
@@ -296,6 +360,8 @@ ${'COMMON'}`,
       --log-format <fmt>                  auto (pretty on a terminal, JSON otherwise) | json | pretty.
       --shutdown-grace-period <dur>       Time to drain on SIGTERM (default 30s).
   -h, --help                              This help.
+
+Boolean flags also take a value, as Go flags do: --flag=true|false (also 1|0, t|f).
 
 Environment: DISCOVERY_TOKEN (bearer token for the discovery API), OTEL_* (tracing), LOG_LEVEL.`,
 };

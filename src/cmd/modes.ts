@@ -103,6 +103,7 @@ export async function standaloneParts(
     store = await createEmbeddedStore({
       manifests: paths.manifests,
       statePath: paths.statePath,
+      allowEmptyManifests: flags.allowEmptyManifests,
       log: log.child({ component: 'store' }),
     });
   } catch (err) {

@@ -17,6 +17,7 @@ export interface GCOptions {
   store: ObjectStore;
   /** Decorated providers by name. */
   providers: () => Iterable<[string, Provider]>;
+  /** Time between sweeps; 0 turns GC off (`--gc-interval 0`). */
   intervalMs: number;
   minAgeMs: number;
   /** With --proxy-namespace, only instances labelled with this namespace are considered. */
@@ -143,8 +144,14 @@ export class OrphanGC {
     });
   }
 
-  /** Runnable: sweep every interval until the signal aborts. */
+  /** Runnable: sweep every interval until the signal aborts; interval 0 means GC is off. */
   async start(signal: AbortSignal): Promise<void> {
+    if (this.opts.intervalMs <= 0) {
+      // Off, not failed: stay up like any other runnable so the manager does not see an exit.
+      this.log.info('gc: off (--gc-interval 0); orphaned instances are not collected');
+      if (!signal.aborted) await new Promise((r) => signal.addEventListener('abort', r, { once: true }));
+      return;
+    }
     while (!signal.aborted) {
       try {
         await this.sweep(signal);

@@ -91,6 +91,53 @@ describe('command line', () => {
     expect(() => parseDuration('x', '10s5')).toThrow(FlagError);
   });
 
+  it('accepts Go-style --flag=true|false (and 1/0, t/f) for every boolean flag; the last one wins', () => {
+    const op = (...extra: string[]) => {
+      const parsed = parseCommandLine(['operator', '--providers-config', 'p.yaml', ...extra]);
+      if (parsed.command !== 'operator') throw new Error('wrong command');
+      return parsed.flags;
+    };
+    expect(op('--metrics-secure=false').metricsSecure).toBe(false);
+    expect(op('--metrics-secure=true').metricsSecure).toBe(true);
+    expect(op('--leader-elect=true', '--metrics-secure=FALSE')).toMatchObject({
+      leaderElect: true,
+      metricsSecure: false,
+    });
+    expect(op('--leader-elect=1').leaderElect).toBe(true);
+    expect(op('--leader-elect', '--leader-elect=0').leaderElect).toBe(false);
+    expect(op('--leader-elect=false', '--leader-elect').leaderElect).toBe(true);
+    expect(op('--trace-health-probes=t', '--gcp-wire-full-payloads=True')).toMatchObject({
+      traceHealthProbes: true,
+      gcpWireFullPayloads: true,
+    });
+    const sa = parseCommandLine(['standalone', '-c', 'x', '--allow-empty-manifests=true']);
+    if (sa.command !== 'standalone') throw new Error('wrong command');
+    expect(sa.flags.allowEmptyManifests).toBe(true);
+    // A value after the terminator is not a flag.
+    expect(fails(['operator', '--providers-config', 'p', '--', '--leader-elect=true'])).toMatch(
+      /--leader-elect=true/,
+    );
+  });
+
+  it('rejects any other value of a boolean flag, naming the flag and the value', () => {
+    expect(fails(['operator', '--providers-config', 'p', '--metrics-secure=yes'])).toBe(
+      '--metrics-secure: "yes" is not a boolean (use true or false)',
+    );
+    expect(fails(['operator', '--providers-config', 'p', '--leader-elect='])).toBe(
+      '--leader-elect: "" is not a boolean (use true or false)',
+    );
+    expect(fails(['standalone', '-c', 'x', '--trace-health-probes=on'])).toMatch(
+      /--trace-health-probes: "on"/,
+    );
+  });
+
+  it('turns GC off with --gc-interval 0', () => {
+    const off = parseCommandLine(['standalone', '-c', 'x', '--gc-interval', '0']);
+    if (off.command !== 'standalone') throw new Error('wrong command');
+    expect(off.flags.gcIntervalMs).toBe(0);
+    expect(helpText('standalone')).toMatch(/--gc-interval <dur> +Orphan instance sweep; 0 = off/);
+  });
+
   it('has help for every command', () => {
     expect(parseCommandLine([])).toEqual({ command: 'help' });
     expect(parseCommandLine(['standalone', '--help'])).toEqual({ command: 'help', topic: 'standalone' });

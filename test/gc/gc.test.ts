@@ -6,6 +6,7 @@ import type { Provider } from '../../src/provider/contract.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
 import { FakeClock } from '../support/clock.ts';
 import { FakeProvider } from '../support/fake-provider.ts';
+import { captureLog } from '../support/log.ts';
 
 const MIN_AGE = 10 * 60_000;
 const ctx = { signal: new AbortController().signal, log: silentLogger() };
@@ -136,6 +137,39 @@ describe('orphan GC', () => {
     ctrl.abort();
     await running;
     expect(clock.pendingTimers()).toBe(0);
+  });
+
+  it('with interval 0 is off: never lists or deletes, and ends when the signal aborts', async () => {
+    const clock = new FakeClock();
+    const start = clock.now();
+    const fake = new FakeProvider({ name: 'fake', now: () => start });
+    const orphan = await instance(fake, 'px-orphan', 'gone');
+    clock.advance(MIN_AGE + 1);
+    const listed = vi.spyOn(fake, 'listByTag');
+    const { log, lines } = captureLog('info');
+    const gc = new OrphanGC({
+      store: createMemoryStore({ clock }),
+      providers: () => [['fake', fake]],
+      intervalMs: 0,
+      minAgeMs: MIN_AGE,
+      clock,
+      log,
+    });
+    const ctrl = new AbortController();
+    let ended = false;
+    const running = gc.start(ctrl.signal).then(() => {
+      ended = true;
+    });
+    for (let i = 0; i < 20; i++) {
+      clock.advance(60_000);
+      await new Promise((r) => setImmediate(r));
+    }
+    expect(listed).not.toHaveBeenCalled();
+    expect(fake.instances.has(orphan)).toBe(true);
+    expect(ended).toBe(false); // a runnable that stays up: it is off, not failed
+    expect(lines.some((l) => /--gc-interval 0/.test(String(l.msg)))).toBe(true);
+    ctrl.abort();
+    await running;
   });
 
   it('a second collector on the same registry shares the deletion counter', async () => {

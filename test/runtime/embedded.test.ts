@@ -163,7 +163,8 @@ describe('embedded store', () => {
     await (await import('node:fs/promises')).mkdir(m);
     await writeFile(join(m, 'a.yaml'), proxyYaml('a'));
     await writeFile(join(m, 'b.yaml'), proxyYaml('b'));
-    const store = await make({ manifests: m, statePath: join(dir, 'state.json') });
+    // Both manifests go below: confirmed, as a user would with --allow-empty-manifests.
+    const store = await make({ manifests: m, statePath: join(dir, 'state.json'), allowEmptyManifests: true });
     const key = { namespace: 'default', name: 'a' };
     const a = store.proxies.get(key);
     if (!a) throw new Error('missing');
@@ -312,7 +313,8 @@ describe('embedded store', () => {
     await writeFile(statePath, '{"hello":"world"}\n');
     const wrong = await createEmbeddedStore({ statePath }).catch((e) => e);
     expect(String(wrong.message)).toContain('not a standalone state file');
-    await writeFile(statePath, '');
+    // Deleting the file is how a fresh start is asked for.
+    await unlink(statePath);
     const fresh = await make({ statePath });
     expect(fresh.proxies.list()).toEqual([]);
   });

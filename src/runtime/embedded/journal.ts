@@ -1,7 +1,8 @@
 /**
  * runtime/embedded/journal — the standalone state file: one JSON snapshot line followed by one
  * JSON line per committed change, appended and fdatasync'ed before the write is acknowledged.
- * A torn last line (a kill mid-append) was never acknowledged and is ignored. Opening always
+ * A torn last line (a kill mid-append) was never acknowledged and is ignored; an empty file, a
+ * cut snapshot or a record of the wrong shape stops the start with the file and line. Opening always
  * rewrites a fresh snapshot (temp file + fsync + rename + directory fsync), which also
  * compacts the log; the store compacts again whenever the log grows.
  */
@@ -49,7 +50,110 @@ export class StateFileError extends Error {
 export const objectKey = (o: StoredObject) =>
   o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name;
 
-/** Reads a state file; undefined when it does not exist. `tornTail` reports an ignored partial last line. */
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Why `o` is not a stored object, or undefined when it is one. */
+function objectProblem(o: unknown): string | undefined {
+  if (!isObject(o)) return 'must be an object';
+  const meta = o.metadata;
+  if (!isObject(meta)) return 'metadata must be an object';
+  if (typeof meta.name !== 'string' || meta.name === '') return 'metadata.name must be a non-empty string';
+  if (meta.namespace !== undefined && typeof meta.namespace !== 'string')
+    return 'metadata.namespace must be a string';
+  return undefined;
+}
+
+function manifestsProblem(m: unknown): string | undefined {
+  if (!isObject(m)) return 'must be an object';
+  for (const [k, a] of Object.entries(m)) {
+    const strings = (v: unknown) => Array.isArray(v) && v.every((x) => typeof x === 'string');
+    if (!isObject(a) || typeof a.file !== 'string' || !strings(a.labels) || !strings(a.annotations))
+      return `[${JSON.stringify(k)}] must be {file, labels, annotations}`;
+  }
+  return undefined;
+}
+
+/** The snapshot line's shape: the field at fault, or undefined. */
+function headerProblem(h: Record<string, unknown>): string | undefined {
+  if (!Number.isSafeInteger(h.resourceVersion) || (h.resourceVersion as number) < 0)
+    return 'resourceVersion must be a non-negative integer';
+  if (!isObject(h.objects)) return 'objects must be an object of lists';
+  for (const [r, list] of Object.entries(h.objects)) {
+    if (!Array.isArray(list)) return `objects[${JSON.stringify(r)}] must be a list`;
+    for (const [i, o] of list.entries()) {
+      const p = objectProblem(o);
+      if (p) return `objects[${JSON.stringify(r)}][${i}]: ${p}`;
+    }
+  }
+  if (h.manifests !== undefined) {
+    const p = manifestsProblem(h.manifests);
+    if (p) return `manifests${p.startsWith('[') ? '' : ' '}${p}`;
+  }
+  return undefined;
+}
+
+/** A journal record's shape: what is wrong, or undefined. */
+function recordProblem(rec: unknown): string | undefined {
+  if (!isObject(rec)) return 'a record must be an object';
+  if ('m' in rec) {
+    const p = manifestsProblem(rec.m);
+    return p ? `m${p.startsWith('[') ? '' : ' '}${p}` : undefined;
+  }
+  if (!Number.isSafeInteger(rec.rv)) return 'rv must be an integer';
+  if (typeof rec.r !== 'string' || rec.r === '') return 'r must be a resource name';
+  if (typeof rec.k !== 'string' || rec.k === '') return 'k must be an object key';
+  if (rec.o !== null) {
+    const p = objectProblem(rec.o);
+    if (p) return `o: ${p}`;
+    if (objectKey(rec.o as StoredObject) !== rec.k) return `k "${rec.k}" does not name object o`;
+  }
+  return undefined;
+}
+
+/** Where to start over deliberately, for every error that stops the start. */
+const START_FRESH = 'to start a fresh fleet deliberately, stop the operator and delete the file';
+
+/**
+ * Parses the lines of a state file. A torn LAST record line is an append cut short by a crash
+ * (never acknowledged) and is reported, not fatal; a cut snapshot line is data loss, because
+ * the snapshot is only ever replaced whole (rename), so no crash can leave it partial.
+ */
+function parseLines(path: string, text: string): { parsed: unknown[]; lineNo: number[]; tornTail: boolean } {
+  const lines = text.split('\n');
+  const parsed: unknown[] = [];
+  const lineNo: number[] = [];
+  let tornTail = false;
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i] as string;
+    if (line.trim() === '') continue;
+    try {
+      parsed.push(JSON.parse(line));
+      lineNo.push(i + 1);
+    } catch {
+      if (i === lines.length - 1 && parsed.length > 0) {
+        tornTail = true; // an append cut short by a crash; never acknowledged
+        continue;
+      }
+      const head = `{"format":"${STATE_FORMAT}"`;
+      if (i === lines.length - 1 && parsed.length === 0 && (line.startsWith(head) || head.startsWith(line))) {
+        throw new StateFileError(
+          path,
+          'line 1 (the snapshot) is cut short: the file was truncated and the acknowledged state ' +
+            `it held is lost. Restore the file from a backup; ${START_FRESH}`,
+        );
+      }
+      throw new StateFileError(path, `line ${i + 1} is not valid JSON (the file is corrupt)`);
+    }
+  }
+  return { parsed, lineNo, tornTail };
+}
+
+/**
+ * Reads a state file; undefined when it does not exist. `tornTail` reports an ignored partial
+ * last line. An empty file is refused: starting afresh over it would mint new UIDs and
+ * credentials and leave every existing instance orphaned.
+ */
 export async function readState(
   path: string,
 ): Promise<{ state: PersistedState; tornTail: boolean } | undefined> {
@@ -60,40 +164,37 @@ export async function readState(
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw e;
   }
-  if (text.trim() === '') return undefined; // created empty by hand: start fresh
-  const lines = text.split('\n');
-  let tornTail = false;
-  const parsed: unknown[] = [];
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i] as string;
-    if (line === '') continue;
-    try {
-      parsed.push(JSON.parse(line));
-    } catch {
-      if (i === lines.length - 1) {
-        tornTail = true; // an append cut short by a crash; never acknowledged
-        continue;
-      }
-      throw new StateFileError(path, `line ${i + 1} is not valid JSON (the file is corrupt)`);
-    }
+  if (text.trim() === '') {
+    throw new StateFileError(
+      path,
+      'the file is empty (or holds only whitespace), so the state it held is lost; refusing to ' +
+        `start a fresh fleet over it. Restore the file from a backup; ${START_FRESH}`,
+    );
   }
-  const header = parsed[0] as Header | undefined;
-  if (!header || header.format !== STATE_FORMAT) {
-    throw new StateFileError(path, `not a standalone state file (expected format "${STATE_FORMAT}")`);
+  const { parsed, lineNo, tornTail } = parseLines(path, text);
+  const header = parsed[0];
+  if (!isObject(header) || header.format !== STATE_FORMAT) {
+    throw new StateFileError(path, `line 1: not a standalone state file (expected format "${STATE_FORMAT}")`);
   }
   if (header.version !== STATE_VERSION) {
     throw new StateFileError(
       path,
-      `unsupported state version ${header.version} (this build reads ${STATE_VERSION})`,
+      `line 1: unsupported state version ${JSON.stringify(header.version)} (this build reads ${STATE_VERSION})`,
     );
   }
+  const problem = headerProblem(header);
+  if (problem) throw new StateFileError(path, `line 1: ${problem}`);
+  const h = header as unknown as Header;
   const objects = new Map<string, Map<string, StoredObject>>();
-  for (const [r, list] of Object.entries(header.objects)) {
+  for (const [r, list] of Object.entries(h.objects)) {
     objects.set(r, new Map(list.map((o) => [objectKey(o), o])));
   }
-  let rv = header.resourceVersion;
-  let manifests = header.manifests ?? {};
-  for (const rec of parsed.slice(1) as JournalRecord[]) {
+  let rv = h.resourceVersion;
+  let manifests = h.manifests ?? {};
+  for (let i = 1; i < parsed.length; i++) {
+    const p = recordProblem(parsed[i]);
+    if (p) throw new StateFileError(path, `line ${lineNo[i]}: ${p}`);
+    const rec = parsed[i] as JournalRecord;
     if ('m' in rec) {
       manifests = rec.m;
       continue;

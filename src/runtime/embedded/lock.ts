@@ -1,9 +1,11 @@
 /**
- * runtime/embedded/lock — one standalone process per state file. The lock file is created with
- * O_EXCL and holds the owner's pid; a lock whose pid is no longer alive (the owner was killed)
- * is stale and taken over, so a crash never needs manual cleanup.
+ * runtime/embedded/lock — one standalone process per state file. The lock file names its holder
+ * by pid, boot id and process start time, so a lock left by a killed process is recognised as
+ * stale even when its pid now belongs to someone else (after a reboot, or PID 1 in a restarted
+ * container) and taken over without manual cleanup — atomically, never from a live holder.
  */
-import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { linkSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 
 export class StateLockedError extends Error {
   readonly pid: number;
@@ -19,6 +21,49 @@ export class StateLockedError extends Error {
   }
 }
 
+/** Who holds a lock. Older builds wrote only the pid; the other fields are then absent. */
+interface Holder {
+  pid: number;
+  /** /proc/sys/kernel/random/boot_id: changes on every boot. */
+  bootId?: string;
+  /** Field 22 of /proc/<pid>/stat (clock ticks since boot): tells a reused pid apart. */
+  startTime?: string;
+  /** Makes every lock's content unique, so a takeover can tell which file it moved. */
+  nonce?: string;
+}
+
+/** Lock paths this process holds: a lock naming our own pid is ours only if listed here. */
+const heldHere = new Set<string>();
+
+function readOr(path: string): string | undefined {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return undefined;
+  }
+}
+
+const bootId = (): string | undefined => readOr('/proc/sys/kernel/random/boot_id')?.trim() || undefined;
+
+/** The start time of `pid`, or undefined where /proc is unavailable (or the process is gone). */
+export function processStartTime(pid: number): string | undefined {
+  const stat = readOr(`/proc/${pid}/stat`);
+  // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
+  const after = stat?.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return after?.[19];
+}
+
+function parseHolder(text: string): Holder | undefined {
+  const trimmed = text.trim();
+  if (/^\d+$/.test(trimmed)) return { pid: Number(trimmed) };
+  try {
+    const v = JSON.parse(trimmed) as Holder;
+    return Number.isInteger(v?.pid) ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 function alive(pid: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
@@ -30,46 +75,102 @@ function alive(pid: number): boolean {
   }
 }
 
+/** Whether the holder may still be running; any doubt counts as live. */
+function holderLive(lockPath: string, h: Holder): boolean {
+  const boot = bootId();
+  if (h.bootId && boot && h.bootId !== boot) return false; // written before a reboot
+  if (h.pid === process.pid) return heldHere.has(lockPath); // a previous incarnation with our pid
+  if (!alive(h.pid)) return false;
+  const start = h.startTime ? processStartTime(h.pid) : undefined;
+  if (start && start !== h.startTime) return false; // the pid was reused by another process
+  return true;
+}
+
 export interface Lock {
   readonly path: string;
   release(): void;
 }
 
+/**
+ * Removes the stale lock whose content was `seen`: it is renamed aside first (atomic), and if
+ * what moved is not what was judged stale — another starter took over in between — it is put
+ * back with link(), which fails rather than overwrite a lock created meanwhile.
+ */
+function removeStale(lockPath: string, seen: string): void {
+  const aside = `${lockPath}.stale-${process.pid}-${randomBytes(4).toString('hex')}`;
+  try {
+    renameSync(lockPath, aside);
+  } catch {
+    return; // gone already: the next attempt sees what is there now
+  }
+  if (readOr(aside) !== seen) {
+    try {
+      linkSync(aside, lockPath);
+    } catch {
+      // a newer lock exists; that one wins
+    }
+  }
+  try {
+    unlinkSync(aside);
+  } catch {
+    // nothing to clean
+  }
+}
+
 /** Takes the lock or throws StateLockedError naming the holder. */
 export function acquireLock(lockPath: string): Lock {
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      const fd = openSync(lockPath, 'wx', 0o600);
-      writeSync(fd, `${process.pid}\n`);
-      closeSync(fd);
-      let released = false;
-      return {
-        path: lockPath,
-        release() {
-          if (released) return;
-          released = true;
-          try {
-            if (readFileSync(lockPath, 'utf8').trim() === String(process.pid)) unlinkSync(lockPath);
-          } catch {
-            // already gone
-          }
-        },
-      };
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+  const me: Holder = {
+    pid: process.pid,
+    bootId: bootId(),
+    startTime: processStartTime(process.pid),
+    nonce: randomBytes(8).toString('hex'),
+  };
+  const content = `${JSON.stringify(me)}\n`;
+  // The lock appears with its full content at once (link of a finished file), so a reader never
+  // sees a half-written lock and mistakes it for a stale one.
+  const tmp = `${lockPath}.new-${process.pid}-${me.nonce}`;
+  writeFileSync(tmp, content, { mode: 0o600 });
+  try {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      try {
+        linkSync(tmp, lockPath);
+        heldHere.add(lockPath);
+        return ownLock(lockPath, content);
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      }
+      const seen = readOr(lockPath);
+      if (seen === undefined) continue; // removed meanwhile: retry
+      const holder = parseHolder(seen);
+      if (holder && holderLive(lockPath, holder)) throw new StateLockedError(lockPath, holder.pid);
+      removeStale(lockPath, seen);
     }
-    let holder = Number.NaN;
+  } finally {
     try {
-      holder = Number.parseInt(readFileSync(lockPath, 'utf8').trim(), 10);
+      unlinkSync(tmp);
     } catch {
-      continue; // removed meanwhile: retry
-    }
-    if (holder === process.pid || alive(holder)) throw new StateLockedError(lockPath, holder);
-    try {
-      unlinkSync(lockPath); // stale: its owner is gone
-    } catch {
-      // someone else removed it first
+      // already gone
     }
   }
   throw new Error(`could not acquire lock ${lockPath}`);
+}
+
+function ownLock(lockPath: string, content: string): Lock {
+  let released = false;
+  return {
+    path: lockPath,
+    release() {
+      if (released) return;
+      released = true;
+      heldHere.delete(lockPath);
+      // Only our own lock: never one a successor took over after we were judged gone.
+      if (readOr(lockPath) === content) {
+        try {
+          unlinkSync(lockPath);
+        } catch {
+          // already gone
+        }
+      }
+    },
+  };
 }

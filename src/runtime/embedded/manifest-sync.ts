@@ -1,21 +1,24 @@
 /**
  * runtime/embedded/manifest-sync — keeps the engine in line with the manifest files: applies
  * every valid document (create, or update only the fields a manifest owns), deletes objects
- * whose document is gone, and rescans when the files change (watch + debounce), periodically
- * as a fallback, and when a manifest object finishes deleting. A file with any error keeps its
- * previous version in effect. Which labels and annotations each manifest set is remembered
+ * whose document is gone — unless that would delete more than half of the Proxies at once
+ * (manifest-rules) — and rescans when the files change (manifest-watch + debounce), periodically
+ * as a fallback, and when a manifest object finishes deleting. A file with any error, or one
+ * that adds a name another file owns, keeps its previous version in effect. Which labels and annotations each manifest set is remembered
  * (and persisted) so that removing one from the file removes it from the object, while keys
  * the operator added itself survive.
  */
-import { type FSWatcher, watch as fsWatch, statSync } from 'node:fs';
-import { basename, dirname } from 'node:path';
+import { realpath } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { errorMessage } from '../../log/errors.ts';
 import type { Logger } from '../../log/index.ts';
 import type { Clock, TimerHandle } from '../clock.ts';
 import type { EngineEvent, ObjectEngine } from '../objects/engine.ts';
-import { qualifiedName, SECRET_RESOURCE } from '../objects/types.ts';
+import { PROXY_RESOURCE, qualifiedName, SECRET_RESOURCE } from '../objects/types.ts';
 import { deepClone } from '../patch.ts';
 import type { AppliedManifest } from './journal.ts';
+import { collectDesired, isMassDeletion, type ProxyLoss } from './manifest-rules.ts';
+import { ManifestWatcher } from './manifest-watch.ts';
 import {
   type FileScan,
   formatManifestError,
@@ -47,15 +50,18 @@ export interface ManifestSyncOptions {
   rescanIntervalMs: number;
   /** Quiet period after a file change before rescanning. */
   debounceMs: number;
+  /** Let one rescan delete more than half of the Proxies (otherwise it deletes nothing). */
+  allowEmptyManifests?: boolean;
 }
+
+/** How often the held-back mass deletion is logged again while nothing changes. */
+const MASS_DELETION_WARN_EVERY_MS = 60_000;
 
 /** What one manifest owns on its object. */
 interface Owned {
   ref: ManifestRef;
   applied: AppliedManifest;
 }
-
-const MANIFEST_FILE_LIKE = /\.(ya?ml|json)$/i;
 
 function mergeOwned(
   current: Record<string, string> | undefined,
@@ -80,7 +86,9 @@ export class ManifestSync {
   private again = false;
   /** Deletions trigger rescans only after the first scan (that scan prunes in the same pass). */
   private reacting = false;
-  private watcher: FSWatcher | undefined;
+  private watcher: ManifestWatcher | undefined;
+  /** The held-back mass deletion last warned about, and when. */
+  private holding: { text: string; at: number } | undefined;
   private periodic: TimerHandle | undefined;
   private debounce: TimerHandle | undefined;
   private stopped = false;
@@ -133,31 +141,28 @@ export class ManifestSync {
   startWatching(): void {
     const path = this.opts.manifestsPath;
     if (!path || this.stopped) return;
-    let isDir = false;
-    try {
-      isDir = statSync(path).isDirectory();
-    } catch {
-      isDir = !MANIFEST_FILE_LIKE.test(path);
-    }
-    const dir = isDir ? path : dirname(path);
-    const only = isDir ? undefined : basename(path);
-    try {
-      this.watcher = fsWatch(dir, { persistent: false }, (_ev, file) => {
-        if (!only || !file || file.toString() === only) this.rescanSoon();
-      });
-      this.watcher.on('error', (e) =>
-        this.log.warn({ err: e }, 'manifest watch failed; relying on periodic rescans'),
-      );
-    } catch (e) {
-      this.log.warn({ err: e, dir }, 'cannot watch manifests; relying on periodic rescans');
-    }
+    this.watcher = new ManifestWatcher(path, () => this.rescanSoon(), this.log);
+    this.watcher.start();
+    void this.watchLinkTargets();
     if (this.opts.rescanIntervalMs > 0) this.schedulePeriodic();
+  }
+
+  /** Symlinked manifests: watch the directories their targets live in. */
+  private async watchLinkTargets(): Promise<void> {
+    if (!this.watcher) return;
+    const dirs = new Set<string>();
+    for (const file of this.cache.keys()) {
+      const real = await realpath(file).catch(() => undefined);
+      if (real && real !== file) dirs.add(dirname(real));
+    }
+    this.watcher?.watchTargets(dirs);
   }
 
   /** Stops watching and waits for a scan in flight. */
   async stop(): Promise<void> {
     this.stopped = true;
     this.watcher?.close();
+    this.watcher = undefined;
     if (this.periodic) this.opts.clock.clearTimeout(this.periodic);
     if (this.debounce) this.opts.clock.clearTimeout(this.debounce);
     while (this.scanning) await this.scanning.catch(() => {});
@@ -214,7 +219,7 @@ export class ManifestSync {
       this.report([listError]);
       return this.errors;
     }
-    const { desired, badFiles, errors } = collectDesired(scans);
+    const { desired, badFiles, errors } = collectDesired(scans, (key) => this.applied.get(key)?.applied.file);
     let changed = false;
     for (const d of desired.values()) {
       const before = JSON.stringify(this.applied.get(d.key)?.applied);
@@ -225,9 +230,10 @@ export class ManifestSync {
       }
       if (JSON.stringify(this.applied.get(d.key)?.applied) !== before) changed = true;
     }
-    if (this.prune(desired, badFiles)) changed = true;
+    if (this.mayPrune(this.proxyLoss(desired, badFiles)) && this.prune(desired, badFiles)) changed = true;
     if (changed) this.opts.save(this.bookkeeping());
     this.report(errors);
+    if (this.watcher) void this.watchLinkTargets();
     await this.opts.durable();
     return this.errors;
   }
@@ -266,6 +272,59 @@ export class ManifestSync {
         annotations: Object.keys(doc.obj.metadata.annotations ?? {}),
       },
     });
+  }
+
+  /** How many live manifest Proxies there are, and how many pruning now would delete. */
+  private proxyLoss(desired: Map<string, ManifestDoc>, badFiles: Set<string>): ProxyLoss {
+    const proxies = qualifiedName(PROXY_RESOURCE);
+    let before = 0;
+    let lost = 0;
+    for (const [key, { ref, applied }] of this.applied) {
+      if (ref.resource !== proxies) continue;
+      const cur = this.engine.collection(ref.resource).get(ref.namespace, ref.name);
+      if (!cur || cur.metadata.deletionTimestamp) continue;
+      before += 1;
+      if (!desired.has(key) && !badFiles.has(applied.file)) lost += 1;
+    }
+    return { before, lost };
+  }
+
+  /**
+   * False while a rescan would delete more than half of the Proxies and the user has not
+   * confirmed with --allow-empty-manifests: nothing is deleted (Secrets neither), and a warning
+   * repeats on rescans, at most once a minute unless the numbers change.
+   */
+  private mayPrune(loss: ProxyLoss): boolean {
+    const mass = isMassDeletion(loss);
+    const fields = {
+      manifests: this.opts.manifestsPath,
+      proxiesBefore: loss.before,
+      proxiesAfter: loss.before - loss.lost,
+    };
+    if (!mass) {
+      if (this.holding) this.log.info(fields, 'manifests restored: deletions resume normally');
+      this.holding = undefined;
+      return true;
+    }
+    if (this.opts.allowEmptyManifests) {
+      this.log.warn(
+        fields,
+        `deleting ${loss.lost} of ${loss.before} Proxies at once (--allow-empty-manifests)`,
+      );
+      return true;
+    }
+    const text = `${loss.before}/${loss.lost}`;
+    const now = this.opts.clock.now();
+    if (!this.holding || this.holding.text !== text || now - this.holding.at >= MASS_DELETION_WARN_EVERY_MS) {
+      this.holding = { text, at: now };
+      this.log.warn(
+        fields,
+        `the manifests no longer define ${loss.lost} of the ${loss.before} Proxies; deleting more than half ` +
+          'at once looks like an accident (an emptied file or directory), so nothing is deleted. Restore the ' +
+          'files, or restart with --allow-empty-manifests to delete them',
+      );
+    }
+    return false;
   }
 
   /**
@@ -307,41 +366,4 @@ export class ManifestSync {
     if (!text && this.opts.manifestsPath)
       this.log.info({ manifests: this.opts.manifestsPath }, 'manifests valid');
   }
-}
-
-/**
- * The documents to apply, keyed by manifestKey: every document of the files without errors. A
- * name defined in two files is an error of the later file, which is then rejected whole.
- */
-function collectDesired(scans: FileScan[]): {
-  desired: Map<string, ManifestDoc>;
-  badFiles: Set<string>;
-  errors: ManifestError[];
-} {
-  const desired = new Map<string, ManifestDoc>();
-  const badFiles = new Set<string>();
-  const errors: ManifestError[] = [];
-  for (const s of scans) {
-    const fileErrors = [...s.errors];
-    if (fileErrors.length === 0) {
-      for (const d of s.docs) {
-        const other = desired.get(d.key);
-        if (other) {
-          fileErrors.push({
-            file: s.file,
-            document: d.index,
-            path: 'metadata.name',
-            message: `${refName(d.ref)} is already defined in ${other.file} (document ${other.index})`,
-          });
-        }
-      }
-    }
-    if (fileErrors.length) {
-      badFiles.add(s.file);
-      errors.push(...fileErrors);
-      continue;
-    }
-    for (const d of s.docs) desired.set(d.key, d);
-  }
-  return { desired, badFiles, errors };
 }

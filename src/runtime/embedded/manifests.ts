@@ -4,7 +4,7 @@
  * document is rejected whole, with errors naming the file, the document (1-based) and the
  * field, so the store can keep that file's previous good version in effect.
  */
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { readdir, readFile, readlink, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import type { ProxyObject } from '../../api/proxy.ts';
@@ -86,15 +86,36 @@ export type StoredLookup = (ref: ManifestRef) => StoredObject | undefined;
 
 const MANIFEST_FILE = /\.(ya?ml|json)$/i;
 
-/** The manifest files under `path` (a file, or a directory read non-recursively), sorted. */
+/**
+ * The manifest files under `path` (a file, or a directory read non-recursively), sorted.
+ * Symlinks are followed: a link to a file is a manifest like any other (a ConfigMap mount is
+ * all links), a link to a directory is skipped like a subdirectory, and a link that cannot be
+ * resolved (dangling, or a loop) is listed so that reading it reports the error for that file.
+ */
 export async function listManifestFiles(path: string): Promise<string[]> {
   const st = await stat(path);
   if (!st.isDirectory()) return [path];
   const entries = await readdir(path, { withFileTypes: true });
-  return entries
-    .filter((e) => e.isFile() && !e.name.startsWith('.') && MANIFEST_FILE.test(e.name))
-    .map((e) => join(path, e.name))
-    .sort();
+  const files: string[] = [];
+  for (const e of entries) {
+    if (e.name.startsWith('.') || !MANIFEST_FILE.test(e.name)) continue;
+    const file = join(path, e.name);
+    if (e.isFile()) files.push(file);
+    else if (e.isSymbolicLink()) {
+      const target = await stat(file).catch(() => undefined);
+      if (!target || target.isFile()) files.push(file);
+    }
+  }
+  return files.sort();
+}
+
+/** Why a manifest could not be read, in words a user acts on (symlinks named as such). */
+async function unreadable(file: string, e: unknown): Promise<string> {
+  const code = (e as NodeJS.ErrnoException).code;
+  const link = await readlink(file).catch(() => undefined);
+  if (link !== undefined && code === 'ELOOP') return `symlink loop (${file} -> ${link} leads back to itself)`;
+  if (link !== undefined && code === 'ENOENT') return `dangling symlink (${file} -> ${link}: no such file)`;
+  return `cannot read: ${(e as Error).message}`;
 }
 
 function stringMap(v: unknown, path: string, errors: FieldError[]): Record<string, string> | undefined {
@@ -271,7 +292,7 @@ export async function readManifestFile(
   try {
     text = await readFile(file, 'utf8');
   } catch (e) {
-    return { file, docs: [], errors: [{ file, message: `cannot read: ${(e as Error).message}` }] };
+    return { file, docs: [], errors: [{ file, message: await unreadable(file, e) }] };
   }
   return { file, text, ...parseManifestText(file, text, validate, old) };
 }

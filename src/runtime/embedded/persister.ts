@@ -137,6 +137,15 @@ export class Persister {
     await this.durable().catch(() => {});
     while (this.running) await this.running;
     this.closed = true;
+    // A clean stop leaves one complete snapshot line: a later truncation then always cuts the
+    // snapshot, which the next start reports as data loss instead of taking it for a torn tail.
+    if (this.journal.records > 0 || this.needSnapshot) {
+      try {
+        await this.journal.snapshot(this.snapshot().state);
+      } catch (e) {
+        this.log.warn({ err: e }, 'compacting the standalone state file on stop failed; the journal is kept');
+      }
+    }
     await this.journal.close();
   }
 }

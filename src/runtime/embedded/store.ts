@@ -40,6 +40,11 @@ export interface EmbeddedStoreOptions {
   rescanIntervalMs?: number;
   /** Quiet period after a file change before rescanning (default 200 ms). */
   debounceMs?: number;
+  /**
+   * Let a rescan delete more than half of the manifest Proxies at once (all of them included);
+   * without it such a rescan deletes nothing and warns (`--allow-empty-manifests`).
+   */
+  allowEmptyManifests?: boolean;
   /** Journal records after which the state file is rewritten as a snapshot (default 5000). */
   compactAfterRecords?: number;
 }
@@ -101,6 +106,7 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
     durable: () => persister.durable(),
     rescanIntervalMs: opts.rescanIntervalMs ?? 10_000,
     debounceMs: opts.debounceMs ?? 200,
+    allowEmptyManifests: opts.allowEmptyManifests ?? false,
   });
   engine.onCommit((ev) => {
     persister.record({
