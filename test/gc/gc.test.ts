@@ -10,6 +10,7 @@ import { FakeProvider } from '../support/fake-provider.ts';
 const MIN_AGE = 10 * 60_000;
 const ctx = { signal: new AbortController().signal, log: silentLogger() };
 const creds = { username: 'u', password: 'p' };
+const INSTALLATION = 'installation-a';
 
 async function instance(p: FakeProvider, name: string, uid: string | undefined, namespace = 'crawl') {
   const inst = await p.create(ctx, {
@@ -19,6 +20,7 @@ async function instance(p: FakeProvider, name: string, uid: string | undefined, 
     proxyName: name,
     port: 3128,
     credentials: creds,
+    installation: INSTALLATION,
   });
   if (uid === undefined) {
     const stored = p.instances.get(inst.id);
@@ -41,6 +43,7 @@ function setup(opts: { proxyNamespace?: string } = {}) {
     minAgeMs: MIN_AGE,
     clock,
     registry,
+    installation: INSTALLATION,
     ...opts,
   });
   return { clock, fake, store, gc, registry, providers };
@@ -147,6 +150,7 @@ describe('orphan GC', () => {
       minAgeMs: MIN_AGE,
       clock,
       registry,
+      installation: INSTALLATION,
     });
     await instance(fake, 'px-a', 'gone-a');
     clock.advance(MIN_AGE + 1);
