@@ -604,8 +604,8 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
           // A UID per namespace per server, as a real cluster has (kube-system's is the
           // operator's installation id): two servers are two clusters.
           const name = segs[3] as string;
-          let uid = namespaceUids.get(name);
-          if (!uid) namespaceUids.set(name, (uid = randomUUID()));
+          const uid = namespaceUids.get(name) ?? randomUUID();
+          namespaceUids.set(name, uid);
           return sendJson(res, 200, {
             apiVersion: 'v1',
             kind: 'Namespace',
