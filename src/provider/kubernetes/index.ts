@@ -45,7 +45,7 @@ export interface KubernetesProviderOptions {
   listPageSize?: number;
 }
 
-export type KubernetesProvider = Provider & Checker;
+export type KubernetesProvider = Provider & Checker & { adopt: NonNullable<Provider['adopt']> };
 
 export function createKubernetesProvider(opts: KubernetesProviderOptions): KubernetesProvider {
   return new PodProvider(opts);
