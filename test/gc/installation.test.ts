@@ -106,7 +106,7 @@ describe('orphan GC with two installations on one backend', () => {
   });
 
   it('where the backend cannot relabel, treats an unlabelled instance as ours by its Proxy UID', async () => {
-    // A provider without `adopt` (like gcp and kvm today).
+    // A provider without `adopt` (like kvm).
     const { clock, fake, a, b } = twoInstallations((f) => ({
       name: f.name,
       type: f.type,
