@@ -52,6 +52,7 @@ export async function runReconcileBench(
     store,
     providers: new Map([['fake', fake]]),
     options: { readyResyncMs: 0 },
+    installation: 'bench',
   });
   const queue = new WorkQueue({ name: 'proxy-bench' });
   const stop = new AbortController();

@@ -154,6 +154,10 @@ async function assemble(
       ? await standaloneParts(parsed.flags, log, teardown)
       : await operatorParts(parsed.flags, log, teardown, opts.deps?.kubeClients);
   const { store } = mode;
+  log.info(
+    { installation: mode.installationId },
+    'installation id: GC and adoption touch only instances labelled with it',
+  );
   const clock = opts.deps?.clock ?? systemClock;
   // The one resolver: reconciler, lease feed, health engine and egress check share its index.
   const credentials = createCredentialsResolver(store, { clock });
@@ -267,6 +271,7 @@ function buildComponents(shared: Shared): Components {
     log: log.child({ component: 'controller' }),
     registry,
     tracer,
+    installation: mode.installationId,
   });
   const queue = new WorkQueue({ name: 'proxy', clock, registry, log: log.child({ component: 'workqueue' }) });
   const gc = new OrphanGC({
@@ -276,6 +281,7 @@ function buildComponents(shared: Shared): Components {
     intervalMs: flags.gcIntervalMs,
     minAgeMs: flags.gcMinAgeMs,
     proxyNamespace: mode.proxyNamespace,
+    installation: mode.installationId,
     log: log.child({ component: 'gc' }),
     registry,
     tracer,

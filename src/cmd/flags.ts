@@ -4,6 +4,7 @@
  */
 import { parseArgs } from 'node:util';
 import { parseBindAddress } from '../metrics/bind.ts';
+import { installationIdProblem } from '../provider/installation.ts';
 
 export interface CommonFlags {
   discoveryBindAddress: string;
@@ -19,6 +20,8 @@ export interface CommonFlags {
   logLevel: string;
   logFormat: 'auto' | 'json' | 'pretty';
   shutdownGraceMs: number;
+  /** --installation-id; default: the kube-system UID (cluster) or the one kept beside the state. */
+  installationId?: string;
 }
 
 export interface StandaloneFlags extends CommonFlags {
@@ -103,6 +106,7 @@ const COMMON_OPTIONS = {
   'log-level': { type: 'string' },
   'log-format': { type: 'string' },
   'shutdown-grace-period': { type: 'string' },
+  'installation-id': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -135,6 +139,11 @@ function common(values: Values, defaults: { discovery: string; healthProbe: stri
     throw new FlagError(`--egress-ip-url: "${egressIpUrl}" must be an http(s) URL`);
   }
   const gcInterval = parseDuration('gc-interval', str('gc-interval') ?? '10m');
+  const installationId = str('installation-id');
+  if (installationId !== undefined) {
+    const problem = installationIdProblem(installationId, '--installation-id');
+    if (problem) throw new FlagError(problem);
+  }
   return {
     discoveryBindAddress: checkBindAddress(
       'discovery-bind-address',
@@ -155,6 +164,7 @@ function common(values: Values, defaults: { discovery: string; healthProbe: stri
     logLevel,
     logFormat,
     shutdownGraceMs: parseDuration('shutdown-grace-period', str('shutdown-grace-period') ?? '30s'),
+    ...(installationId !== undefined ? { installationId } : {}),
   };
 }
 
@@ -359,6 +369,9 @@ ${'COMMON'}`,
       --log-level <level>                 trace|debug|info|warn|error (default info, or $LOG_LEVEL).
       --log-format <fmt>                  auto (pretty on a terminal, JSON otherwise) | json | pretty.
       --shutdown-grace-period <dur>       Time to drain on SIGTERM (default 30s).
+      --installation-id <id>              Which instances are this operator's (labels, GC, spec-hash key);
+                                          default: the kube-system namespace UID (operator) or the id
+                                          kept in <state>.installation-id (standalone).
   -h, --help                              This help.
 
 Boolean flags also take a value, as Go flags do: --flag=true|false (also 1|0, t|f).

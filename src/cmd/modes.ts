@@ -14,6 +14,7 @@ import { createGcpProvider } from '../provider/gcp/index.ts';
 import { createKvmProvider } from '../provider/kvm/index.ts';
 import { createLocalProvider } from '../provider/local/index.ts';
 import type { ProviderFactory } from '../provider/registry.ts';
+import { loadOrCreateInstallationId } from '../runtime/embedded/installation.ts';
 import { createEmbeddedStore } from '../runtime/embedded/store.ts';
 import type { KubeClients } from '../runtime/kube/client.ts';
 import { type LeaderElector, StandaloneElector } from '../runtime/leader/elector.ts';
@@ -29,6 +30,8 @@ export interface ModeParts {
   kubernetesProvider?: ProviderFactory;
   metricsAuthorizer?: Authorize;
   proxyNamespace?: string;
+  /** Labels every instance; GC and adoption touch only instances carrying it. */
+  installationId: string;
 }
 
 /** How cluster mode makes its API clients (a seam for tests). */
@@ -111,7 +114,18 @@ export async function standaloneParts(
   }
   teardown.add('store', () => store.stop());
   log.info({ manifests: paths.manifests, state: paths.statePath }, 'standalone store ready');
-  return { store, elector: new StandaloneElector() };
+  // After the store: its lock keeps a second process from generating an id of its own.
+  let installationId = flags.installationId;
+  if (installationId === undefined) {
+    try {
+      const kept = loadOrCreateInstallationId(paths.statePath);
+      installationId = kept.id;
+      if (kept.created) log.info({ installation: kept.id, file: kept.path }, 'generated the installation id');
+    } catch (err) {
+      throw new StartupError(errorMessage(err), { cause: err });
+    }
+  }
+  return { store, elector: new StandaloneElector(), installationId };
 }
 
 /**
@@ -124,15 +138,23 @@ export async function operatorParts(
   teardown: Teardown,
   kubeClients?: KubeClientsFactory,
 ): Promise<ModeParts> {
-  const [{ KubeConfig }, { createKubeClients }, { createKubeStore }, { LeaseElector }, k8sProvider, authz] =
-    await Promise.all([
-      import('@kubernetes/client-node'),
-      import('../runtime/kube/client.ts'),
-      import('../runtime/kube/store.ts'),
-      import('../runtime/leader/lease.ts'),
-      import('../provider/kubernetes/index.ts'),
-      import('../metrics/authorize.ts'),
-    ]);
+  const [
+    { KubeConfig },
+    { createKubeClients },
+    { createKubeStore },
+    { LeaseElector },
+    k8sProvider,
+    authz,
+    { clusterInstallationId },
+  ] = await Promise.all([
+    import('@kubernetes/client-node'),
+    import('../runtime/kube/client.ts'),
+    import('../runtime/kube/store.ts'),
+    import('../runtime/leader/lease.ts'),
+    import('../provider/kubernetes/index.ts'),
+    import('../metrics/authorize.ts'),
+    import('../runtime/kube/installation.ts'),
+  ]);
   const kc = new KubeConfig();
   try {
     if (flags.kubeconfig) kc.loadFromFile(flags.kubeconfig);
@@ -142,6 +164,14 @@ export async function operatorParts(
   }
   const kube = await (kubeClients ?? createKubeClients)(kc);
   teardown.add('kube clients', () => kube.close());
+  let installationId = flags.installationId;
+  if (installationId === undefined) {
+    try {
+      installationId = await clusterInstallationId(kube.core);
+    } catch (err) {
+      throw new StartupError(errorMessage(err), { cause: err });
+    }
+  }
   const store = await createKubeStore({
     clients: kube,
     log: log.child({ component: 'store' }),
@@ -170,5 +200,6 @@ export async function operatorParts(
     kubernetesProvider,
     metricsAuthorizer: flags.metricsSecure ? authz.tokenReviewAuthorizer(kc) : undefined,
     proxyNamespace: flags.proxyNamespace,
+    installationId,
   };
 }

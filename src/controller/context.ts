@@ -50,6 +50,8 @@ export interface ReconcileContext {
   readonly store: ObjectStore;
   readonly providers: ProviderLookup;
   readonly credentials: CredentialsResolver;
+  /** This operator's installation id: stamped on instances, the key of the spec-hash HMAC. */
+  readonly installation: string;
   readonly options: Required<ReconcilerOptions>;
   /** Now, as an RFC 3339 timestamp for conditions. */
   now(): string;

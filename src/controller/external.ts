@@ -7,6 +7,7 @@ import type { ProxyObject } from '../api/proxy.ts';
 import { proxyUrl } from '../api/url.ts';
 import type { ReconcileContext, ReconcileResult } from './context.ts';
 import { releaseFinalizer } from './deletion.ts';
+import { labelReferencedSecret } from './inputs.ts';
 import { notProvisioned, REASONS } from './status.ts';
 import { writeStatus } from './writer.ts';
 
@@ -14,6 +15,11 @@ export async function reconcileExternal(ctx: ReconcileContext, p: ProxyObject): 
   if (p.metadata.deletionTimestamp) {
     if (p.metadata.finalizers?.includes(FINALIZER)) await releaseFinalizer(ctx, p);
     return {};
+  }
+  if (p.spec.credentialsSecretRef) {
+    // Served with these credentials by the lease feed and the health engine: keep it watched.
+    const secret = await ctx.credentials.secretFor(p, ctx.signal);
+    if (secret) await labelReferencedSecret(ctx, secret);
   }
   const ep = p.spec.endpoint;
   if (!ep) {

@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import {
   API_VERSION,
+  CREDENTIALS_FOR_REFERENCED,
   CREDENTIALS_PASSWORD_KEY,
   CREDENTIALS_USERNAME_KEY,
   DEFAULT_PROXY_PORT,
@@ -20,7 +21,7 @@ import { type ProxyObject, proxyType } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { CreateRequest, Credentials } from '../provider/contract.ts';
 import { instanceName } from '../provider/naming.ts';
-import { specHash } from '../provider/spechash.ts';
+import { legacySpecHash, type SpecHashInput, specHash } from '../provider/spechash.ts';
 import { isAlreadyExists, isNotFound } from '../runtime/store.ts';
 import { type ReconcileContext, ReconcileError } from './context.ts';
 import { REASONS } from './status.ts';
@@ -72,6 +73,7 @@ export async function ensureCredentials(
   let secret = await ctx.credentials.secretFor(p, ctx.signal);
   if (!secret && ref)
     return { error: `credentials Secret "${key.name}" (spec.credentialsSecretRef) not found` };
+  if (secret && ref) await labelReferencedSecret(ctx, secret);
   if (secret && !ref && ownedByAnotherProxy(secret, p)) {
     // Left by an earlier Proxy of the same name; garbage collection would delete it under
     // us later and force a replacement, so start this Proxy with its own credentials now.
@@ -88,6 +90,31 @@ export async function ensureCredentials(
     };
   }
   return { ok: creds };
+}
+
+/**
+ * A Secret named by `credentialsSecretRef` gets our credentials label (value `referenced`), so
+ * the store caches and watches it like our own: a rotation reconciles at once instead of being
+ * noticed never, and every reader stops fetching it uncached. A Secret carrying the label
+ * already is left as it is. Failing to label is not fatal: the Secret is still read uncached.
+ */
+export async function labelReferencedSecret(ctx: ReconcileContext, secret: Secret): Promise<void> {
+  if (Object.hasOwn(secret.metadata.labels ?? {}, LABEL_CREDENTIALS_FOR)) return;
+  const key = { namespace: secret.metadata.namespace, name: secret.metadata.name };
+  try {
+    await ctx.store.secrets.addLabels(
+      key,
+      { [LABEL_CREDENTIALS_FOR]: CREDENTIALS_FOR_REFERENCED },
+      { signal: ctx.signal, resourceVersion: secret.metadata.resourceVersion },
+    );
+    ctx.log.info({ secret: key.name }, `labelled the referenced credentials Secret ${LABEL_CREDENTIALS_FOR}`);
+  } catch (err) {
+    if (ctx.signal.aborted) throw err;
+    ctx.log.warn(
+      { secret: key.name, err },
+      'could not label the referenced credentials Secret; rotations are seen only on the next reconcile',
+    );
+  }
 }
 
 /** A fresh `<proxy>-auth` Secret owned by the Proxy (192-bit password); an existing one wins. */
@@ -149,6 +176,22 @@ export async function deleteGeneratedCredentials(ctx: ReconcileContext, p: Proxy
 }
 
 /**
+ * The instance name for these inputs: normally from the (keyed) spec-hash. An instance created
+ * before the hash was keyed per installation carries the unkeyed hash in its name; while the
+ * inputs are the ones it was made from (its name is still the name the legacy hash gives), it
+ * stays the desired instance, so an upgrade replaces nothing. The first real change of the
+ * inputs moves the Proxy to a keyed name.
+ */
+function desiredName(p: ProxyObject, uid: string, hash: string, input: SpecHashInput): string {
+  const running = p.status?.instanceName;
+  if (running) {
+    const legacy = instanceName(uid, legacySpecHash(input));
+    if (running === legacy) return legacy;
+  }
+  return instanceName(uid, hash);
+}
+
+/**
  * cloud-init and credentials → the desired spec-hash and create request (the instance name
  * is `px-<16 hex of UID>-<10 hex of spec-hash>`), or what the user has to fix.
  */
@@ -164,16 +207,18 @@ export async function resolveDesired(
 
   const port = p.spec.port ?? DEFAULT_PROXY_PORT;
   const placement = p.spec.placement;
-  const hash = specHash({
+  const input: SpecHashInput = {
     provider: p.spec.provider ?? '',
     ...(placement ? { placement } : {}),
     port,
     ...(cloudInit.ok === undefined ? {} : { cloudInit: cloudInit.ok }),
     credentials: creds.ok,
-  });
+  };
+  const hash = specHash(input, ctx.installation);
   const request: CreateRequest = {
-    name: instanceName(uid, hash),
+    name: desiredName(p, uid, hash, input),
     uid,
+    installation: ctx.installation,
     namespace: p.metadata.namespace ?? '',
     proxyName: p.metadata.name,
     port,

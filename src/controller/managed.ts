@@ -9,6 +9,7 @@ import type { ProxyObject } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Provider } from '../provider/contract.ts';
 import { classify, ProviderError } from '../provider/errors.ts';
+import { claimOf } from '../provider/installation.ts';
 import { instanceName } from '../provider/naming.ts';
 import { RetryAfterError } from '../runtime/workqueue.ts';
 import { cleanupRetiring } from './cleanup.ts';
@@ -112,9 +113,16 @@ async function findStrays(
   keepName: string,
 ): Promise<string[]> {
   const known = new Set([p.status?.providerID, ...(p.status?.retiring ?? [])]);
+  const uid = p.metadata.uid ?? '';
   const all = await provider.listByTag(ctx.call);
   return all
-    .filter((i) => i.uid === p.metadata.uid && !known.has(i.id) && i.name !== keepName)
+    .filter(
+      (i) =>
+        i.uid === uid &&
+        claimOf(i, ctx.installation, new Set([uid])) === 'ours' &&
+        !known.has(i.id) &&
+        i.name !== keepName,
+    )
     .map((i) => i.id);
 }
 

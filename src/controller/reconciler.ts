@@ -51,6 +51,11 @@ export interface ProxyReconcilerDeps {
   tracer?: Tracer;
   /** Default: a resolver of its own on `store`. */
   credentials?: CredentialsResolver;
+  /**
+   * This operator's installation id (cluster: the kube-system namespace UID; standalone: kept
+   * beside the state file; or --installation-id): labels every instance, keys the spec-hash.
+   */
+  installation: string;
   options?: ReconcilerOptions;
 }
 
@@ -124,6 +129,7 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
   const tracer = deps.tracer ?? trace.getTracer('egress-proxies-operator/controller');
   const credentials = deps.credentials ?? createCredentialsResolver(store, { clock });
   const options = resolveOptions(deps.options);
+  if (!deps.installation) throw new Error('createProxyReconciler: installation is required');
 
   function context(key: string, signal: AbortSignal): ReconcileContext {
     const runLog = log.child({ proxy: key });
@@ -135,6 +141,7 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
       store,
       providers,
       credentials,
+      installation: deps.installation,
       options,
       now: () => new Date(clock.now()).toISOString(),
       countLost: (provider) => m.lost.inc({ provider }),

@@ -1,7 +1,9 @@
 /**
  * gc — orphan garbage collection (leader only): periodically lists every provider's managed
  * instances and deletes those no Proxy owns any more. The last line of defence against leaked
- * cloud VMs after crashes, manual edits or a finalizer that was removed by hand.
+ * cloud VMs after crashes, manual edits or a finalizer that was removed by hand. It touches only
+ * its own installation's instances (provider/installation): another operator's are skipped,
+ * unlabelled ones of our Proxies are adopted, unlabelled ones of nobody we know are reported.
  */
 import { SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
 import type { Counter, Registry } from 'prom-client';
@@ -9,7 +11,8 @@ import type { ProxyObject } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { counter } from '../metrics/register.ts';
-import type { Instance, Provider } from '../provider/contract.ts';
+import type { CallContext, Instance, Provider } from '../provider/contract.ts';
+import { claimOf } from '../provider/installation.ts';
 import { type Clock, sleep, systemClock } from '../runtime/clock.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 
@@ -22,6 +25,8 @@ export interface GCOptions {
   minAgeMs: number;
   /** With --proxy-namespace, only instances labelled with this namespace are considered. */
   proxyNamespace?: string;
+  /** This operator's installation id: only instances labelled with it are ever collected. */
+  installation: string;
   log?: Logger;
   registry?: Registry;
   clock?: Clock;
@@ -31,6 +36,10 @@ export interface GCOptions {
 export interface SweepResult {
   deleted: Record<string, string[]>;
   failed: Record<string, string>;
+  /** Unlabelled instances of our Proxies that were labelled with our installation id now. */
+  adopted: Record<string, string[]>;
+  /** Unlabelled instances no Proxy of ours owns: left alone, reported (someone else's, or a leak). */
+  unclaimed: Record<string, string[]>;
 }
 
 /** What the sweep knows about the Proxies in scope, computed once per sweep. */
@@ -52,7 +61,16 @@ function ownersOf(proxies: ProxyObject[]): Owners {
   return { uids, retiring };
 }
 
-/** Pure decision: may this instance be deleted as an orphan? Returns the reason it is kept. */
+/**
+ * Whose instance this is: our installation's (labelled, or unlabelled but recorded or
+ * UID-owned by one of our Proxies), another installation's, or nobody's we know.
+ */
+function claim(inst: Instance, installation: string, owners: Owners): 'ours' | 'foreign' | 'unclaimed' {
+  const c = claimOf(inst, installation, owners.uids);
+  return c === 'unclaimed' && owners.retiring.has(inst.id) ? 'ours' : c;
+}
+
+/** Pure decision: may this instance (of our installation) be deleted as an orphan? */
 function orphanVerdict(
   inst: Instance,
   owners: Owners,
@@ -77,6 +95,8 @@ export class OrphanGC {
   private readonly clock: Clock;
   private readonly tracer: Tracer;
   private readonly deletedTotal: Counter<'provider'> | undefined;
+  /** Unclaimed instances already reported, so each is warned about once per process. */
+  private readonly reported = new Set<string>();
 
   constructor(opts: GCOptions) {
     this.opts = opts;
@@ -95,7 +115,7 @@ export class OrphanGC {
   /** One pass over every provider; a failing provider is skipped, never aborting the others. */
   async sweep(signal: AbortSignal): Promise<SweepResult> {
     return this.tracer.startActiveSpan('gc.sweep', async (span) => {
-      const result: SweepResult = { deleted: {}, failed: {} };
+      const result: SweepResult = { deleted: {}, failed: {}, adopted: {}, unclaimed: {} };
       try {
         await this.opts.store.proxies.synced(signal);
         const owners = ownersOf(this.opts.store.proxies.list());
@@ -116,6 +136,13 @@ export class OrphanGC {
             const now = this.clock.now();
             for (const inst of instances) {
               if (signal.aborted) return;
+              const whose = claim(inst, this.opts.installation, owners);
+              if (whose === 'foreign') continue;
+              if (whose === 'unclaimed') {
+                this.report(name, inst, result);
+                continue;
+              }
+              if (inst.installation === undefined) await this.adopt(ctx, name, provider, inst, result);
               const verdict = orphanVerdict(inst, owners, now, this.opts.minAgeMs, this.opts.proxyNamespace);
               if (!verdict.orphan) continue;
               try {
@@ -142,6 +169,43 @@ export class OrphanGC {
         span.end();
       }
     });
+  }
+
+  /**
+   * An unlabelled instance of one of our Proxies (created before installations existed) gets
+   * our label, so another installation's GC will never take it for an orphan of its own. A
+   * backend that cannot relabel keeps it unlabelled: we still recognise it by the Proxy UID.
+   */
+  private async adopt(
+    ctx: CallContext,
+    name: string,
+    provider: Provider,
+    inst: Instance,
+    result: SweepResult,
+  ): Promise<void> {
+    if (!provider.adopt) return;
+    try {
+      await provider.adopt(ctx, inst.id, this.opts.installation);
+      result.adopted[name] = [...(result.adopted[name] ?? []), inst.id];
+      this.log.info(
+        { provider: name, providerID: inst.id, uid: inst.uid },
+        'gc: labelled an instance of ours with the installation id',
+      );
+    } catch (err) {
+      this.log.warn({ provider: name, providerID: inst.id, err }, 'gc: labelling an instance of ours failed');
+    }
+  }
+
+  /** Unlabelled and not ours: never deleted, warned about once (it may be another operator's). */
+  private report(name: string, inst: Instance, result: SweepResult): void {
+    result.unclaimed[name] = [...(result.unclaimed[name] ?? []), inst.id];
+    const key = `${name}\u0000${inst.id}`;
+    if (this.reported.has(key)) return;
+    this.reported.add(key);
+    this.log.warn(
+      { provider: name, providerID: inst.id, uid: inst.uid },
+      'gc: instance without an installation label belongs to no Proxy of ours; left alone (delete it by hand if it is a leak)',
+    );
   }
 
   /** Runnable: sweep every interval until the signal aborts; interval 0 means GC is off. */

@@ -32,6 +32,11 @@ export interface CreateRequest {
   name: string;
   /** Proxy identity, stamped on the instance as labels/tags. */
   uid: string;
+  /**
+   * The installation (operator fleet) creating it, stamped beside the UID. The reconciler
+   * always sets it; GC and adoption of other installations leave such instances alone.
+   */
+  installation?: string;
   namespace: string;
   proxyName: string;
   zone?: string;
@@ -56,6 +61,8 @@ export interface Instance {
   /** Read back from the backend's labels: GC relies on them. */
   uid?: string;
   namespace?: string;
+  /** The installation label read back; absent on instances created before installations existed. */
+  installation?: string;
   createdAt?: Date;
 }
 
@@ -69,8 +76,14 @@ export interface Provider {
   get(ctx: CallContext, providerID: string): Promise<Instance>;
   /** Idempotent: an instance already gone is success. */
   delete(ctx: CallContext, providerID: string): Promise<void>;
-  /** Every managed instance, for orphan GC. */
+  /** Every managed instance of every installation (each with its labels), for orphan GC. */
   listByTag(ctx: CallContext): Promise<Instance[]>;
+  /**
+   * Stamps `installation` on an instance that has no installation label yet (adoption of
+   * instances created before installations existed). Optional: a backend that cannot relabel
+   * leaves the instance unlabelled, and its owner then recognises it by the Proxy UID alone.
+   */
+  adopt?(ctx: CallContext, providerID: string, installation: string): Promise<void>;
   /** Release connections, listeners, timers. */
   close?(): Promise<void>;
 }

@@ -12,7 +12,7 @@ import { recordSpanError } from '../tracing/index.ts';
 import type { CallContext, CreateRequest, Instance, Provider } from './contract.ts';
 import { asProviderError, classify, type ErrorClass } from './errors.ts';
 
-export const PROVIDER_OPS = ['create', 'get', 'delete', 'listByTag'] as const;
+export const PROVIDER_OPS = ['create', 'get', 'delete', 'listByTag', 'adopt'] as const;
 export type ProviderOp = (typeof PROVIDER_OPS)[number];
 export type ProviderResult = 'ok' | ErrorClass;
 
@@ -52,8 +52,9 @@ type Around = <T>(
   onResult?: (v: T, span?: Span) => void,
 ) => Promise<T>;
 
-/** A Provider whose four operations (and close) go through `around`; name/type copied. */
+/** A Provider whose operations (and close) go through `around`; name/type copied. */
 function decorate(p: Provider, around: Around): Provider {
+  const adopt = p.adopt?.bind(p);
   return {
     name: p.name,
     type: p.type,
@@ -75,6 +76,11 @@ function decorate(p: Provider, around: Around): Provider {
         () => p.listByTag(ctx),
         (list: Instance[], span) => span?.setAttribute('provider.instances', list.length),
       ),
+    // Only where the backend can relabel: callers test for the method's presence.
+    ...(adopt && {
+      adopt: (ctx: CallContext, providerID: string, installation: string) =>
+        around('adopt', { 'provider.id': providerID }, () => adopt(ctx, providerID, installation)),
+    }),
     close: async () => {
       await p.close?.();
     },

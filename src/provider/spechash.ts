@@ -2,10 +2,13 @@
  * provider/spechash — the spec-hash: a digest of everything that, when it changes,
  * needs a new instance — provider, placement, port, the resolved cloud-init bytes (inline or a
  * referenced Secret's content) and the credentials. Canonical JSON (sorted keys, no undefined)
- * → sha256 hex, so field order and absent-vs-undefined never cause a spurious replacement.
- * The hash is published in an annotation; it contains no input in the clear.
+ * → HMAC-SHA256 hex keyed with the installation id, so field order and absent-vs-undefined
+ * never cause a spurious replacement, and the published annotation (and the 10 hex of it in
+ * the instance name) cannot be compared across installations or looked up in a table
+ * precomputed for guessed passwords. Installations before 0.3 published an unkeyed SHA-256
+ * (`legacySpecHash`); the reconciler still recognises it so an upgrade replaces nothing.
  */
-import { createHash } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 import type { Credentials } from './contract.ts';
 
 export interface SpecHashInput {
@@ -46,9 +49,10 @@ function normalize(value: unknown): Json {
   throw new Error(`canonicalJson: unsupported value of type ${typeof value}`);
 }
 
-export function specHash(input: SpecHashInput): string {
+/** The canonical document both hash versions digest. */
+function hashDocument(input: SpecHashInput): string {
   const placement = input.placement ?? {};
-  const doc = {
+  return canonicalJson({
     v: HASH_VERSION,
     provider: input.provider,
     placement: {
@@ -59,6 +63,19 @@ export function specHash(input: SpecHashInput): string {
     port: input.port,
     cloudInit: input.cloudInit,
     credentials: { username: input.credentials.username, password: input.credentials.password },
-  };
-  return createHash('sha256').update(canonicalJson(doc), 'utf8').digest('hex');
+  });
+}
+
+/** The spec-hash of `input` for installation `installation` (the HMAC key); 64 hex characters. */
+export function specHash(input: SpecHashInput, installation: string): string {
+  if (!installation) throw new Error('specHash: the installation id is empty');
+  return createHmac('sha256', installation).update(hashDocument(input), 'utf8').digest('hex');
+}
+
+/**
+ * The unkeyed SHA-256 earlier versions wrote. Used only to recognise an instance created
+ * before the upgrade from the same inputs; never published again.
+ */
+export function legacySpecHash(input: SpecHashInput): string {
+  return createHash('sha256').update(hashDocument(input), 'utf8').digest('hex');
 }

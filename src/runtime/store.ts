@@ -89,6 +89,15 @@ export interface SecretClient {
   /** Uncached read of any Secret (credentialsSecretRef need not be labelled). */
   read(key: ObjectKey, opts?: WriteOptions): Promise<Secret>;
   create(secret: Secret, opts?: WriteOptions): Promise<Secret>;
+  /**
+   * Adds (or overwrites) these labels with a merge patch, guarded by `resourceVersion` when
+   * given. A Secret that gains a selected label enters the cache and its events follow.
+   */
+  addLabels(
+    key: ObjectKey,
+    labels: Record<string, string>,
+    opts?: WriteOptions & { resourceVersion?: string },
+  ): Promise<Secret>;
   delete(key: ObjectKey, opts?: WriteOptions): Promise<void>;
   watch(handler: (event: WatchEvent<Secret>) => void): Unsubscribe;
   synced(signal?: AbortSignal): Promise<void>;

@@ -65,6 +65,9 @@ describe('buildApp start-up failures', () => {
       ws.providersFile,
       '--kubeconfig',
       kubeconfig,
+      // The API server is unreachable: skip the kube-system read so a later step fails.
+      '--installation-id',
+      'compose-test',
       ...BAD_EGRESS_URL,
     ]);
     if (parsed.command !== 'operator') throw new Error('not operator');

@@ -88,7 +88,12 @@ async function world(seed: number, backend: Backend = 'memory'): Promise<World> 
   const chaos = new Chaos(seed);
   const providers = new Map([['fake', chaos.wrapProvider(fake)]]);
   const make = () =>
-    createProxyReconciler({ store: chaos.wrapStore(store), providers, options: testOptions });
+    createProxyReconciler({
+      store: chaos.wrapStore(store),
+      providers,
+      options: testOptions,
+      installation: 'crash-test',
+    });
   let rec = make();
   return { store, fake, chaos, reconciler: () => rec, restart: () => (rec = make()) };
 }

@@ -23,6 +23,8 @@ import type { ObjectStore } from '../../src/runtime/store.ts';
 import { FakeProvider, type FakeProviderOptions } from '../support/fake-provider.ts';
 
 export const NS = 'crawl';
+/** The installation id every harness reconciler runs as, unless a test gives its own. */
+export const TEST_INSTALLATION = 'test-installation';
 
 export type Backend = 'memory' | 'embedded';
 
@@ -112,8 +114,9 @@ export async function createHarness(
     providers,
     registry,
     options: { ...testOptions, ...opts.options },
+    installation: TEST_INSTALLATION,
     ...opts.deps,
-  });
+  } as Parameters<typeof createProxyReconciler>[0]);
   const reconcile = (name: string) => rec.reconcile(`${NS}/${name}`, new AbortController().signal);
   return {
     backend,

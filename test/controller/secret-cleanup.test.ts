@@ -23,6 +23,7 @@ function faulty(armed: Set<Fault>, order: string[]) {
       get: (k) => inner.secrets.get(k),
       read: (k, o) => inner.secrets.read(k, o),
       create: (s, o) => inner.secrets.create(s, o),
+      addLabels: (k, l, o) => inner.secrets.addLabels(k, l, o),
       watch: (h) => inner.secrets.watch(h),
       synced: (s) => inner.secrets.synced(s),
       delete: async (k, o) => {

@@ -1,7 +1,15 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { canonicalJson, type SpecHashInput, specHash } from '../../src/provider/spechash.ts';
+import {
+  canonicalJson,
+  specHash as keyedSpecHash,
+  legacySpecHash,
+  type SpecHashInput,
+} from '../../src/provider/spechash.ts';
 import { TEST_SEED } from '../support/random.ts';
+
+const KEY = 'installation-a';
+const specHash = (input: SpecHashInput) => keyedSpecHash(input, KEY);
 
 const base: SpecHashInput = {
   provider: 'gcp-main',
@@ -12,7 +20,24 @@ const base: SpecHashInput = {
 };
 
 describe('specHash', () => {
-  it('is sha256 hex and stable across key order and undefined members', () => {
+  it('is an HMAC keyed per installation: different across installations, stable within one', () => {
+    const a = keyedSpecHash(base, 'installation-a');
+    const b = keyedSpecHash(base, 'installation-b');
+    expect(a).toMatch(/^[0-9a-f]{64}$/);
+    expect(b).toMatch(/^[0-9a-f]{64}$/);
+    expect(a).not.toBe(b);
+    expect(keyedSpecHash(structuredClone(base), 'installation-a')).toBe(a);
+    // Neither is the unkeyed digest earlier versions published.
+    expect([a, b]).not.toContain(legacySpecHash(base));
+    expect(() => keyedSpecHash(base, '')).toThrow(/installation/);
+  });
+
+  it('recognises exactly the unkeyed hash earlier versions wrote (upgrades replace nothing)', () => {
+    // Written by 0.2 for `base`: the legacy function must keep reproducing it bit for bit.
+    expect(legacySpecHash(base)).toBe('493853ec9ea256590ffef6ec3a1b219569c280d8f554e5bfa40e5a893dd04cee');
+  });
+
+  it('is hex and stable across key order and undefined members', () => {
     const h = specHash(base);
     expect(h).toMatch(/^[0-9a-f]{64}$/);
     const reordered: SpecHashInput = {

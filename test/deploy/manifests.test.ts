@@ -317,6 +317,18 @@ const API_CALLS: ApiCall[] = [
     why: 'generated <proxy>-auth credentials',
   },
   {
+    source: STORE,
+    calls: ['patchNamespacedSecret'],
+    needs: [{ ...CORE, resource: 'secrets', verbs: ['patch'] }],
+    why: 'the credentials-for label on a Secret named by credentialsSecretRef, so it is watched',
+  },
+  {
+    source: 'src/runtime/kube/installation.ts',
+    calls: ['readNamespace'],
+    needs: [{ ...CORE, resource: 'namespaces', verbs: ['get'] }],
+    why: 'the installation id: the kube-system namespace UID',
+  },
+  {
     source: 'src/provider/kubernetes/index.ts',
     calls: ['createNamespacedSecret', 'deleteNamespacedSecret'],
     needs: [{ ...CORE, resource: 'secrets', verbs: ['create', 'delete'] }],
@@ -327,6 +339,12 @@ const API_CALLS: ApiCall[] = [
     calls: ['createNamespacedPod', 'readNamespacedPod', 'deleteNamespacedPod', 'listPodForAllNamespaces'],
     needs: [{ ...CORE, resource: 'pods', verbs: ['create', 'get', 'delete', 'list'] }],
     why: 'kubernetes provider instances; cluster-wide list for orphan GC and the provider check',
+  },
+  {
+    source: 'src/provider/kubernetes/index.ts',
+    calls: ['patchNamespacedPod'],
+    needs: [{ ...CORE, resource: 'pods', verbs: ['patch'] }],
+    why: 'adoption: the installation label on Pods created before installations existed',
   },
   {
     source: 'src/runtime/leader/lease.ts',

@@ -11,6 +11,7 @@ import { captureLog } from '../support/log.ts';
 const MIN_AGE = 10 * 60_000;
 const ctx = { signal: new AbortController().signal, log: silentLogger() };
 const creds = { username: 'u', password: 'p' };
+const INSTALLATION = 'installation-a';
 
 async function instance(p: FakeProvider, name: string, uid: string | undefined, namespace = 'crawl') {
   const inst = await p.create(ctx, {
@@ -20,6 +21,7 @@ async function instance(p: FakeProvider, name: string, uid: string | undefined, 
     proxyName: name,
     port: 3128,
     credentials: creds,
+    installation: INSTALLATION,
   });
   if (uid === undefined) {
     const stored = p.instances.get(inst.id);
@@ -42,6 +44,7 @@ function setup(opts: { proxyNamespace?: string } = {}) {
     minAgeMs: MIN_AGE,
     clock,
     registry,
+    installation: INSTALLATION,
     ...opts,
   });
   return { clock, fake, store, gc, registry, providers };
@@ -154,6 +157,7 @@ describe('orphan GC', () => {
       minAgeMs: MIN_AGE,
       clock,
       log,
+      installation: INSTALLATION,
     });
     const ctrl = new AbortController();
     let ended = false;
@@ -181,6 +185,7 @@ describe('orphan GC', () => {
       minAgeMs: MIN_AGE,
       clock,
       registry,
+      installation: INSTALLATION,
     });
     await instance(fake, 'px-a', 'gone-a');
     clock.advance(MIN_AGE + 1);

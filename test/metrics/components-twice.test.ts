@@ -24,7 +24,10 @@ const components: Array<[string, (registry: Registry) => unknown]> = [
   ['egress-IP check', (registry) => new EgressIpChecker({ store, registry, url: 'http://ip.example/' })],
   ['provider metrics', (registry) => providerMetrics(registry)],
   ['work queue', (registry) => new WorkQueue({ name: 'q', registry })],
-  ['reconciler', (registry) => createProxyReconciler({ store, providers: new Map(), registry })],
+  [
+    'reconciler',
+    (registry) => createProxyReconciler({ store, providers: new Map(), registry, installation: 'twice' }),
+  ],
 ];
 
 describe('building a component twice on one registry', () => {

@@ -311,6 +311,32 @@ describe('listByTag', () => {
     expect(lists.slice(1).map((r) => r.query.pageToken)).toEqual(['2', '4', '6']);
   });
 
+  it('labels VMs with the installation, and adopts one from before installations keeping its labels', async () => {
+    const p = make();
+    await p.create(ctx(), req({ name: 'px-new', installation: 'installation-a' }));
+    const old = { 'proxy-operator-managed': 'true', 'proxy-operator-uid': UID, team: 'crawl' };
+    fake.put(PROJECT, ZONE, 'px-old', { labels: old });
+    let listed = await p.listByTag(ctx());
+    expect(listed.find((i) => i.name === 'px-new')?.installation).toBe('installation-a');
+    expect(listed.find((i) => i.name === 'px-old')?.installation).toBeUndefined();
+
+    const id = `projects/${PROJECT}/zones/${ZONE}/instances/px-old`;
+    await p.adopt(ctx(), id, 'installation-a');
+    listed = await p.listByTag(ctx());
+    expect(listed.find((i) => i.name === 'px-old')).toMatchObject({
+      installation: 'installation-a',
+      uid: UID,
+    });
+    expect(fake.instances.get(`${PROJECT}/${ZONE}/px-old`)?.labels).toEqual({
+      ...old,
+      'proxy-operator-installation': 'installation-a',
+    });
+    const setLabels = fake.requests.filter((r) => r.path.endsWith('/px-old/setLabels'));
+    expect(setLabels).toHaveLength(1);
+    const gone = `projects/${PROJECT}/zones/${ZONE}/instances/px-missing`;
+    expect((await failure(p.adopt(ctx(), gone, 'installation-a'))).errorClass).toBe('NotFound');
+  });
+
   it('returns an empty list for a project without managed instances', async () => {
     expect(await make().listByTag(ctx())).toEqual([]);
   });

@@ -181,6 +181,30 @@ describe('kubernetes provider against a Kubernetes REST server', () => {
     expect(lists.every((r) => r.query.labelSelector === 'proxy-operator-managed=true')).toBe(true);
   });
 
+  it('labels a Pod with its installation, and adopts an unlabelled one with a merge patch', async () => {
+    await provider.create(ctx(), req('px-inst-new', { installation: 'installation-a' }));
+    const legacy = await provider.create(ctx(), req('px-inst-old'));
+    expect(pods().get('proxies', 'px-inst-new')?.metadata.labels?.['proxy-operator-installation']).toBe(
+      'installation-a',
+    );
+    let listed = await provider.listByTag(ctx());
+    expect(listed.find((i) => i.name === 'px-inst-new')?.installation).toBe('installation-a');
+    expect(listed.find((i) => i.name === 'px-inst-old')?.installation).toBeUndefined();
+
+    await provider.adopt(ctx(), legacy.id, 'installation-a');
+    listed = await provider.listByTag(ctx());
+    expect(listed.find((i) => i.name === 'px-inst-old')).toMatchObject({
+      installation: 'installation-a',
+      uid: 'uid-px-inst-old',
+    });
+    expect(classify(await errorOf(provider.adopt(ctx(), 'namespaces/proxies/pods/px-gone', 'x')))).toBe(
+      'NotFound',
+    );
+    for (const name of ['px-inst-new', 'px-inst-old']) {
+      await provider.delete(ctx(), `namespaces/proxies/pods/${name}`);
+    }
+  });
+
   it('maps API errors to classes', async () => {
     server.injectFault({
       method: 'POST',

@@ -141,6 +141,16 @@ describe('metadata', () => {
     });
   });
 
+  it('round-trips the installation id; a domain from before installations has none', () => {
+    const labelled = spec();
+    labelled.metadata = { ...labelled.metadata, installation: 'installation-a' };
+    expect(parseMetadata(domainXml(labelled))).toMatchObject({
+      installation: 'installation-a',
+      uid: 'uid-1',
+    });
+    expect(parseMetadata(domainXml(spec())).installation).toBeUndefined();
+  });
+
   it('reads the element as libvirt returns it (double quotes, other whitespace)', () => {
     const ours = metadataXml({ uid: 'u', namespace: 'n', proxyName: 'p', createdAt: created }).replaceAll(
       "'",

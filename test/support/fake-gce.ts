@@ -87,6 +87,7 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
     put: (project, zone, name, fields = {}) => {
       const inst = newInstance(project, zone, name, String(nextId++), {});
       Object.assign(inst, { status: 'RUNNING' }, fields);
+      inst.labelFingerprint = fingerprint(inst.labels);
       instances.set(`${project}/${zone}/${name}`, inst);
       return inst;
     },
@@ -179,6 +180,24 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
           instances.delete(key);
           return json(res, 200, operation(project, zone, 'delete', target));
         }
+      }
+      if (name !== undefined && parts.length === 6 && parts[5] === 'setLabels' && method === 'POST') {
+        const key = `${project}/${zone}/${name}`;
+        const target = `projects/${project}/zones/${zone}/instances/${name}`;
+        const inst = instances.get(key);
+        if (!inst) return error(res, 404, 'notFound', `The resource '${target}' was not found`);
+        const req = JSON.parse(body) as { labels?: Json; labelFingerprint?: string };
+        if (req.labelFingerprint !== inst.labelFingerprint) {
+          return error(
+            res,
+            412,
+            'conditionNotMet',
+            'Labels fingerprint either invalid or resource labels have changed',
+          );
+        }
+        inst.labels = req.labels ?? {};
+        inst.labelFingerprint = fingerprint(inst.labels);
+        return json(res, 200, operation(project, zone, 'setLabels', target));
       }
       return error(res, 405, 'methodNotAllowed', `${method} ${path}`);
     }
@@ -306,7 +325,13 @@ function newInstance(project: string, zone: string, name: string, id: string, re
     zone: `${SELF}${project}/zones/${zone}`,
     selfLink: `${SELF}${project}/zones/${zone}/instances/${name}`,
     networkInterfaces: nics,
+    labelFingerprint: fingerprint(resource.labels),
   };
+}
+
+/** GCE's optimistic lock on labels: setLabels must send the fingerprint it read. */
+function fingerprint(labels: unknown): string {
+  return Buffer.from(JSON.stringify(labels ?? {})).toString('base64');
 }
 
 /** The filters the provider uses: `labels.K = V`, `labels.K != V`, `labels.K:*`; else invalid. */

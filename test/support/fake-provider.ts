@@ -22,7 +22,7 @@ import { type ErrorClass, notFound, ProviderError, permanent, transient } from '
 const NAME_PATTERN = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const ID_PREFIX = 'fake/';
 
-export type FakeOp = 'create' | 'get' | 'delete' | 'listByTag' | 'check';
+export type FakeOp = 'create' | 'get' | 'delete' | 'listByTag' | 'adopt' | 'check';
 
 /** A fault: a class (thrown `count` times, default forever), or a function deciding per call. */
 export type FaultSpec =
@@ -63,7 +63,14 @@ export class FakeProvider implements Provider, Checker {
   readonly name: string;
   readonly type: string;
   readonly instances = new Map<string, FakeInstance>();
-  readonly calls: Record<FakeOp, number> = { create: 0, get: 0, delete: 0, listByTag: 0, check: 0 };
+  readonly calls: Record<FakeOp, number> = {
+    create: 0,
+    get: 0,
+    delete: 0,
+    listByTag: 0,
+    adopt: 0,
+    check: 0,
+  };
   /** Every call in order, for assertions on what the caller asked. */
   readonly log: FakeCall[] = [];
   /** Total instances ever created (a second create of one name does not count). */
@@ -162,6 +169,7 @@ export class FakeProvider implements Provider, Checker {
         state: 'Pending',
         uid: req.uid,
         namespace: req.namespace,
+        ...(req.installation ? { installation: req.installation } : {}),
         createdAt: new Date(this.now()),
         port: req.port,
         pendingGets: this.pendingGets,
@@ -217,6 +225,15 @@ export class FakeProvider implements Provider, Checker {
   async listByTag(ctx: CallContext): Promise<Instance[]> {
     await this.enter(ctx, 'listByTag');
     return [...this.instances.values()].map(snapshot);
+  }
+
+  /** Like the kubernetes provider: adds the installation label to an instance without one. */
+  async adopt(ctx: CallContext, providerID: string, installation: string): Promise<void> {
+    await this.enter(ctx, 'adopt', providerID);
+    this.parseID('adopt', providerID);
+    const inst = this.instances.get(providerID);
+    if (!inst) throw notFound(`${this.name} adopt ${providerID}: instance not found`);
+    inst.installation = installation;
   }
 
   async check(ctx: CallContext): Promise<TargetStatus[]> {
@@ -299,6 +316,7 @@ function snapshot(inst: FakeInstance): Instance {
   if (inst.port !== undefined) out.port = inst.port;
   if (inst.uid !== undefined) out.uid = inst.uid;
   if (inst.namespace !== undefined) out.namespace = inst.namespace;
+  if (inst.installation !== undefined) out.installation = inst.installation;
   if (inst.createdAt !== undefined) out.createdAt = new Date(inst.createdAt);
   return out;
 }

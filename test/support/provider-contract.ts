@@ -2,7 +2,7 @@
  * test/support/provider-contract — the cases every Provider must pass, whatever its backend:
  * create is idempotent by name (also concurrently), get answers NotFound for a gone instance
  * and Permanent for an ID that can never be valid, delete is idempotent, listByTag reads the
- * Proxy identity back, a name another Proxy owns is Permanent, every failure is a classified
+ * Proxy identity and the installation label back, a name another Proxy owns is Permanent, every failure is a classified
  * ProviderError, and an aborted call is a Transient error that changed nothing. The fake every reconciler test relies on runs the same
  * cases as local, gcp and kvm, so where it passes they pass (see docs/architecture.md).
  */
@@ -174,23 +174,31 @@ export function providerContract(
     );
 
     it(
-      'listByTag lists every managed instance with the Proxy identity read back',
+      'listByTag lists every managed instance with the Proxy identity and installation read back',
       async () => {
         const a = s.uniqueName('list-a');
         const b = s.uniqueName('list-b');
-        const ia = await create(s.request(a, { uid: `uid-${a}`, namespace: 'ns-a' }));
-        const ib = await create(s.request(b, { uid: `uid-${b}`, namespace: 'ns-b' }));
+        const ia = await create(
+          s.request(a, { uid: `uid-${a}`, namespace: 'ns-a', installation: 'installation-a' }),
+        );
+        // Without an installation: what instances created before installations existed look like.
+        const ib = await create(
+          s.request(b, { uid: `uid-${b}`, namespace: 'ns-b', installation: undefined }),
+        );
         const all = await s.provider.listByTag(ctx());
         expect(all.find((i) => i.name === a)).toMatchObject({
           id: ia.id,
           uid: `uid-${a}`,
           namespace: 'ns-a',
+          installation: 'installation-a',
         });
-        expect(all.find((i) => i.name === b)).toMatchObject({
+        const listedB = all.find((i) => i.name === b);
+        expect(listedB).toMatchObject({
           id: ib.id,
           uid: `uid-${b}`,
           namespace: 'ns-b',
         });
+        expect(listedB?.installation).toBeUndefined();
         for (const i of all) expect(INSTANCE_STATES).toContain(i.state);
       },
       timeout,

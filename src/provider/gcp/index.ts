@@ -10,6 +10,7 @@
  */
 import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
+import { INSTANCE_LABEL_INSTALLATION } from '../../api/constants.ts';
 import type { TargetStatus } from '../../api/providerhealth.ts';
 import type { GcpProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
@@ -58,7 +59,8 @@ export interface GcpProviderOptions {
   wireLog?: boolean;
 }
 
-export type GcpProvider = Provider & Checker & { close(): Promise<void> };
+export type GcpProvider = Provider &
+  Checker & { close(): Promise<void>; adopt: NonNullable<Provider['adopt']> };
 
 export function createGcpProvider(opts: GcpProviderOptions): GcpProvider {
   return new GceProvider(opts);
@@ -204,6 +206,41 @@ class GceProvider implements Provider, Checker {
     }
     ctx.log.debug({ count: out.length }, 'gcp managed instances listed');
     return out;
+  }
+
+  /**
+   * Adds the installation label to a VM created before installations existed: a read for the
+   * label fingerprint (GCE's optimistic lock), then setLabels with every label kept. A VM
+   * relabelled in between answers 412 (Transient): the next GC sweep tries again.
+   */
+  async adopt(ctx: CallContext, providerID: string, installation: string): Promise<void> {
+    const ref = parseProviderID(providerID, this.name);
+    const c = await this.client(ctx, 'adopt', providerID);
+    const where = this.where('adopt', providerID);
+    try {
+      const [inst] = await raceSignal(
+        () => c.instances.get({ project: ref.project, zone: ref.zone, instance: ref.name }, this.callOpts()),
+        ctx.signal,
+      );
+      const labels = { ...inst.labels, [INSTANCE_LABEL_INSTALLATION]: sanitizeGcpLabelValue(installation) };
+      await raceSignal(
+        () =>
+          c.instances.setLabels(
+            {
+              project: ref.project,
+              zone: ref.zone,
+              instance: ref.name,
+              instancesSetLabelsRequestResource: { labels, labelFingerprint: inst.labelFingerprint ?? null },
+            },
+            this.callOpts(),
+          ),
+        ctx.signal,
+      );
+    } catch (err) {
+      if (parseError(err).http === 404)
+        throw notFound(`${this.name} adopt ${providerID}: instance not found`, where);
+      throw toProviderError(err, where, ctx.signal);
+    }
   }
 
   /**

@@ -4,6 +4,7 @@
  * mapping of the nine GCE statuses to our instance states.
  */
 import {
+  INSTANCE_LABEL_INSTALLATION,
   INSTANCE_LABEL_MANAGED,
   INSTANCE_LABEL_NAMESPACE,
   INSTANCE_LABEL_UID,
@@ -71,11 +72,14 @@ export function sanitizeGcpLabelValue(v: string): string {
     .slice(0, 63);
 }
 
-export function instanceLabels(req: Pick<CreateRequest, 'uid' | 'namespace'>): Record<string, string> {
+export function instanceLabels(
+  req: Pick<CreateRequest, 'uid' | 'namespace' | 'installation'>,
+): Record<string, string> {
   return {
     [INSTANCE_LABEL_MANAGED]: 'true',
     [INSTANCE_LABEL_UID]: sanitizeGcpLabelValue(req.uid),
     [INSTANCE_LABEL_NAMESPACE]: sanitizeGcpLabelValue(req.namespace),
+    ...(req.installation ? { [INSTANCE_LABEL_INSTALLATION]: sanitizeGcpLabelValue(req.installation) } : {}),
     'managed-by': MANAGED_BY_VALUE,
   };
 }
@@ -136,6 +140,8 @@ export function instanceFromGce(inst: GceInstance, project: string, zoneHint?: s
   if (uid) out.uid = uid;
   const ns = inst.labels?.[INSTANCE_LABEL_NAMESPACE];
   if (ns) out.namespace = ns;
+  const installation = inst.labels?.[INSTANCE_LABEL_INSTALLATION];
+  if (installation) out.installation = installation;
   const created = inst.creationTimestamp ? new Date(inst.creationTimestamp) : undefined;
   if (created && !Number.isNaN(created.getTime())) out.createdAt = created;
   return out;

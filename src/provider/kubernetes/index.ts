@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import type { CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { INSTANCE_LABEL_UID } from '../../api/constants.ts';
+import { INSTANCE_LABEL_INSTALLATION, INSTANCE_LABEL_UID } from '../../api/constants.ts';
 import type { TargetStatus } from '../../api/providerhealth.ts';
 import type { KubernetesProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
@@ -45,7 +45,7 @@ export interface KubernetesProviderOptions {
   listPageSize?: number;
 }
 
-export type KubernetesProvider = Provider & Checker;
+export type KubernetesProvider = Provider & Checker & { adopt: NonNullable<Provider['adopt']> };
 
 export function createKubernetesProvider(opts: KubernetesProviderOptions): KubernetesProvider {
   return new PodProvider(opts);
@@ -159,6 +159,25 @@ class PodProvider implements Provider, Checker {
       cont = page.metadata?._continue || undefined;
     } while (cont);
     return out;
+  }
+
+  /** Adds the installation label to a Pod created before installations existed (a merge patch). */
+  async adopt(ctx: CallContext, providerID: string, installation: string): Promise<void> {
+    const { namespace, name } = parseProviderID(providerID, this.name);
+    const body = {
+      metadata: { labels: { [INSTANCE_LABEL_INSTALLATION]: sanitizeLabelValue(installation) } },
+    };
+    try {
+      await this.core.patchNamespacedPod(
+        { name, namespace, body },
+        callOptions({ signal: ctx.signal, patch: 'merge' }),
+      );
+    } catch (err) {
+      if (apiCode(err) === 404) {
+        throw notFound(`${this.name} adopt ${providerID}: pod not found`, this.where('adopt', providerID));
+      }
+      throw toProviderError(err, this.where('adopt', providerID), ctx.signal);
+    }
   }
 
   /**

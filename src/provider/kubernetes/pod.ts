@@ -6,6 +6,7 @@
 import type { V1Pod, V1ResourceRequirements, V1Secret } from '@kubernetes/client-node';
 import {
   GROUP,
+  INSTANCE_LABEL_INSTALLATION,
   INSTANCE_LABEL_MANAGED,
   INSTANCE_LABEL_NAMESPACE,
   INSTANCE_LABEL_UID,
@@ -98,11 +99,14 @@ export function sanitizeLabelValue(v: string): string {
     .replace(/[^A-Za-z0-9]+$/, '');
 }
 
-export function instanceLabels(req: Pick<CreateRequest, 'uid' | 'namespace'>): Record<string, string> {
+export function instanceLabels(
+  req: Pick<CreateRequest, 'uid' | 'namespace' | 'installation'>,
+): Record<string, string> {
   return {
     [INSTANCE_LABEL_MANAGED]: 'true',
     [INSTANCE_LABEL_UID]: sanitizeLabelValue(req.uid),
     [INSTANCE_LABEL_NAMESPACE]: sanitizeLabelValue(req.namespace),
+    ...(req.installation ? { [INSTANCE_LABEL_INSTALLATION]: sanitizeLabelValue(req.installation) } : {}),
     [LABEL_MANAGED_BY]: MANAGED_BY_VALUE,
     'app.kubernetes.io/name': 'squid',
   };
@@ -288,6 +292,7 @@ export function instanceFromPod(pod: V1Pod): Instance {
   if (port !== undefined) inst.port = port;
   if (labels[INSTANCE_LABEL_UID]) inst.uid = labels[INSTANCE_LABEL_UID];
   if (labels[INSTANCE_LABEL_NAMESPACE]) inst.namespace = labels[INSTANCE_LABEL_NAMESPACE];
+  if (labels[INSTANCE_LABEL_INSTALLATION]) inst.installation = labels[INSTANCE_LABEL_INSTALLATION];
   if (createdAt && !Number.isNaN(createdAt.getTime())) inst.createdAt = createdAt;
   return inst;
 }

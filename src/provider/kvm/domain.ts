@@ -111,21 +111,27 @@ export interface DomainMetadata {
   uid?: string;
   namespace?: string;
   proxyName?: string;
+  /** The installation that created the domain; absent on domains created before 0.3. */
+  installation?: string;
   createdAt?: Date;
 }
 
-export function metadataXml(m: {
+export interface MetadataFields {
   uid: string;
   namespace: string;
   proxyName: string;
+  installation?: string;
   createdAt: Date;
-}): string {
+}
+
+export function metadataXml(m: MetadataFields): string {
   const p = METADATA_PREFIX;
   const el = (k: string, v: string) => `<${p}:${k}>${xmlEscape(v)}</${p}:${k}>`;
+  const installation = m.installation ? el('installation', m.installation) : '';
   return `<${p}:proxy xmlns:${p}='${METADATA_NAMESPACE}'>${el('managed', 'true')}${el('uid', m.uid)}${el(
     'namespace',
     m.namespace,
-  )}${el('proxyName', m.proxyName)}${el('createdAt', m.createdAt.toISOString())}</${p}:proxy>`;
+  )}${el('proxyName', m.proxyName)}${installation}${el('createdAt', m.createdAt.toISOString())}</${p}:proxy>`;
 }
 
 const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
@@ -152,10 +158,12 @@ export function parseMetadata(domainXml: string): DomainMetadata {
   const uid = field('uid');
   const namespace = field('namespace');
   const proxyName = field('proxyName');
+  const installation = field('installation');
   const created = field('createdAt');
   if (uid) out.uid = uid;
   if (namespace) out.namespace = namespace;
   if (proxyName) out.proxyName = proxyName;
+  if (installation) out.installation = installation;
   if (created) {
     const d = new Date(created);
     if (!Number.isNaN(d.getTime())) out.createdAt = d;
@@ -177,7 +185,7 @@ export interface DomainSpec {
   bridge: string;
   /** Replaces the bridge NIC; tests only (a machine without a bridge). */
   interfaceXml?: string;
-  metadata: { uid: string; namespace: string; proxyName: string; createdAt: Date };
+  metadata: MetadataFields;
 }
 
 export function bridgeInterfaceXml(bridge: string): string {

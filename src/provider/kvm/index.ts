@@ -190,7 +190,13 @@ class LibvirtProvider implements Provider, Checker {
       seedVolume: seedVolumeName(req.name),
       bridge: host.bridge,
       ...(this.interfaceXml !== undefined ? { interfaceXml: this.interfaceXml } : {}),
-      metadata: { uid: req.uid, namespace: req.namespace, proxyName: req.proxyName, createdAt: new Date() },
+      metadata: {
+        uid: req.uid,
+        namespace: req.namespace,
+        proxyName: req.proxyName,
+        ...(req.installation ? { installation: req.installation } : {}),
+        createdAt: new Date(),
+      },
     });
     dom = await conn.domainDefineXml(xml, 0, o);
     this.log.info(
@@ -380,6 +386,7 @@ class LibvirtProvider implements Provider, Checker {
     if (address) inst.address = address;
     if (meta.uid) inst.uid = meta.uid;
     if (meta.namespace) inst.namespace = meta.namespace;
+    if (meta.installation) inst.installation = meta.installation;
     if (meta.createdAt) inst.createdAt = meta.createdAt;
     return inst;
   }

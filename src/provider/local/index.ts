@@ -37,6 +37,8 @@ interface Entry {
   port: number;
   uid: string;
   namespace: string;
+  /** Local instances live in this process, so they only ever carry its own installation. */
+  installation?: string;
   createdAt: Date;
 }
 
@@ -242,6 +244,7 @@ class LocalProxyProvider implements Provider, Checker {
         port,
         uid: req.uid,
         namespace: req.namespace,
+        ...(req.installation ? { installation: req.installation } : {}),
         createdAt: new Date(),
       };
       this.instances.set(req.name, entry);
@@ -310,6 +313,7 @@ class LocalProxyProvider implements Provider, Checker {
       port: e.port,
       uid: e.uid,
       namespace: e.namespace,
+      ...(e.installation ? { installation: e.installation } : {}),
       createdAt: e.createdAt,
     };
   }

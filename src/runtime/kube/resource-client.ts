@@ -183,6 +183,19 @@ export class KubeSecretClient implements SecretClient {
     return out;
   }
 
+  async addLabels(
+    key: ObjectKey,
+    labels: Record<string, string>,
+    opts?: WriteOptions & { resourceVersion?: string },
+  ): Promise<Secret> {
+    const metadata: Record<string, unknown> = { labels };
+    if (opts?.resourceVersion !== undefined) metadata.resourceVersion = opts.resourceVersion;
+    const out = await this.api.patch(key, { metadata }, 'merge', false, opts?.signal);
+    // Cached at once, so the next reconcile reads it from the cache; the watch confirms it.
+    if (this.inScope(out)) this.sink.writeThrough(out, SECRET_SOURCES);
+    return out;
+  }
+
   async delete(key: ObjectKey, opts?: WriteOptions): Promise<void> {
     await this.api.delete(key, undefined, opts?.signal);
     const cached = this.get(key);

@@ -169,8 +169,17 @@ export function secretApi(c: KubeClients): RawApi<Secret> {
     replace: async () => {
       throw new StoreError('BadRequest', 400, 'secrets: update is not supported by this store');
     },
-    patch: async () => {
-      throw new StoreError('BadRequest', 400, 'secrets: patch is not supported by this store');
+    patch: async (key, body, type, status, signal) => {
+      // Only metadata is patched (labels on a referenced credentials Secret); no status.
+      if (status) throw new StoreError('BadRequest', 400, 'secrets have no status subresource');
+      return toPlain<Secret>(
+        await kubeCall(`patch ${label(key)}`, () =>
+          core.patchNamespacedSecret(
+            { namespace: requireNamespace('secrets', key), name: key.name, body },
+            callOptions({ signal, patch: type }),
+          ),
+        ),
+      );
     },
     delete: (key, _uid, signal) =>
       kubeCall(`delete ${label(key)}`, () =>

@@ -250,6 +250,18 @@ class EngineSecretClient extends EngineClient implements SecretClient {
     return out;
   }
 
+  async addLabels(
+    key: ObjectKey,
+    labels: Record<string, string>,
+    opts?: WriteOptions & { resourceVersion?: string },
+  ): Promise<Secret> {
+    checkSignal(opts);
+    const metadata: Record<string, unknown> = { labels };
+    if (opts?.resourceVersion !== undefined) metadata.resourceVersion = opts.resourceVersion;
+    const out = this.c.patch('merge', { metadata }, { namespace: key.namespace, name: key.name });
+    return this.done(out as unknown as Secret);
+  }
+
   async delete(key: ObjectKey, opts?: WriteOptions): Promise<void> {
     checkSignal(opts);
     this.c.delete(key.namespace, key.name);

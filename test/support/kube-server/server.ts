@@ -11,6 +11,7 @@
  * existence, dryRun, resourceVersionMatch / sendInitialEvents, and consistent snapshots across
  * list pages (later pages show current state; a page token older than compaction gets 410).
  */
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -204,6 +205,7 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
   const token = opts.token === undefined ? 'test-token' : opts.token;
   const bookmarkMs = opts.bookmarkIntervalMs ?? 5000;
   const requests: RequestLogEntry[] = [];
+  const namespaceUids = new Map<string, string>();
   const faults = new Set<ActiveFault>();
   const watches = new Set<OpenWatch>();
   const sockets = new Set<Socket>();
@@ -599,10 +601,15 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
       const r = route(segs);
       if (!r) {
         if (req.method === 'GET' && segs[0] === 'api' && segs[2] === 'namespaces' && segs.length === 4) {
+          // A UID per namespace per server, as a real cluster has (kube-system's is the
+          // operator's installation id): two servers are two clusters.
+          const name = segs[3] as string;
+          const uid = namespaceUids.get(name) ?? randomUUID();
+          namespaceUids.set(name, uid);
           return sendJson(res, 200, {
             apiVersion: 'v1',
             kind: 'Namespace',
-            metadata: { name: segs[3] },
+            metadata: { name, uid },
             status: { phase: 'Active' },
           });
         }
