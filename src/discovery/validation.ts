@@ -5,6 +5,10 @@
 import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify';
 import type { TSchema } from 'typebox';
+import { NAMESPACE_PATTERN, NAMESPACE_RULE } from '../lease/input.ts';
+
+/** Human wording for the patterns the schemas use, instead of the regular expression. */
+const PATTERN_RULES: Record<string, string> = { [NAMESPACE_PATTERN]: NAMESPACE_RULE };
 
 /** A 400 that names the request field at fault. */
 export class FieldError extends Error {
@@ -50,6 +54,8 @@ export function toFieldError(part: string, errors: FastifySchemaValidationError[
   const first = list[0];
   if (!first) return new FieldError(part, `${part} is invalid`);
   const field = fieldOf(part, first.instancePath);
+  const rule = first.keyword === 'pattern' ? PATTERN_RULES[String(first.params.pattern)] : undefined;
+  if (rule) return new FieldError(field, `${field} ${rule}`);
   return new FieldError(field, `${field} ${first.message}`);
 }
 
@@ -57,8 +63,12 @@ const validatorCompiler: FastifySchemaCompiler<TSchema> = (route) => {
   const inner = TypeBoxValidatorCompiler(route);
   const part = route.httpPart === 'querystring' ? 'query' : (route.httpPart ?? 'request');
   return (value: unknown) => {
-    // A POST without a body means "all defaults", not "body must be object".
-    const input = route.httpPart === 'body' && (value === null || value === undefined) ? {} : value;
+    // A POST without a body means "all defaults", not "body must be object"; a JSON `null` is
+    // a value the client wrote, and not an object.
+    if (route.httpPart === 'body' && value === null) {
+      return { error: new FieldError('body', 'body must be a JSON object, not null') };
+    }
+    const input = route.httpPart === 'body' && value === undefined ? {} : value;
     const out = inner(input) as { value?: unknown; error?: FastifySchemaValidationError[] };
     if (out.error) return { error: toFieldError(part, out.error) };
     return { value: out.value };
