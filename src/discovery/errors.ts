@@ -57,6 +57,13 @@ const CLIENT_ERRORS: Record<string, [number, string, string]> = {
  */
 function clientError(err: NodeJS.ErrnoException, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  // Bytes after a response that said `Connection: close` (a body we answered without reading),
+  // or an error while a response is already on the wire: a second response would corrupt it.
+  const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (err.code === 'HPE_CLOSED_CONNECTION' || inFlight?.headersSent) {
+    socket.destroy();
+    return;
+  }
   const [status, code, message] = CLIENT_ERRORS[err.code ?? ''] ?? [
     400,
     'bad_request',

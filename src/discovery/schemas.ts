@@ -21,7 +21,7 @@ const SelectorText = Type.String({
   description: 'Kubernetes label selector over Proxy labels, e.g. `pool=eu,tier!=spot`.',
 });
 const Namespace = Type.String({
-  maxLength: 63,
+  // The pattern bounds the length (63) too, so every refusal gets the one DNS-1123 message.
   pattern: NAMESPACE_PATTERN,
   description: 'Only proxies in this namespace: a DNS-1123 label (empty = any namespace).',
 });

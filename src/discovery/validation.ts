@@ -21,6 +21,11 @@ export class FieldError extends Error {
   }
 }
 
+/** A client-chosen name as messages quote it: never more than a short prefix. */
+function shorten(name: string): string {
+  return name.length > 64 ? `${name.slice(0, 63)}…` : name;
+}
+
 function fieldOf(part: string, path: string): string {
   return path === '' ? part : path.slice(1).replaceAll('/', '.');
 }
@@ -32,7 +37,7 @@ export function toFieldError(part: string, errors: FastifySchemaValidationError[
   const extra = list.find((e) => e.keyword === 'additionalProperties');
   if (extra) {
     const names = (extra.params.additionalProperties as string[] | undefined) ?? [];
-    const name = names[0] ?? '?';
+    const name = shorten(names[0] ?? '?');
     const at = fieldOf(part, extra.instancePath);
     const field = at === part ? name : `${at}.${name}`;
     return new FieldError(field, `unknown field "${field}" in ${part}`);
@@ -63,12 +68,9 @@ const validatorCompiler: FastifySchemaCompiler<TSchema> = (route) => {
   const inner = TypeBoxValidatorCompiler(route);
   const part = route.httpPart === 'querystring' ? 'query' : (route.httpPart ?? 'request');
   return (value: unknown) => {
-    // A POST without a body means "all defaults", not "body must be object"; a JSON `null` is
-    // a value the client wrote, and not an object.
-    if (route.httpPart === 'body' && value === null) {
-      return { error: new FieldError('body', 'body must be a JSON object, not null') };
-    }
-    const input = route.httpPart === 'body' && value === undefined ? {} : value;
+    // A POST without a body means "all defaults", not "body must be object" (a JSON `null`
+    // never gets here: the body parser refuses it).
+    const input = route.httpPart === 'body' && (value === null || value === undefined) ? {} : value;
     const out = inner(input) as { value?: unknown; error?: FastifySchemaValidationError[] };
     if (out.error) return { error: toFieldError(part, out.error) };
     return { value: out.value };
@@ -82,10 +84,15 @@ export function installValidation(app: FastifyInstance): void {
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
     const text = body as string;
     if (text.trim() === '') return done(null, undefined);
+    let parsed: unknown;
     try {
-      done(null, JSON.parse(text));
+      parsed = JSON.parse(text);
     } catch (err) {
       done(new FieldError('body', `body is not valid JSON: ${(err as Error).message}`), undefined);
+      return;
     }
+    // `null` is a value the client wrote, not an absent body: no defaults for it.
+    if (parsed === null) done(new FieldError('body', 'body must be a JSON object, not null'), undefined);
+    else done(null, parsed);
   });
 }

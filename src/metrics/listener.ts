@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer, type RequestListener, type Server } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
+import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { createSecureContext } from 'node:tls';
 import { errorMessage } from '../log/errors.ts';
@@ -71,9 +72,22 @@ export function createListener(handler: RequestListener, limits: ListenerLimits,
         handler,
       )
     : createHttpServer(options, handler);
-  // Socket inactivity: without a 'timeout' listener Node destroys the socket.
+  // Socket inactivity (a client that stops reading a response): without a 'timeout' listener
+  // Node destroys the socket.
   server.timeout = limits.idleTimeoutMs;
   server.maxConnections = limits.maxConnections;
+  // Node's header timer starts with the first byte of a request, so a plain-HTTP connection that
+  // never sends one would stay open: it gets the header timeout from its first moment. (TLS
+  // connections have the handshake timeout for that.)
+  if (!tls) {
+    server.on('connection', (socket: Socket) => {
+      const timer = setTimeout(() => socket.destroy(), limits.headersTimeoutMs);
+      timer.unref();
+      const clear = (): void => clearTimeout(timer);
+      socket.once('data', clear);
+      socket.once('close', clear);
+    });
+  }
   return server;
 }
 
