@@ -37,7 +37,10 @@ export interface ModeParts {
 }
 
 /** `--metrics-secure` serves HTTPS: the certificate of `--metrics-cert-dir`, else a self-signed one. */
-function metricsTls(flags: OperatorFlags, log: Logger): TlsFiles | undefined {
+export function metricsTls(
+  flags: Pick<OperatorFlags, 'metricsSecure' | 'metricsCertDir'>,
+  log: Logger,
+): TlsFiles | undefined {
   if (!flags.metricsSecure) {
     if (flags.metricsCertDir) throw new StartupError('--metrics-cert-dir: needs --metrics-secure');
     return undefined;
