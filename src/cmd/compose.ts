@@ -12,6 +12,7 @@ import { type CredentialsResolver, createCredentialsResolver } from '../api/cred
 import { loadProvidersConfig } from '../config/load.ts';
 import type { ProvidersConfig } from '../config/schema.ts';
 import { createProxyReconciler } from '../controller/reconciler.ts';
+import { discoveryTokenFromEnv } from '../discovery/auth.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
 import { OrphanGC } from '../gc/gc.ts';
 import { EgressIpChecker } from '../health/egress.ts';
@@ -23,6 +24,7 @@ import { errorMessage } from '../log/errors.ts';
 import { createLogger, type Logger } from '../log/index.ts';
 import { registerProxyPhaseGauge } from '../metrics/fleet.ts';
 import { createMetricsRegistry } from '../metrics/index.ts';
+import { readTlsFiles, type TlsFiles } from '../metrics/listener.ts';
 import { startMetricsServer } from '../metrics/server.ts';
 import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor, validateSchedule } from '../providerhealth/monitor.ts';
@@ -116,6 +118,7 @@ export async function buildApp(parsed: ServerCommand, opts: BuildOptions = {}): 
   const log = opts.log ?? loggerFor(flags);
   const scheduleProblem = validateSchedule(flags.providerCheckIntervalMs, flags.providerCheckTimeoutMs);
   if (scheduleProblem) throw new StartupError(scheduleProblem);
+  const listeners = listenerInputs(flags, opts.env ?? process.env);
 
   // Validate the providers config before touching any backend or state file.
   const providersFile =
@@ -126,9 +129,28 @@ export async function buildApp(parsed: ServerCommand, opts: BuildOptions = {}): 
 
   const teardown = new Teardown();
   try {
-    return await assemble(parsed, config, log, teardown, opts);
+    return await assemble(parsed, config, log, teardown, opts, listeners);
   } catch (err) {
     return teardown.abandon(err, log);
+  }
+}
+
+/** What the discovery listener needs from outside the flags, checked before anything starts. */
+interface ListenerInputs {
+  token: string | undefined;
+  discoveryTls: TlsFiles | undefined;
+}
+
+function listenerInputs(flags: CommonFlags, env: NodeJS.ProcessEnv): ListenerInputs {
+  try {
+    const tls = flags.discoveryTls;
+    return {
+      token: discoveryTokenFromEnv(env),
+      discoveryTls:
+        tls && readTlsFiles(tls.certFile, tls.keyFile, '--discovery-tls-cert/--discovery-tls-key'),
+    };
+  } catch (err) {
+    throw new StartupError(errorMessage(err), { cause: err });
   }
 }
 
@@ -138,6 +160,7 @@ async function assemble(
   log: Logger,
   teardown: Teardown,
   opts: BuildOptions,
+  listeners: ListenerInputs,
 ): Promise<App> {
   const flags = parsed.flags;
   const tracing = (opts.deps?.setupTracing ?? setupTracing)({
@@ -185,7 +208,7 @@ async function assemble(
     log: log.child({ component: 'manager' }),
   });
 
-  const discoveryUrl = addRunnables(manager, parts, (opts.env ?? process.env).DISCOVERY_TOKEN);
+  const discoveryUrl = addRunnables(manager, parts, listeners);
   return {
     manager,
     store,
@@ -306,11 +329,7 @@ function buildComponents(shared: Shared): Components {
 }
 
 /** Hands every component to the manager; returns where the discovery API listens once started. */
-function addRunnables(
-  manager: Manager,
-  c: Components,
-  discoveryToken: string | undefined,
-): () => string | undefined {
+function addRunnables(manager: Manager, c: Components, listeners: ListenerInputs): () => string | undefined {
   const {
     flags,
     log,
@@ -329,13 +348,15 @@ function addRunnables(
   } = c;
   const { store } = mode;
   let discovery: DiscoveryServer | undefined;
-  const token = discoveryToken?.trim() || undefined;
   manager.add(
     service('discovery', false, async (signal) => {
       discovery = await startDiscoveryServer({
         bindAddress: flags.discoveryBindAddress,
         leases,
-        token,
+        token: listeners.token,
+        tls: listeners.discoveryTls,
+        limits: flags.discoveryLimits,
+        allowedHosts: flags.discoveryAllowedHosts,
         log: log.child({ component: 'discovery' }),
         registry,
         tracer,
@@ -353,6 +374,8 @@ function addRunnables(
         registry,
         log: log.child({ component: 'metrics' }),
         authorize: mode.metricsAuthorizer,
+        tls: mode.metricsTls,
+        limits: flags.metricsLimits,
       });
       if (server) log.info({ address: server.address }, 'metrics endpoint listening');
       await untilAborted(signal);

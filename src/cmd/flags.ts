@@ -4,6 +4,11 @@
  */
 import { parseArgs } from 'node:util';
 import { parseBindAddress } from '../metrics/bind.ts';
+import {
+  DEFAULT_DISCOVERY_MAX_CONNECTIONS,
+  DEFAULT_METRICS_MAX_CONNECTIONS,
+  type ListenerLimits,
+} from '../metrics/listener.ts';
 import { installationIdProblem } from '../provider/installation.ts';
 
 export interface CommonFlags {
@@ -22,6 +27,13 @@ export interface CommonFlags {
   shutdownGraceMs: number;
   /** --installation-id; default: the kube-system UID (cluster) or the one kept beside the state. */
   installationId?: string;
+  /** `--discovery-tls-cert` / `--discovery-tls-key`: serve the discovery API over HTTPS. */
+  discoveryTls?: { certFile: string; keyFile: string };
+  /** `--discovery-allowed-hosts`: Host names served without a token besides loopback and the bind address. */
+  discoveryAllowedHosts: string[];
+  /** Timeouts and connection caps of the discovery API and metrics listeners. */
+  discoveryLimits: ListenerLimits;
+  metricsLimits: ListenerLimits;
 }
 
 export interface StandaloneFlags extends CommonFlags {
@@ -40,6 +52,8 @@ export interface OperatorFlags extends CommonFlags {
   leaderElectionNamespace?: string;
   proxyNamespace?: string;
   metricsSecure: boolean;
+  /** `--metrics-cert-dir`: tls.crt and tls.key for `--metrics-secure` (default: self-signed at start). */
+  metricsCertDir?: string;
   kubeconfig?: string;
 }
 
@@ -107,10 +121,83 @@ const COMMON_OPTIONS = {
   'log-format': { type: 'string' },
   'shutdown-grace-period': { type: 'string' },
   'installation-id': { type: 'string' },
+  'discovery-tls-cert': { type: 'string' },
+  'discovery-tls-key': { type: 'string' },
+  'discovery-allowed-hosts': { type: 'string' },
+  'http-header-timeout': { type: 'string' },
+  'http-request-timeout': { type: 'string' },
+  'http-idle-timeout': { type: 'string' },
+  'discovery-max-connections': { type: 'string' },
+  'metrics-max-connections': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
 type Values = Record<string, string | boolean | undefined>;
+
+/** A positive whole number of connections. */
+function parseCount(flag: string, text: string): number {
+  if (!/^\d{1,7}$/.test(text) || Number(text) < 1) {
+    throw new FlagError(`--${flag}: "${text}" must be a whole number from 1 to 9999999`);
+  }
+  return Number(text);
+}
+
+/** A positive duration: a listener timeout of 0 would mean "never". */
+function positiveDuration(flag: string, text: string): number {
+  const ms = parseDuration(flag, text);
+  if (ms < 1)
+    throw new FlagError(`--${flag}: must be more than 0 (a listener without this timeout waits forever)`);
+  return ms;
+}
+
+/** The listener flags shared by the discovery API and metrics (docs/operations.md, "Listeners"). */
+function listenerFlags(
+  values: Values,
+): Pick<CommonFlags, 'discoveryTls' | 'discoveryAllowedHosts' | 'discoveryLimits' | 'metricsLimits'> {
+  const str = (k: string) => values[k] as string | undefined;
+  const timeouts = {
+    headersTimeoutMs: positiveDuration('http-header-timeout', str('http-header-timeout') ?? '10s'),
+    requestTimeoutMs: positiveDuration('http-request-timeout', str('http-request-timeout') ?? '30s'),
+    idleTimeoutMs: positiveDuration('http-idle-timeout', str('http-idle-timeout') ?? '30s'),
+  };
+  if (timeouts.headersTimeoutMs > timeouts.requestTimeoutMs) {
+    throw new FlagError('--http-header-timeout: must not exceed --http-request-timeout');
+  }
+  const cert = str('discovery-tls-cert') || undefined;
+  const key = str('discovery-tls-key') || undefined;
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new FlagError(
+      `--${cert ? 'discovery-tls-key' : 'discovery-tls-cert'}: required together with --${cert ? 'discovery-tls-cert' : 'discovery-tls-key'}`,
+    );
+  }
+  const hosts = (str('discovery-allowed-hosts') ?? '')
+    .split(',')
+    .map((h) => h.trim())
+    .filter((h) => h !== '');
+  for (const h of hosts) {
+    if (!/^\.?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$/.test(h) || h.length > 253) {
+      throw new FlagError(`--discovery-allowed-hosts: "${h}" is not a host name (or .suffix)`);
+    }
+  }
+  return {
+    ...(cert && key ? { discoveryTls: { certFile: cert, keyFile: key } } : {}),
+    discoveryAllowedHosts: hosts,
+    discoveryLimits: {
+      ...timeouts,
+      maxConnections: parseCount(
+        'discovery-max-connections',
+        str('discovery-max-connections') ?? String(DEFAULT_DISCOVERY_MAX_CONNECTIONS),
+      ),
+    },
+    metricsLimits: {
+      ...timeouts,
+      maxConnections: parseCount(
+        'metrics-max-connections',
+        str('metrics-max-connections') ?? String(DEFAULT_METRICS_MAX_CONNECTIONS),
+      ),
+    },
+  };
+}
 
 function common(values: Values, defaults: { discovery: string; healthProbe: string }): CommonFlags {
   const str = (k: string) => values[k] as string | undefined;
@@ -165,6 +252,7 @@ function common(values: Values, defaults: { discovery: string; healthProbe: stri
     logFormat,
     shutdownGraceMs: parseDuration('shutdown-grace-period', str('shutdown-grace-period') ?? '30s'),
     ...(installationId !== undefined ? { installationId } : {}),
+    ...listenerFlags(values),
   };
 }
 
@@ -270,6 +358,7 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
         'leader-election-namespace': { type: 'string' },
         'proxy-namespace': { type: 'string' },
         'metrics-secure': { type: 'boolean' },
+        'metrics-cert-dir': { type: 'string' },
         kubeconfig: { type: 'string' },
       });
       if (values.help) return { command: 'help', topic: 'operator' };
@@ -281,6 +370,7 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
         providersConfig,
         leaderElect: values['leader-elect'] === true,
         metricsSecure: values['metrics-secure'] === true,
+        metricsCertDir: str('metrics-cert-dir') || undefined,
         // An empty value means the default, as if the flag were not given.
         leaderElectionNamespace: str('leader-election-namespace') || undefined,
         proxyNamespace: str('proxy-namespace') || undefined,
@@ -304,7 +394,8 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
       if (!/^https?:\/\/\S+$/.test(server))
         throw new FlagError(`--server: "${server}" must be an http(s) URL`);
       const token = (values.token as string | undefined) ?? process.env.DISCOVERY_TOKEN;
-      return { command: 'status', flags: { server, output, token: token || undefined } };
+      // A token read from a Secret file usually ends in a newline.
+      return { command: 'status', flags: { server, output, token: token?.trim() || undefined } };
     }
     default:
       throw new FlagError(`unknown command "${first}": use standalone, operator or status (see --help)`);
@@ -346,8 +437,10 @@ ${'COMMON'}`,
       --leader-elect               Elect a leader among replicas (coordination.k8s.io Lease).
       --leader-election-namespace  Namespace of the Lease (default: the pod's namespace).
       --proxy-namespace <ns>       Only manage Proxies in this namespace.
-      --metrics-secure             Require a ServiceAccount token (TokenReview + SubjectAccessReview)
-                                   on the metrics endpoint.
+      --metrics-secure             Serve metrics over HTTPS and require a ServiceAccount token
+                                   (TokenReview + SubjectAccessReview) on every scrape.
+      --metrics-cert-dir <dir>     tls.crt and tls.key for --metrics-secure (default: a
+                                   self-signed certificate generated at start).
       --kubeconfig <file>          Default: in-cluster config, then $KUBECONFIG, then ~/.kube/config.
 ${'COMMON'}`,
   status: `Usage: egress-proxies-operator status [flags]
@@ -372,6 +465,15 @@ ${'COMMON'}`,
       --installation-id <id>              Which instances are this operator's (labels, GC, spec-hash key);
                                           default: the kube-system namespace UID (operator) or the id
                                           kept in <state>.installation-id (standalone).
+      --discovery-tls-cert <file>         Serve the discovery API over HTTPS with this PEM certificate
+      --discovery-tls-key <file>          ...and this PEM key (both or neither).
+      --discovery-allowed-hosts <list>    Without DISCOVERY_TOKEN, Host names served besides loopback and
+                                          the bind address (comma-separated; .suffix admits subdomains).
+      --http-header-timeout <dur>         Discovery and metrics: time to receive a request head (default 10s).
+      --http-request-timeout <dur>        ...time to receive a whole request (default 30s).
+      --http-idle-timeout <dur>           ...an idle connection is closed after this (default 30s).
+      --discovery-max-connections <n>     Open connections to the discovery API at most (default 1024).
+      --metrics-max-connections <n>       Open connections to the metrics endpoint at most (default 64).
   -h, --help                              This help.
 
 Boolean flags also take a value, as Go flags do: --flag=true|false (also 1|0, t|f).

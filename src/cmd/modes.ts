@@ -5,11 +5,14 @@
  * Teardown at once, so a later start-up failure closes it.
  */
 import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
 import type { Authorize } from '../metrics/authorize.ts';
+import { readTlsDir, type TlsFiles } from '../metrics/listener.ts';
+import { selfSignedCertificate } from '../metrics/selfsigned.ts';
 import { createGcpProvider } from '../provider/gcp/index.ts';
 import { createKvmProvider } from '../provider/kvm/index.ts';
 import { createLocalProvider } from '../provider/local/index.ts';
@@ -29,9 +32,35 @@ export interface ModeParts {
   elector: LeaderElector;
   kubernetesProvider?: ProviderFactory;
   metricsAuthorizer?: Authorize;
+  /** HTTPS for the metrics endpoint (`--metrics-secure`). */
+  metricsTls?: TlsFiles;
   proxyNamespace?: string;
   /** Labels every instance; GC and adoption touch only instances carrying it. */
   installationId: string;
+}
+
+/** `--metrics-secure` serves HTTPS: the certificate of `--metrics-cert-dir`, else a self-signed one. */
+export function metricsTls(
+  flags: Pick<OperatorFlags, 'metricsSecure' | 'metricsCertDir'>,
+  log: Logger,
+): TlsFiles | undefined {
+  if (!flags.metricsSecure) {
+    if (flags.metricsCertDir) throw new StartupError('--metrics-cert-dir: needs --metrics-secure');
+    return undefined;
+  }
+  if (flags.metricsCertDir) {
+    try {
+      return readTlsDir(flags.metricsCertDir, '--metrics-cert-dir');
+    } catch (err) {
+      throw new StartupError(errorMessage(err), { cause: err });
+    }
+  }
+  log.info(
+    'metrics: serving HTTPS with a self-signed certificate generated at start (--metrics-cert-dir not set)',
+  );
+  const host = hostname().toLowerCase();
+  const names = ['localhost', '127.0.0.1', '::1', ...(/^[a-z0-9.-]{1,253}$/.test(host) ? [host] : [])];
+  return selfSignedCertificate({ altNames: names });
 }
 
 /** How cluster mode makes its API clients (a seam for tests). */
@@ -155,6 +184,7 @@ export async function operatorParts(
     import('../metrics/authorize.ts'),
     import('../runtime/kube/installation.ts'),
   ]);
+  const tls = metricsTls(flags, log);
   const kc = new KubeConfig();
   try {
     if (flags.kubeconfig) kc.loadFromFile(flags.kubeconfig);
@@ -199,6 +229,7 @@ export async function operatorParts(
     elector,
     kubernetesProvider,
     metricsAuthorizer: flags.metricsSecure ? authz.tokenReviewAuthorizer(kc) : undefined,
+    metricsTls: tls,
     proxyNamespace: flags.proxyNamespace,
     installationId,
   };

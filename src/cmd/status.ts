@@ -15,7 +15,15 @@ function ago(iso: string | null, now: number): string {
   return `${Math.round(s / 3600)}h`;
 }
 
-/** Pure: snapshot rows → aligned text table. */
+/** Problems only a person can fix, one line each under the table (messages are too long for a column). */
+function problemLines(rows: ProxySnapshot[]): string[] {
+  const lines = rows
+    .filter((r) => r.problem)
+    .map((r) => `  ${r.namespace}/${r.name}: ${r.problem?.reason}: ${r.problem?.message}`);
+  return lines.length === 0 ? [] : ['', 'NEEDS ATTENTION', ...lines];
+}
+
+/** Pure: snapshot rows → aligned text table, then the proxies that need attention. */
 export function formatStatusTable(rows: ProxySnapshot[], now = Date.now()): string {
   const header = [
     'NAMESPACE',
@@ -47,14 +55,13 @@ export function formatStatusTable(rows: ProxySnapshot[], now = Date.now()): stri
   });
   const all = [header, ...lines];
   const widths = header.map((_, i) => Math.max(...all.map((row) => (row[i] ?? '').length)));
-  return all
-    .map((row) =>
-      row
-        .map((c, i) => c.padEnd(widths[i] ?? 0))
-        .join('  ')
-        .trimEnd(),
-    )
-    .join('\n');
+  const table = all.map((row) =>
+    row
+      .map((c, i) => c.padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd(),
+  );
+  return [...table, ...problemLines(rows)].join('\n');
 }
 
 export async function runStatus(flags: StatusFlags): Promise<number> {

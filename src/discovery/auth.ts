@@ -26,6 +26,24 @@ export function tokenDigest(token: string | undefined): Buffer | undefined {
   return trimmed ? hash(trimmed) : undefined;
 }
 
+/**
+ * The token from the environment: undefined only when DISCOVERY_TOKEN is not set at all.
+ * Surrounding whitespace is trimmed (a Secret created from a file usually ends in a newline);
+ * a value that is empty or only whitespace is an error naming the variable, because treating it
+ * as "unset" would serve credentials to anyone.
+ */
+export function discoveryTokenFromEnv(env: NodeJS.ProcessEnv): string | undefined {
+  const raw = env.DISCOVERY_TOKEN;
+  if (raw === undefined) return undefined;
+  const token = raw.trim();
+  if (token === '') {
+    throw new Error(
+      `DISCOVERY_TOKEN is set but ${raw === '' ? 'empty' : 'blank (whitespace only)'}: set a real token, or unset the variable to run the discovery API without authentication`,
+    );
+  }
+  return token;
+}
+
 /** Answers 401 to a request on a non-public route without the right bearer token. */
 export function installBearerAuth(app: FastifyInstance, tokenHash: Buffer): void {
   app.addHook('onRequest', (req, reply, done) => {

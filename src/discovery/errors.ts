@@ -1,15 +1,89 @@
 /**
- * discovery/errors — the API's error bodies and the mapping from a thrown error to a status:
- * field errors are 400s, Fastify's content-type and size refusals are 415/413, anything else
- * is a 500 whose detail goes to the log, never to the client.
+ * discovery/errors — the API's one error shape, `{error:{code,message,field?}}`, for every
+ * refusal: field errors are 400s, Fastify's own refusals (content type, size, bad URL, an
+ * over-long path parameter, an oversized or timed-out request head) keep their status but get
+ * the shape, anything else is a 500 whose detail goes to the log, never to the client. A message
+ * never carries more than a short prefix of what the client sent.
  */
-import type { FastifyError, FastifyInstance } from 'fastify';
+import type { Socket } from 'node:net';
+import type {
+  FastifyError,
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  FastifyServerOptions,
+} from 'fastify';
 import type { Logger } from 'pino';
 import { LeaseInputError } from '../lease/store.ts';
 import { FieldError } from './validation.ts';
 
+/** Longest path parameter (a lease ID) routed at all; the schema says the same. */
+export const MAX_PARAM_LENGTH = 128;
+const MAX_MESSAGE = 300;
+const MAX_FIELD = 100;
+
+function clip(s: string, max: number): string {
+  return s.length <= max ? s : `${s.slice(0, max - 1)}…`;
+}
+
 export function errorBody(code: string, message: string, field?: string) {
-  return { error: field === undefined ? { code, message } : { code, message, field } };
+  const m = clip(message, MAX_MESSAGE);
+  return {
+    error: field === undefined ? { code, message: m } : { code, message: m, field: clip(field, MAX_FIELD) },
+  };
+}
+
+/** Fastify answers these before any route or hook runs; they get the documented shape too. */
+function frameworkError(err: FastifyError, _req: FastifyRequest, reply: FastifyReply): void {
+  if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+    reply.code(400).send(errorBody('bad_request', `id is longer than ${MAX_PARAM_LENGTH} characters`, 'id'));
+    return;
+  }
+  if (err.code === 'FST_ERR_BAD_URL') {
+    reply.code(400).send(errorBody('bad_request', 'the URL path is not valid (malformed percent-encoding)'));
+    return;
+  }
+  reply.code(err.statusCode ?? 400).send(errorBody('bad_request', 'malformed request'));
+}
+
+const CLIENT_ERRORS: Record<string, [number, string, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'header_too_large', 'request headers are too large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'request_timeout', 'the request was not received in time'],
+};
+
+/**
+ * A request Node refuses before Fastify sees it (headers too large, head or body too slow,
+ * unparsable HTTP): answered in the shape on the raw socket, then closed.
+ */
+function clientError(err: NodeJS.ErrnoException, socket: Socket): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  // Bytes after a response that said `Connection: close` (a body we answered without reading),
+  // or an error while a response is already on the wire: a second response would corrupt it.
+  const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (err.code === 'HPE_CLOSED_CONNECTION' || inFlight?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  const [status, code, message] = CLIENT_ERRORS[err.code ?? ''] ?? [
+    400,
+    'bad_request',
+    'malformed HTTP request',
+  ];
+  const body = JSON.stringify(errorBody(code, message));
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${code.replaceAll('_', ' ')}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy();
+}
+
+/** Fastify constructor options for the errors it handles itself. */
+export function errorOptions(): Pick<FastifyServerOptions, 'frameworkErrors' | 'clientErrorHandler'> {
+  return {
+    frameworkErrors: frameworkError as FastifyServerOptions['frameworkErrors'],
+    clientErrorHandler: clientError,
+  };
 }
 
 /** Installs the error and not-found handlers; `bodyLimit` is quoted in the 413 message. */
@@ -35,6 +109,7 @@ export function installErrorHandling(app: FastifyInstance, log: Logger, bodyLimi
   });
 
   app.setNotFoundHandler((req, reply) => {
-    reply.code(404).send(errorBody('not_found', `no route ${req.method} ${req.url.split('?')[0]}`));
+    const path = clip(req.url.split('?')[0] ?? '', 64);
+    reply.code(404).send(errorBody('not_found', `no route ${req.method} ${path}`));
   });
 }

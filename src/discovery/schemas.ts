@@ -3,6 +3,7 @@
  * validate requests, serialise responses, and are the source of /openapi.json.
  */
 import Type, { type TSchema } from 'typebox';
+import { NAMESPACE_PATTERN } from '../lease/input.ts';
 import { MAX_COOLDOWN_SECONDS, MAX_TTL_SECONDS } from '../lease/types.ts';
 
 const Ttl = Type.Integer({
@@ -13,13 +14,17 @@ const Ttl = Type.Integer({
 const Target = Type.String({
   maxLength: 2048,
   description:
-    'Site the proxy will be used for: a host, host:port or URL; normalised to the lowercase host name. Cooldowns from `blocked` reports are per target.',
+    'Site the proxy will be used for: a host, host:port or URL; normalised to the lowercase host name as a URL parser reads it (`2130706433`, `http://2130706433/` and `127.0.0.1` are one target). Cooldowns from `blocked` reports are per target.',
 });
 const SelectorText = Type.String({
   maxLength: 4096,
   description: 'Kubernetes label selector over Proxy labels, e.g. `pool=eu,tier!=spot`.',
 });
-const Namespace = Type.String({ maxLength: 253, description: 'Only proxies in this namespace.' });
+const Namespace = Type.String({
+  // The pattern bounds the length (63) too, so every refusal gets the one DNS-1123 message.
+  pattern: NAMESPACE_PATTERN,
+  description: 'Only proxies in this namespace: a DNS-1123 label (empty = any namespace).',
+});
 
 export const ErrorBody = Type.Object(
   {
@@ -129,6 +134,18 @@ export const ProxyStatusBody = Type.Object({
       description:
         'Why not leasable: NotReady, Deleting, Unhealthy, Draining, CoolingDown, CoolingDownForTarget, AtCapacity.',
     }),
+  ),
+  problem: Nullable(
+    Type.Object(
+      {
+        reason: Type.String({ description: 'CredentialsError or CloudInitError.' }),
+        message: Type.String({ description: 'What is wrong, e.g. which Secret is missing.' }),
+      },
+      {
+        description:
+          'A problem the operator cannot fix by itself (its Provisioned condition), so the proxy stays unserved or unchanged until someone acts; null otherwise.',
+      },
+    ),
   ),
 });
 

@@ -11,8 +11,16 @@ import type { Registry } from 'prom-client';
 import type { LeaseStore } from '../lease/store.ts';
 import { silentLogger } from '../log/index.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
+import {
+  createListener,
+  DEFAULT_DISCOVERY_MAX_CONNECTIONS,
+  DEFAULT_LISTENER_TIMEOUTS,
+  type ListenerLimits,
+  type TlsFiles,
+} from '../metrics/listener.ts';
 import { installBearerAuth, tokenDigest } from './auth.ts';
-import { installErrorHandling } from './errors.ts';
+import { errorOptions, installErrorHandling, MAX_PARAM_LENGTH } from './errors.ts';
+import { installHostGuard } from './host.ts';
 import { registerRoutes } from './routes.ts';
 import { installTelemetry } from './telemetry.ts';
 import { installValidation } from './validation.ts';
@@ -30,6 +38,12 @@ export interface DiscoveryServerOptions {
    * says so at startup; an empty or blank token is refused (fail fast, never silently open).
    */
   token?: string;
+  /** Serve HTTPS with this certificate and key (`--discovery-tls-cert`, `--discovery-tls-key`). */
+  tls?: TlsFiles;
+  /** Timeouts and the connection cap; defaults in metrics/listener. */
+  limits?: Partial<ListenerLimits>;
+  /** Host names served without a token besides loopback and the bind address (`--discovery-allowed-hosts`). */
+  allowedHosts?: string[];
   log?: Logger;
   registry: Registry;
   tracer?: Tracer;
@@ -52,9 +66,9 @@ export function discoveryBindAddress(bind: string): { host: string; port: number
 }
 
 /** A URL a client on this host can use: wildcard listen addresses become loopback. */
-function reachableUrl(addr: AddressInfo): string {
+function reachableUrl(addr: AddressInfo, scheme: 'http' | 'https'): string {
   const shown = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-  return `http://${shown === '0.0.0.0' ? '127.0.0.1' : shown === '[::]' ? '[::1]' : shown}:${addr.port}`;
+  return `${scheme}://${shown === '0.0.0.0' ? '127.0.0.1' : shown === '[::]' ? '[::1]' : shown}:${addr.port}`;
 }
 
 export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promise<DiscoveryServer> {
@@ -63,16 +77,30 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
   const { host, port } = discoveryBindAddress(opts.bindAddress);
   const tokenHash = tokenDigest(opts.token);
 
-  const app = Fastify({ logger: false, bodyLimit: BODY_LIMIT_BYTES, return503OnClosing: true });
+  const limits: ListenerLimits = {
+    ...DEFAULT_LISTENER_TIMEOUTS,
+    maxConnections: DEFAULT_DISCOVERY_MAX_CONNECTIONS,
+    ...opts.limits,
+  };
+
+  const app = Fastify({
+    logger: false,
+    bodyLimit: BODY_LIMIT_BYTES,
+    return503OnClosing: true,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    serverFactory: (handler) => createListener(handler, limits, opts.tls),
+    ...errorOptions(),
+  });
   installValidation(app);
   // Telemetry before auth: a refused request is traced and counted too.
   installTelemetry(app, { registry: opts.registry, tracer, log });
   if (tokenHash) installBearerAuth(app, tokenHash);
+  else installHostGuard(app, host, opts.allowedHosts ?? []);
   installErrorHandling(app, log, BODY_LIMIT_BYTES);
   registerRoutes(app, opts.leases);
 
   await app.listen({ host, port });
-  const url = reachableUrl(app.server.address() as AddressInfo);
+  const url = reachableUrl(app.server.address() as AddressInfo, opts.tls ? 'https' : 'http');
   if (!tokenHash) {
     log.warn(
       { address: url },

@@ -5,6 +5,10 @@
 import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify';
 import type { TSchema } from 'typebox';
+import { NAMESPACE_PATTERN, NAMESPACE_RULE } from '../lease/input.ts';
+
+/** Human wording for the patterns the schemas use, instead of the regular expression. */
+const PATTERN_RULES: Record<string, string> = { [NAMESPACE_PATTERN]: NAMESPACE_RULE };
 
 /** A 400 that names the request field at fault. */
 export class FieldError extends Error {
@@ -15,6 +19,11 @@ export class FieldError extends Error {
     this.name = 'FieldError';
     this.field = field;
   }
+}
+
+/** A client-chosen name as messages quote it: never more than a short prefix. */
+function shorten(name: string): string {
+  return name.length > 64 ? `${name.slice(0, 63)}…` : name;
 }
 
 function fieldOf(part: string, path: string): string {
@@ -28,7 +37,7 @@ export function toFieldError(part: string, errors: FastifySchemaValidationError[
   const extra = list.find((e) => e.keyword === 'additionalProperties');
   if (extra) {
     const names = (extra.params.additionalProperties as string[] | undefined) ?? [];
-    const name = names[0] ?? '?';
+    const name = shorten(names[0] ?? '?');
     const at = fieldOf(part, extra.instancePath);
     const field = at === part ? name : `${at}.${name}`;
     return new FieldError(field, `unknown field "${field}" in ${part}`);
@@ -50,6 +59,8 @@ export function toFieldError(part: string, errors: FastifySchemaValidationError[
   const first = list[0];
   if (!first) return new FieldError(part, `${part} is invalid`);
   const field = fieldOf(part, first.instancePath);
+  const rule = first.keyword === 'pattern' ? PATTERN_RULES[String(first.params.pattern)] : undefined;
+  if (rule) return new FieldError(field, `${field} ${rule}`);
   return new FieldError(field, `${field} ${first.message}`);
 }
 
@@ -57,7 +68,8 @@ const validatorCompiler: FastifySchemaCompiler<TSchema> = (route) => {
   const inner = TypeBoxValidatorCompiler(route);
   const part = route.httpPart === 'querystring' ? 'query' : (route.httpPart ?? 'request');
   return (value: unknown) => {
-    // A POST without a body means "all defaults", not "body must be object".
+    // A POST without a body means "all defaults", not "body must be object" (a JSON `null`
+    // never gets here: the body parser refuses it).
     const input = route.httpPart === 'body' && (value === null || value === undefined) ? {} : value;
     const out = inner(input) as { value?: unknown; error?: FastifySchemaValidationError[] };
     if (out.error) return { error: toFieldError(part, out.error) };
@@ -72,10 +84,15 @@ export function installValidation(app: FastifyInstance): void {
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
     const text = body as string;
     if (text.trim() === '') return done(null, undefined);
+    let parsed: unknown;
     try {
-      done(null, JSON.parse(text));
+      parsed = JSON.parse(text);
     } catch (err) {
       done(new FieldError('body', `body is not valid JSON: ${(err as Error).message}`), undefined);
+      return;
     }
+    // `null` is a value the client wrote, not an absent body: no defaults for it.
+    if (parsed === null) done(new FieldError('body', 'body must be a JSON object, not null'), undefined);
+    else done(null, parsed);
   });
 }

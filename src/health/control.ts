@@ -15,6 +15,8 @@ export const REASON_TARGET_DOWN = 'TargetDown';
 
 interface Control {
   url: string;
+  /** The redacted URL (api/url redactUrl): the one logs and the gauge label show. */
+  shownUrl: string;
   expectStatus: number;
   timeoutMs: number;
   intervalMs: number;
@@ -58,7 +60,7 @@ export class ControlProbes {
       concurrency: Number.POSITIVE_INFINITY,
       run: (key) => this.runControl(key),
       onError: (key, err) =>
-        opts.log.error({ err, url: this.controls.get(key)?.url }, 'control probe crashed'),
+        opts.log.error({ err, url: this.controls.get(key)?.shownUrl }, 'control probe crashed'),
     });
   }
 
@@ -92,6 +94,7 @@ export class ControlProbes {
     }
     this.controls.set(key, {
       url: check.url,
+      shownUrl: check.shownUrl,
       expectStatus: check.expectStatus,
       timeoutMs: Math.min(check.timeoutMs, check.intervalMs),
       intervalMs: check.intervalMs,
@@ -111,7 +114,7 @@ export class ControlProbes {
     if (c.users > 0) return;
     this.controls.delete(key);
     this.scheduler.delete(key);
-    this.publishTargetUp(c.url);
+    this.publishTargetUp(c.shownUrl);
   }
 
   /** True while the URL is down when fetched directly, having worked directly before. */
@@ -131,32 +134,32 @@ export class ControlProbes {
     const log = this.opts.log;
     if (!r.ok && !c.everUp) {
       log.warn(
-        { url: c.url, probeReason: r.reason, message: r.message },
+        { url: c.shownUrl, probeReason: r.reason, message: r.message },
         'health check URL is not reachable directly from the operator; proxy verdicts are not frozen for it until a direct fetch succeeds',
       );
     } else if (!r.ok) {
       log.warn(
-        { url: c.url, reason: REASON_TARGET_DOWN, probeReason: r.reason, message: r.message },
+        { url: c.shownUrl, reason: REASON_TARGET_DOWN, probeReason: r.reason, message: r.message },
         'health check target is down when fetched directly; proxy verdicts frozen',
       );
     } else if (c.up === false) {
-      log.info({ url: c.url }, 'health check target is reachable again; proxy verdicts resume');
+      log.info({ url: c.shownUrl }, 'health check target is reachable again; proxy verdicts resume');
     }
     c.up = up;
     if (up) c.everUp = true;
-    this.publishTargetUp(c.url);
+    this.publishTargetUp(c.shownUrl);
   }
 
-  /** One series per URL: up only when every control of that URL is up. */
-  private publishTargetUp(url: string): void {
+  /** One series per redacted URL: up only when every control of that URL is up. */
+  private publishTargetUp(shownUrl: string): void {
     let any = false;
     let up = true;
     for (const c of this.controls.values()) {
-      if (c.url !== url || c.up === undefined) continue;
+      if (c.shownUrl !== shownUrl || c.up === undefined) continue;
       any = true;
       up &&= c.up;
     }
-    if (any) this.opts.targetUp.set({ url }, up ? 1 : 0);
-    else this.opts.targetUp.remove({ url });
+    if (any) this.opts.targetUp.set({ url: shownUrl }, up ? 1 : 0);
+    else this.opts.targetUp.remove({ url: shownUrl });
   }
 }

@@ -307,7 +307,7 @@ export class HealthEngine {
 
   private startSpan(t: Target): Span | undefined {
     return this.tracer?.startSpan('health.probe', {
-      attributes: { 'proxy.namespace': t.namespace, 'proxy.name': t.name, 'health.url': t.check.url },
+      attributes: { 'proxy.namespace': t.namespace, 'proxy.name': t.name, 'health.url': t.check.shownUrl },
     });
   }
 

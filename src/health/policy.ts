@@ -11,7 +11,7 @@ import {
   DEFAULT_SUCCESS_THRESHOLD,
 } from '../api/health-defaults.ts';
 import type { ProxyObject } from '../api/proxy.ts';
-import { isHttpUrl } from '../api/url.ts';
+import { isHttpUrl, redactUrl } from '../api/url.ts';
 
 /** The condition reason of a successful probe (failures carry the probe's own reason). */
 export const REASON_PROBE_SUCCEEDED = 'ProbeSucceeded';
@@ -36,6 +36,8 @@ export const DEFAULT_HEALTH_CHECK: HealthCheckDefaults = {
 
 export interface ResolvedCheck {
   url: string;
+  /** `url` without userinfo, query or fragment: the only form logs, labels and status show. */
+  shownUrl: string;
   expectStatus: number;
   intervalMs: number;
   timeoutMs: number;
@@ -78,8 +80,10 @@ export function resolveCheck(defaults: HealthCheckDefaults, proxy: ProxyObject):
       ? hc.timeoutSeconds * 1000
       : (defaults.timeoutMs ??
         Math.max(1, Math.min(5000, Math.floor((intervalMs * failureThreshold * 2) / 3))));
+  const url = hc.url ?? defaults.url;
   return {
-    url: hc.url ?? defaults.url,
+    url,
+    shownUrl: redactUrl(url),
     expectStatus: hc.expectStatus ?? defaults.expectStatus,
     intervalMs,
     timeoutMs,

@@ -14,6 +14,7 @@ import {
   type TLSSocket,
   connect as tlsConnect,
 } from 'node:tls';
+import { redactUrl } from '../api/url.ts';
 import { errorMessage } from '../log/errors.ts';
 
 export const PROBE_REASONS = [
@@ -91,8 +92,10 @@ interface ParsedUrl {
   authority: string;
   port: number;
   path: string;
-  /** The URL without userinfo, for absolute-form requests and messages. */
+  /** The URL without userinfo, for absolute-form requests. */
   href: string;
+  /** The URL as messages show it (api/url redactUrl: no userinfo, query or fragment). */
+  shown: string;
 }
 
 const urlCache = new Map<string, ParsedUrl>();
@@ -116,6 +119,7 @@ export function parseProbeUrl(raw: string): ParsedUrl {
     port,
     path: `${u.pathname || '/'}${u.search}`,
     href: `${u.protocol}//${hostForAuthority}${u.port ? `:${u.port}` : ''}${u.pathname}${u.search}`,
+    shown: redactUrl(raw),
   };
   if (urlCache.size > 1000) urlCache.clear();
   urlCache.set(raw, parsed);
@@ -291,7 +295,7 @@ async function request(
   socket.write(`${req}\r\n`);
   const { status } = await readHead(
     socket,
-    () => new ProbeFailure('UnexpectedStatus', `${url.href} closed the connection without a response`),
+    () => new ProbeFailure('UnexpectedStatus', `${url.shown} closed the connection without a response`),
   );
   return status;
 }

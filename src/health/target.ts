@@ -86,7 +86,7 @@ export function recordResult(t: Target, r: ProbeResult, now: number): boolean | 
   if (r.ok) {
     t.last.latencyMs = r.latencyMs;
     t.last.reason = REASON_PROBE_SUCCEEDED;
-    t.last.message = `probe of ${t.check.url} answered ${t.check.expectStatus} in ${r.latencyMs} ms`;
+    t.last.message = `probe of ${t.check.shownUrl} answered ${t.check.expectStatus} in ${r.latencyMs} ms`;
   } else {
     t.last.reason = r.reason;
     t.last.message = r.message;

@@ -7,7 +7,8 @@ import { phaseServes } from '../api/proxy.ts';
 import type { NoneLeasableCounts, NotLeasableReason, ProxyInfo, ProxySnapshot } from './types.ts';
 
 /** A proxy's facts (credentials folded into `url`) plus its lease state. */
-export interface Entry extends Omit<ProxyInfo, 'credentials' | 'latencyMillis'> {
+export interface Entry extends Omit<ProxyInfo, 'credentials' | 'latencyMillis' | 'problem'> {
+  problem: ProxyInfo['problem'];
   /** true once the health engine has spoken: its verdicts win over the status condition. */
   healthFromVerdict: boolean;
   url: string;
@@ -39,6 +40,7 @@ export function newEntry(info: Pick<ProxyInfo, 'key' | 'namespace' | 'name' | 'u
     host: '',
     port: 0,
     url: '',
+    problem: undefined,
     latencyMillis: undefined,
     active: 0,
     lastLeasedSeq: 0,
@@ -155,5 +157,6 @@ export function snapshotOf(e: Entry, target: string | undefined, now: number): P
       .map(([t, until]) => ({ target: t, until: iso(until) })),
     leasable: reason === null,
     reason,
+    problem: e.problem ? { ...e.problem } : null,
   };
 }

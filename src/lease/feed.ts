@@ -1,21 +1,36 @@
 /**
  * lease/feed — keeps the lease store in step with the Proxy objects: every Proxy event becomes
  * an upsert/remove of its lease-relevant facts (address, phase, Healthy condition, drain,
- * deletion, maxLeases, labels) with its credentials resolved; a change to a Secret re-resolves
- * the proxies that use it (api/credentials). Health verdicts come from the health engine directly.
+ * deletion, maxLeases, labels, a problem only a person can fix) with its credentials resolved; a
+ * change to a Secret re-resolves the proxies that use it (api/credentials). Health verdicts come
+ * from the health engine directly.
  */
 
-import { isConditionTrue } from '../api/conditions.ts';
-import { CONDITION_HEALTHY } from '../api/constants.ts';
+import { findCondition, isConditionTrue } from '../api/conditions.ts';
+import { CONDITION_HEALTHY, CONDITION_PROVISIONED } from '../api/constants.ts';
 import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
 import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
+import { REASONS } from '../controller/status.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import type { Credentials } from '../provider/contract.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import type { ObjectStore, Unsubscribe } from '../runtime/store.ts';
 import type { LeaseStore } from './store.ts';
-import type { ProxyInfo } from './types.ts';
+import type { ProxyInfo, ProxyProblem } from './types.ts';
+
+/**
+ * Provisioned reasons that wait for a person (a Secret to create or fix): the proxy stays
+ * unserved, or on its old spec, however often it is reconciled.
+ */
+const NEEDS_A_PERSON = new Set<string>([REASONS.credentials, REASONS.cloudInit]);
+
+/** The problem a Proxy's Provisioned condition reports, when only a person can fix it. */
+export function proxyProblem(p: ProxyObject): ProxyProblem | undefined {
+  const c = findCondition(p.status?.conditions, CONDITION_PROVISIONED);
+  if (c?.status !== 'False' || !NEEDS_A_PERSON.has(c.reason ?? '')) return undefined;
+  return { reason: c.reason ?? '', message: c.message ?? '' };
+}
 
 export interface LeaseFeedOptions {
   store: ObjectStore;
@@ -56,6 +71,8 @@ export function proxyInfo(p: ProxyObject, credentials: Credentials | undefined):
     port: endpoint?.port ?? 0,
   };
   if (credentials) info.credentials = credentials;
+  const problem = proxyProblem(p);
+  if (problem) info.problem = problem;
   const latency = p.status?.health?.latencyMillis;
   if (latency !== undefined) info.latencyMillis = latency;
   return info;
@@ -73,7 +90,24 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
   const inflight = new Set<Promise<void>>();
   const timers = new Set<TimerHandle>();
   const warnedNoCredentials = new Set<string>();
+  const readFailing = new Set<string>();
+  /** The problem last logged per proxy: a Proxy event repeats it, the log says it once. */
+  const loggedProblem = new Map<string, string>();
   let stopped = false;
+
+  const logProblem = (key: string, problem: ProxyProblem | undefined): void => {
+    const said = loggedProblem.get(key);
+    if (!problem) {
+      if (said === undefined) return;
+      loggedProblem.delete(key);
+      log.info({ proxy: key }, 'proxy problem resolved');
+      return;
+    }
+    const text = `${problem.reason}: ${problem.message}`;
+    if (said === text) return;
+    loggedProblem.set(key, text);
+    log.warn({ proxy: key, reason: problem.reason, message: problem.message }, 'proxy needs attention');
+  };
 
   const sync = (p: ProxyObject): void => {
     if (stopped) return;
@@ -86,7 +120,10 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
         creds = await credentials.credentialsFor(p, { signal });
       } catch (err) {
         if (stopped || generation.get(key) !== gen) return;
-        log.warn({ proxy: key, err }, 'reading proxy credentials failed; retrying');
+        // Once per failure streak at warn; the retries every few seconds at debug.
+        if (readFailing.has(key)) log.debug({ proxy: key, err }, 'reading proxy credentials failed again');
+        else log.warn({ proxy: key, err }, 'reading proxy credentials failed; retrying');
+        readFailing.add(key);
         const t = clock.setTimeout(() => {
           timers.delete(t);
           const latest = store.proxies.get(parseKey(key));
@@ -96,6 +133,7 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
         return;
       }
       if (stopped || generation.get(key) !== gen) return;
+      readFailing.delete(key);
       if (creds) warnedNoCredentials.delete(key);
       else if (proxyType(p.spec) === 'Managed') {
         // A new proxy has no Secret until the reconciler generates it: normal, not worth a warning
@@ -109,7 +147,9 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
           );
         }
       }
-      leases.upsertProxy(proxyInfo(p, creds));
+      const info = proxyInfo(p, creds);
+      logProblem(key, info.problem);
+      leases.upsertProxy(info);
     })();
     inflight.add(run);
     void run.finally(() => inflight.delete(run));
@@ -119,6 +159,8 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
     const key = keyOf(p);
     generation.set(key, (generation.get(key) ?? 0) + 1);
     warnedNoCredentials.delete(key);
+    loggedProblem.delete(key);
+    readFailing.delete(key);
     leases.removeProxy(key);
   };
 

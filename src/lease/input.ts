@@ -1,6 +1,6 @@
 /**
  * lease/input — checks on what a lease client sends besides the target (lease/target): the
- * seconds fields and the label selector text, each refused as a LeaseInputError naming its field.
+ * seconds fields, the namespace and the label selector text, each refused as a LeaseInputError naming its field.
  */
 import { parseSelector, type Selector, SelectorError } from '../runtime/selector.ts';
 import { LeaseInputError } from './target.ts';
@@ -10,6 +10,18 @@ export function checkSeconds(field: string, value: number | undefined, max: numb
   if (!Number.isInteger(value) || value < 1 || value > max) {
     throw new LeaseInputError(field, `${field} must be an integer from 1 to ${max}`);
   }
+}
+
+/** A namespace name as Kubernetes allows it: a DNS-1123 label (the empty string means any namespace). */
+export const NAMESPACE_PATTERN = '^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$';
+export const NAMESPACE_RULE =
+  "must be a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit";
+const NAMESPACE = new RegExp(NAMESPACE_PATTERN);
+
+/** Refuses a namespace no Proxy can live in (a typo would otherwise just match nothing). */
+export function checkNamespace(value: string | undefined, field = 'namespace'): void {
+  if (value === undefined || NAMESPACE.test(value)) return;
+  throw new LeaseInputError(field, `${field} ${NAMESPACE_RULE}`);
 }
 
 const MAX_SELECTOR_CHARS = 4096;

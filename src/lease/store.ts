@@ -20,7 +20,7 @@ import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import type { Selector } from '../runtime/selector.ts';
 import { coolingFor, type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
-import { checkSeconds, toSelector } from './input.ts';
+import { checkNamespace, checkSeconds, toSelector } from './input.ts';
 import { IndexedHeap } from './ordered.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
 import {
@@ -168,6 +168,7 @@ export class LeaseStore {
     e.host = info.host;
     e.port = info.port;
     e.url = info.host ? proxyUrlWithCredentials(info.host, info.port, info.credentials) : '';
+    e.problem = info.problem;
   }
 
   /** Forgets a proxy: no new leases; existing leases stay valid until released or expired. */
@@ -218,6 +219,7 @@ export class LeaseStore {
     const target = normalizeTarget(req.target);
     const selector = toSelector(req.selector);
     checkSeconds('ttlSeconds', req.ttlSeconds, this.maxTtl);
+    checkNamespace(req.namespace);
     const namespace = req.namespace === '' ? undefined : req.namespace;
     this.tick();
     const now = this.clock.now();
@@ -327,6 +329,7 @@ export class LeaseStore {
   snapshot(filter: SnapshotFilter = {}): ProxySnapshot[] {
     const target = normalizeTarget(filter.target);
     const selector = toSelector(filter.selector);
+    checkNamespace(filter.namespace);
     const namespace = filter.namespace === '' ? undefined : filter.namespace;
     this.tick();
     const now = this.clock.now();

@@ -15,11 +15,32 @@ export class LeaseInputError extends Error {
 
 const HOST = /^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$/;
 const IPV6 = /^[0-9a-f:.]+$/;
+/** Characters that make a bare target more than an authority (path, query, userinfo, spaces). */
+const NOT_AUTHORITY = /[/?#@\\\s]/;
+
+/** Quotes what a client sent, shortened: error messages never echo a long input back. */
+function shown(text: string): string {
+  return JSON.stringify(text.length > 64 ? `${text.slice(0, 63)}…` : text);
+}
+
+/**
+ * The host of an authority (`host` or `host:port`) as the WHATWG URL parser sees it, so a host
+ * written any way (`2130706433`, `0x7f.1`, `127.0.0.1`, `Shop.Example`) becomes one key, and a
+ * port the URL form refuses (`:99999`) is refused here too.
+ */
+function hostOfAuthority(authority: string, text: string): string {
+  try {
+    return new URL(`http://${authority}/`).hostname;
+  } catch {
+    throw new LeaseInputError('target', `target ${shown(text)} is not a host name, host:port or URL`);
+  }
+}
 
 /**
  * Normalises a target to its host: lowercase, scheme/path/port/userinfo stripped, trailing dot
- * dropped, IPv6 kept in brackets. Empty or absent → undefined (no target). Throws
- * LeaseInputError(field 'target') for anything that is not a host.
+ * dropped, IPv4 in dotted-decimal, IPv6 kept in brackets. A bare host or host:port goes through
+ * the same URL parser as the URL form, so both normalise one way. Empty or absent → undefined
+ * (no target). Throws LeaseInputError(field 'target') for anything that is not a host.
  */
 export function normalizeTarget(raw: string | undefined): string | undefined {
   if (raw === undefined) return undefined;
@@ -32,20 +53,21 @@ export function normalizeTarget(raw: string | undefined): string | undefined {
     try {
       url = new URL(text);
     } catch {
-      throw new LeaseInputError('target', `target "${text}" is not a valid URL`);
+      throw new LeaseInputError('target', `target ${shown(text)} is not a valid URL`);
     }
-    host = url.hostname;
+    // A scheme the URL parser does not know leaves the host as written: parse it as http's.
+    host = url.hostname === '' ? '' : hostOfAuthority(url.host, text);
   } else {
-    host = text;
-    const bracket = /^\[([^\]]+)\](?::\d{1,5})?$/.exec(host);
-    if (bracket) host = `[${bracket[1]}]`;
-    else if (/^[^:]+:\d{1,5}$/.test(host)) host = host.slice(0, host.lastIndexOf(':'));
+    if (NOT_AUTHORITY.test(text)) {
+      throw new LeaseInputError('target', `target ${shown(text)} is not a host name, host:port or URL`);
+    }
+    host = hostOfAuthority(text, text);
   }
   host = host.toLowerCase();
-  if (host.endsWith('.')) host = host.slice(0, -1);
+  if (host.endsWith('.')) host = hostOfAuthority(host.slice(0, -1), text);
   if (host.startsWith('[') && host.endsWith(']') && IPV6.test(host.slice(1, -1))) return host;
   if (host.length === 0 || host.length > 253 || !HOST.test(host)) {
-    throw new LeaseInputError('target', `target "${text}" is not a host name, host:port or URL`);
+    throw new LeaseInputError('target', `target ${shown(text)} is not a host name, host:port or URL`);
   }
   return host;
 }

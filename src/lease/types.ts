@@ -30,6 +30,15 @@ export interface ProxyInfo {
   port: number;
   credentials?: { username: string; password: string };
   latencyMillis?: number;
+  /** A problem only a person can fix (e.g. a missing credentials Secret), from the Provisioned condition. */
+  problem?: ProxyProblem;
+}
+
+/** Why the operator cannot make a proxy serve until someone acts (see docs/api.md). */
+export interface ProxyProblem {
+  /** The Provisioned condition's reason: CredentialsError or CloudInitError. */
+  reason: string;
+  message: string;
 }
 
 export interface LeaseRequest {
@@ -103,6 +112,8 @@ export interface ProxySnapshot {
   leasable: boolean;
   /** Why not leasable now (the first rule that fails); null when leasable. */
   reason: NotLeasableReason | null;
+  /** A problem only a person can fix, or null. */
+  problem: ProxyProblem | null;
 }
 
 export interface SnapshotFilter {

@@ -1,13 +1,21 @@
 /**
  * metrics/server — the Prometheus scrape endpoint (`GET /metrics`) on `--metrics-bind-address`,
- * optionally behind an Authorize (`--metrics-secure`). Plain node:http: one route, no framework.
+ * optionally over HTTPS behind an Authorize (`--metrics-secure`). Plain node:http(s) on the
+ * shared listener (timeouts, connection cap): one route, no framework.
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { silentLogger } from '../log/index.ts';
 import type { Authorize } from './authorize.ts';
 import { closeServer, formatAddress, listenOn, parseBindAddress } from './bind.ts';
+import {
+  createListener,
+  DEFAULT_LISTENER_TIMEOUTS,
+  DEFAULT_METRICS_MAX_CONNECTIONS,
+  type ListenerLimits,
+  type TlsFiles,
+} from './listener.ts';
 
 export interface MetricsServerOptions {
   /** `--metrics-bind-address`: "0" = off, ":8080", "127.0.0.1:9090", "127.0.0.1:0" (ephemeral). */
@@ -18,6 +26,10 @@ export interface MetricsServerOptions {
   authorize?: Authorize;
   /** Flag name used in errors about bindAddress. Default `--metrics-bind-address`. */
   flag?: string;
+  /** Serve HTTPS with this certificate (`--metrics-secure`). */
+  tls?: TlsFiles;
+  /** Timeouts and the connection cap; defaults in metrics/listener. */
+  limits?: Partial<ListenerLimits>;
 }
 
 export interface MetricsServer {
@@ -62,16 +74,28 @@ export async function startMetricsServer(opts: MetricsServerOptions): Promise<Me
     res.end(req.method === 'HEAD' ? undefined : body);
   };
 
-  const server = createServer((req, res) => {
-    handle(req, res).catch((err: unknown) => {
-      log.error({ err }, 'metrics scrape failed');
-      if (!res.headersSent) send(res, 500, 'metrics collection failed\n');
-      else res.destroy();
-    });
-  });
+  const limits: ListenerLimits = {
+    ...DEFAULT_LISTENER_TIMEOUTS,
+    maxConnections: DEFAULT_METRICS_MAX_CONNECTIONS,
+    ...opts.limits,
+  };
+  const server = createListener(
+    (req, res) => {
+      handle(req, res).catch((err: unknown) => {
+        log.error({ err }, 'metrics scrape failed');
+        if (!res.headersSent) send(res, 500, 'metrics collection failed\n');
+        else res.destroy();
+      });
+    },
+    limits,
+    opts.tls,
+  );
   const bound = await listenOn(server, bind);
   const address = formatAddress(bound.host, bound.port);
-  log.info({ address, secure: Boolean(opts.authorize) }, 'metrics endpoint listening');
+  log.info(
+    { address, https: Boolean(opts.tls), authorized: Boolean(opts.authorize) },
+    'metrics endpoint listening',
+  );
   let closing: Promise<void> | undefined;
   return {
     address,

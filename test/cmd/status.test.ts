@@ -20,6 +20,7 @@ const row = (over: Partial<ProxySnapshot>): ProxySnapshot => ({
   targetCooldowns: [],
   leasable: true,
   reason: null,
+  problem: null,
   ...over,
 });
 

@@ -207,6 +207,7 @@ class Model {
             .map(([t, until]) => ({ target: t, until: iso(until) })),
           leasable: reason === null,
           reason,
+          problem: null,
         };
       })
       .sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`));

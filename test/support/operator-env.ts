@@ -155,7 +155,10 @@ export async function startOperator(opts: {
   ];
   const child = spawn(NODE, args, {
     cwd: ROOT,
-    env: { ...process.env, POD_NAMESPACE: OPERATOR_NS, DISCOVERY_TOKEN: '' },
+    // No DISCOVERY_TOKEN at all: an empty one is a start-up error.
+    env: Object.fromEntries(
+      Object.entries({ ...process.env, POD_NAMESPACE: OPERATOR_NS }).filter(([k]) => k !== 'DISCOVERY_TOKEN'),
+    ),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: LogLine[] = [];
