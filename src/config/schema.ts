@@ -22,7 +22,9 @@ export const EgressPolicySchema = Type.Object(
       }),
     ),
     denyCIDRs: Type.Optional(
-      Type.Array(Type.String(), { description: 'Ranges denied on top of the defaults; they win over allowCIDRs.' }),
+      Type.Array(Type.String(), {
+        description: 'Ranges denied on top of the defaults; they win over allowCIDRs.',
+      }),
     ),
     connectPorts: Type.Optional(
       Type.Array(Type.Integer(), { description: 'Ports CONNECT may reach. Default [443].' }),

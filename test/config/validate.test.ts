@@ -437,7 +437,9 @@ const CASES: Case[] = [
   {
     name: 'egress policy: a CIDR that is no CIDR, lacks a prefix, has host bits or a long prefix',
     config: cfg(
-      local({ egressPolicy: { allowCIDRs: ['localhost', '127.0.0.1'], denyCIDRs: ['10.0.0.1/8', '::1/129'] } }),
+      local({
+        egressPolicy: { allowCIDRs: ['localhost', '127.0.0.1'], denyCIDRs: ['10.0.0.1/8', '::1/129'] },
+      }),
     ),
     errors: [
       ['providers[0].local.egressPolicy.allowCIDRs[0]', '"localhost" must be a CIDR range'],
