@@ -11,6 +11,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
 import type { Authorize } from '../metrics/authorize.ts';
+import { parseBindAddress } from '../metrics/bind.ts';
 import { readTlsDir, type TlsFiles } from '../metrics/listener.ts';
 import { selfSignedCertificate } from '../metrics/selfsigned.ts';
 import { createGcpProvider } from '../provider/gcp/index.ts';
@@ -93,13 +94,41 @@ export function resolveStandalonePaths(flags: StandaloneFlags, cwd = process.cwd
   return { providersFile, manifests, statePath };
 }
 
+/**
+ * The operator's own listening ports, which the local proxies keep closed to lease holders; the
+ * discovery API's is also the probe port (`GET /generate_204` stays reachable for health checks).
+ */
+export function operatorPorts(
+  flags: Pick<CommonFlags, 'discoveryBindAddress' | 'metricsBindAddress' | 'healthProbeBindAddress'>,
+): { ports: number[]; probePort?: number } {
+  const port = (v: string) => {
+    const p = parseBindAddress(v, 'bind address')?.port;
+    return p === undefined || p === 0 ? undefined : p;
+  };
+  const discovery = port(flags.discoveryBindAddress);
+  const ports = [discovery, port(flags.metricsBindAddress), port(flags.healthProbeBindAddress)];
+  return {
+    ports: ports.filter((p) => p !== undefined),
+    ...(discovery === undefined ? {} : { probePort: discovery }),
+  };
+}
+
 export function providerFactories(
   kubernetes: ProviderFactory | undefined,
-  flags: Pick<CommonFlags, 'gcpWireFullPayloads'>,
+  flags: Pick<
+    CommonFlags,
+    'gcpWireFullPayloads' | 'discoveryBindAddress' | 'metricsBindAddress' | 'healthProbeBindAddress'
+  >,
 ): Record<string, ProviderFactory> {
   return {
     local: (entry, deps) =>
-      createLocalProvider({ name: entry.name, config: entry.local ?? {}, log: deps.log }),
+      createLocalProvider({
+        name: entry.name,
+        config: entry.local ?? {},
+        log: deps.log,
+        registry: deps.registry,
+        operator: operatorPorts(flags),
+      }),
     kubernetes:
       kubernetes ??
       (() => {

@@ -10,6 +10,30 @@ export type ProviderType = (typeof PROVIDER_TYPES)[number];
 
 const strict = { additionalProperties: false } as const;
 
+/**
+ * What a lease holder may reach through this provider's proxies (docs/operations.md, "Security
+ * model"). Every provider type carries the same block; config/egress applies the defaults.
+ */
+export const EgressPolicySchema = Type.Object(
+  {
+    allowCIDRs: Type.Optional(
+      Type.Array(Type.String(), {
+        description: 'Ranges taken out of the default deny list (a lab probing a loopback origin).',
+      }),
+    ),
+    denyCIDRs: Type.Optional(
+      Type.Array(Type.String(), {
+        description: 'Ranges denied on top of the defaults; they win over allowCIDRs.',
+      }),
+    ),
+    connectPorts: Type.Optional(
+      Type.Array(Type.Integer(), { description: 'Ports CONNECT may reach. Default [443].' }),
+    ),
+  },
+  strict,
+);
+const egressPolicy = Type.Optional(EgressPolicySchema);
+
 export const KubernetesProviderConfigSchema = Type.Object(
   {
     namespace: Type.Optional(
@@ -25,6 +49,7 @@ export const KubernetesProviderConfigSchema = Type.Object(
         description: 'Node label used for placement.zone. Default topology.kubernetes.io/zone.',
       }),
     ),
+    egressPolicy,
     resourceProfiles: Type.Optional(
       Type.Record(
         Type.String(),
@@ -62,6 +87,7 @@ export const GcpProviderConfigSchema = Type.Object(
         strict,
       ),
     ),
+    egressPolicy,
     /** Tests: point the client at a local server. */
     apiEndpoint: Type.Optional(Type.String()),
   },
@@ -109,6 +135,7 @@ export const KvmProviderConfigSchema = Type.Object(
       Type.Object({ vcpus: Type.Integer({ minimum: 1 }), memoryMiB: Type.Integer({ minimum: 64 }) }, strict),
     ),
     hosts: Type.Array(KvmHostSchema),
+    egressPolicy,
   },
   strict,
 );
@@ -131,6 +158,7 @@ export const LocalProviderConfigSchema = Type.Object(
         strict,
       ),
     ),
+    egressPolicy,
   },
   strict,
 );

@@ -11,6 +11,7 @@ import { childPath, type FieldError, schemaErrors } from '../api/schema-errors.t
 import { isHttpUrl } from '../api/url.ts';
 import { isDnsLabel, isDnsSubdomain } from '../api/validate.ts';
 import { LOCAL_MIN_PORT } from './defaults.ts';
+import { cidrProblem, type EgressPolicyConfig } from './egress.ts';
 import {
   type GcpProviderConfig,
   type KubernetesProviderConfig,
@@ -276,6 +277,22 @@ function checkLocal(c: LocalProviderConfig, x: Issues): void {
   }
 }
 
+/** The egress policy block every provider type carries (see config/egress). */
+function checkEgressPolicy(p: EgressPolicyConfig, at: string, x: Issues): void {
+  for (const field of ['allowCIDRs', 'denyCIDRs'] as const) {
+    (p[field] ?? []).forEach((c, i) => {
+      const problem = cidrProblem(c);
+      if (problem) x.error(`${at}.${field}[${i}]`, `${q(c)} ${problem}`);
+    });
+  }
+  (p.connectPorts ?? []).forEach((port, i) => {
+    if (port < 1 || port > 65535) x.error(`${at}.connectPorts[${i}]`, `${port} is not a port (1-65535)`);
+  });
+  if (p.connectPorts?.length === 0) {
+    x.warn(`${at}.connectPorts`, 'is empty: CONNECT is refused everywhere, so https:// cannot go through');
+  }
+}
+
 const CHECKS: Record<ProviderEntry['type'], (e: ProviderEntry, x: Issues) => void> = {
   kubernetes: (e, x) => checkKubernetes(e.kubernetes ?? {}, x),
   gcp: (e, x) => e.gcp && checkGcp(e.gcp, x),
@@ -305,6 +322,8 @@ function checkEntry(entry: ProviderEntry, x: Issues): void {
     x.error(entry.type, `is required for type ${entry.type}`);
   }
   CHECKS[entry.type](entry, x);
+  const policy = (entry[entry.type] as { egressPolicy?: EgressPolicyConfig } | undefined)?.egressPolicy;
+  if (policy) checkEgressPolicy(policy, `${entry.type}.egressPolicy`, x);
 }
 
 /** Schema errors read as sentences after the path. */

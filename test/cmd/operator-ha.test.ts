@@ -8,6 +8,7 @@ import { CONDITION_HEALTHY } from '../../src/api/constants.ts';
 import {
   condition,
   createProxy,
+  freePort,
   getProxy,
   lease,
   leaseSpec,
@@ -25,9 +26,12 @@ useOperatorEnv();
 
 describe('operator replicas with --leader-elect', () => {
   it('with two replicas only the leader reconciles, and SIGTERM hands over quickly', async () => {
-    const a = await startOperator({ name: 'a', leaderElect: true });
+    // a's local proxies are probed through b's discovery API, which is not a's own port: on
+    // loopback, a's egress policy must allow it.
+    const bPort = await freePort();
+    const a = await startOperator({ name: 'a', leaderElect: true, openPorts: [bPort] });
     await until('a to lead', () => leaseSpec().holderIdentity === a.identity());
-    const b = await startOperator({ name: 'b', leaderElect: true });
+    const b = await startOperator({ name: 'b', leaderElect: true, discoveryPort: bPort });
 
     // Probe through b's discovery endpoint: it outlives a.
     await createProxy('ha-1', b);

@@ -30,9 +30,13 @@ describe('operator with the kubernetes provider', () => {
   it('runs a Proxy on the kubernetes provider: Pod + Secret, real Squid, lease, cleanup', async () => {
     const kubelet = playKubelet();
     try {
+      // The Pods' Squid probes the operator's discovery API on loopback, which the default egress
+      // policy refuses: the provider's egressPolicy opens exactly that address and port.
+      const discoveryPort = await freePort();
       const op = await startOperator({
         name: 'a',
-        extraProviders: '  - name: in-cluster\n    type: kubernetes\n',
+        discoveryPort,
+        extraProviders: `  - name: in-cluster\n    type: kubernetes\n    kubernetes:\n      egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${discoveryPort}]}\n`,
       });
       const port = await freePort();
       const created = await createProxy('kube-1', op, PROXY_NS, { provider: 'in-cluster', port });

@@ -33,7 +33,8 @@ let httpOrigin: Origin;
 const passwords = new Set<string>();
 
 beforeAll(async () => {
-  [ws, tlsOrigin, httpOrigin] = await Promise.all([createWorkspace(), startTlsOrigin(), startHttpOrigin()]);
+  [tlsOrigin, httpOrigin] = await Promise.all([startTlsOrigin(), startHttpOrigin()]);
+  ws = await createWorkspace({ openPorts: [tlsOrigin.port, httpOrigin.port] });
   proc = startStandalone(ws);
   client = clientFor(ws);
   await waitForReady(ws, proc, NAMES, 40_000);

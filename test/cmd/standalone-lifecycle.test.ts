@@ -54,8 +54,8 @@ function instancesOf(proc: CliProcess): Map<string, string[]> {
 
 describe('standalone CLI: restarts', () => {
   it('keeps proxies and credentials across kill -9, and refuses a second process on the same state', async () => {
-    const ws = await createWorkspace();
     const origin = await startHttpOrigin();
+    const ws = await createWorkspace({ openPorts: [origin.port] });
     onTestFinished(() => origin.close());
     const first = startStandalone(ws);
     const client = clientFor(ws);
@@ -122,8 +122,8 @@ describe('standalone CLI: shutdown', () => {
   it.each(['SIGTERM', 'SIGINT'] as const)(
     'exits 0 on %s, closes every proxy listener and removes its lock',
     async (sig) => {
-      const ws = await createWorkspace();
       const origin = await startHttpOrigin();
+      const ws = await createWorkspace({ openPorts: [origin.port] });
       onTestFinished(() => origin.close());
       const proc = startStandalone(ws);
       const proxies = await waitForReady(ws, proc, NAMES, 40_000);

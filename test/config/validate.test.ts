@@ -424,6 +424,51 @@ const CASES: Case[] = [
     errors: [['providers[0].local.portRange.to', 'at most 65535']],
   },
   { name: 'local single port', config: cfg(local({ portRange: { from: 20000, to: 20000 } })) },
+  // Egress policy: the same block on every provider type.
+  {
+    name: 'egress policy on every type',
+    config: cfg(
+      k8s({ egressPolicy: { allowCIDRs: ['10.20.0.0/16'], connectPorts: [443, 8443] } }),
+      gcp({ egressPolicy: { denyCIDRs: ['203.0.113.0/24', '2001:db8::/32'] } }),
+      kvm({ egressPolicy: { allowCIDRs: ['192.168.10.0/24'] } }),
+      local({ egressPolicy: { allowCIDRs: ['127.0.0.1/32', '::1/128'], connectPorts: [8443] } }),
+    ),
+  },
+  {
+    name: 'egress policy: a CIDR that is no CIDR, lacks a prefix, has host bits or a long prefix',
+    config: cfg(
+      local({
+        egressPolicy: { allowCIDRs: ['localhost', '127.0.0.1'], denyCIDRs: ['10.0.0.1/8', '::1/129'] },
+      }),
+    ),
+    errors: [
+      ['providers[0].local.egressPolicy.allowCIDRs[0]', '"localhost" must be a CIDR range'],
+      ['providers[0].local.egressPolicy.allowCIDRs[1]', 'needs a prefix length, e.g. 127.0.0.1/32'],
+      ['providers[0].local.egressPolicy.denyCIDRs[0]', 'host bits set; the range it names is 10.0.0.0/8'],
+      ['providers[0].local.egressPolicy.denyCIDRs[1]', 'prefix length "129"; it must be 0-128 for IPv6'],
+    ],
+  },
+  {
+    name: 'egress policy: ports out of range',
+    config: cfg(gcp({ egressPolicy: { connectPorts: [443, 0, 70000] } })),
+    errors: [
+      ['providers[0].gcp.egressPolicy.connectPorts[1]', '0 is not a port (1-65535)'],
+      ['providers[0].gcp.egressPolicy.connectPorts[2]', '70000 is not a port (1-65535)'],
+    ],
+  },
+  {
+    name: 'egress policy: a port that is not an integer, an unknown field',
+    config: cfg(kvm({ egressPolicy: { connectPorts: [44.3], allowPorts: [22] } })),
+    errors: [
+      ['providers[0].kvm.egressPolicy.allowPorts', 'is not a known field'],
+      ['providers[0].kvm.egressPolicy.connectPorts[0]', 'integer'],
+    ],
+  },
+  {
+    name: 'egress policy: no CONNECT port at all is allowed, with a warning',
+    config: cfg(k8s({ egressPolicy: { connectPorts: [] } })),
+    warnings: [['providers[0].kubernetes.egressPolicy.connectPorts', 'CONNECT is refused everywhere']],
+  },
 ];
 
 describe('validateProvidersConfig', () => {

@@ -20,6 +20,7 @@ import {
 } from '../../src/health/egress.ts';
 import { scheduleOffset } from '../../src/health/policy.ts';
 import { createLogger, type Logger } from '../../src/log/index.ts';
+import { EgressGuard } from '../../src/provider/local/egress.ts';
 import { ForwardProxy } from '../../src/provider/local/forward-proxy.ts';
 import { createMemoryStore, type MemoryStore } from '../../src/runtime/memory.ts';
 import { FakeClock } from '../support/clock.ts';
@@ -95,6 +96,8 @@ async function startIpOrigin(tls: boolean, clock?: FakeClock): Promise<IpOrigin>
   return origin;
 }
 
+const ALL_PORTS = Array.from({ length: 65535 }, (_, i) => i + 1);
+
 /** A real authenticated forward proxy whose tunnels leave from `egress.address`. */
 async function startProxy(address: string): Promise<{ proxy: ForwardProxy; egress: { address: string } }> {
   const egress = { address };
@@ -102,6 +105,8 @@ async function startProxy(address: string): Promise<{ proxy: ForwardProxy; egres
     credentials: { username: USER, password: PASS },
     log: createLogger({ level: 'silent', pretty: false }),
     dial: (host, port) => net.connect({ host, port, localAddress: egress.address, allowHalfOpen: true }),
+    // The "what is my IP" origins are on loopback: an egress policy that opens everything.
+    egress: new EgressGuard({ deniedCIDRs: [], connectPorts: ALL_PORTS, httpPorts: ALL_PORTS }),
   });
   await proxy.listen(0, '127.0.0.1');
   cleanups.push(() => proxy.close());
@@ -321,8 +326,9 @@ describe('EgressIpChecker through real forward proxies', () => {
       origin.mode = mode;
       const s = await r.checker.checkOnce(signal());
       expect(s, mode).toMatchObject({ ok: 1, badAnswer: 0, failed: 0 });
-      // Absolute-form requests are forwarded by the proxy's own agent, from 127.0.0.1.
-      expect(status(r.store, 'a')?.egressIP, mode).toBe('127.0.0.1');
+      // Absolute-form requests leave through the proxy's dial too (to the address its egress
+      // policy checked), so they leave from the same address as tunnels.
+      expect(status(r.store, 'a')?.egressIP, mode).toBe('127.0.0.2');
     }
     expect(r.writes()).toBe(1);
   });

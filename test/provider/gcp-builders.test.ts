@@ -3,6 +3,7 @@
  * classification, credentials files, and the default cloud-init — whose Squid config and
  * htpasswd line are checked by the real squid parser and basic_ncsa_auth.
  */
+
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -11,6 +12,7 @@ import { join } from 'node:path';
 import { googleAuthLibrary } from 'google-gax';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import { resolveEgressPolicy } from '../../src/config/egress.ts';
 import type { CreateRequest } from '../../src/provider/contract.ts';
 import { ProviderError } from '../../src/provider/errors.ts';
 import { credentialsFromFile, endpointOptions } from '../../src/provider/gcp/clients.ts';
@@ -433,7 +435,9 @@ describe('default cloud-init, run for real', () => {
     origin = await startHttpOrigin({ defaultStatus: 204 });
     dir = mkdtempSync(join(tmpdir(), 'gcp-squid-'));
     port = await closedPort();
-    const doc = parse(defaultCloudInit(req({ port }))) as {
+    // The origin is on loopback, which the default egress policy refuses: open exactly it.
+    const egress = resolveEgressPolicy({ allowCIDRs: ['127.0.0.1/32'], connectPorts: [origin.port] });
+    const doc = parse(defaultCloudInit(req({ port }), { egress })) as {
       write_files: Array<{ path: string; content: string }>;
     };
     const content = (suffix: string) => doc.write_files.find((f) => f.path.endsWith(suffix))!.content;

@@ -149,6 +149,9 @@ describe('create', () => {
     expect(userData.startsWith('#cloud-config\n')).toBe(true);
     expect(userData).toMatch(/crawler-7:\$apr1\$/);
     expect(userData).toContain('http_port 3128');
+    // The default egress policy is part of the VM's squid.conf.
+    expect(userData).toContain('acl egress_connect_ports port 443');
+    expect(userData).toMatch(/acl egress_denied_dst dst .*169\.254\.0\.0\/16/);
     // The VM gets a hash, never the password itself.
     expect(userData).not.toContain(creds.password);
 
@@ -156,6 +159,18 @@ describe('create', () => {
     expect(logText).not.toContain(creds.password);
     expect(logText).not.toContain('$apr1$');
     expect(logText).not.toContain('cloud-config');
+  });
+
+  it("writes the provider's egressPolicy into the default cloud-init's squid.conf", async () => {
+    const p = make({ egressPolicy: { connectPorts: [443, 8443], denyCIDRs: ['198.51.100.0/24'] } });
+    await p.create(ctx(), req());
+    const body = JSON.parse(inserts()[0]!.body) as {
+      metadata: { items: Array<{ key: string; value: string }> };
+    };
+    const userData = body.metadata.items.find((i) => i.key === 'user-data')?.value ?? '';
+    expect(userData).toContain('acl egress_connect_ports port 443 8443');
+    expect(userData).toContain('acl egress_http_ports port 80 443 8443');
+    expect(userData).toContain('198.51.100.0/24');
   });
 
   it('passes a Proxy cloud-init byte for byte, resolves image keys and provisions spot VMs', async () => {

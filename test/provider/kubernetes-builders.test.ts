@@ -121,7 +121,16 @@ describe('squidConfig, pod profile', () => {
     expect(lines).toContain(`auth_param basic program ${NCSA_AUTH_HELPER} /etc/squid-operator/htpasswd`);
     expect(lines).toContain('acl authed proxy_auth REQUIRED');
     const access = lines.filter((l) => l.startsWith('http_access'));
-    expect(access).toEqual(['http_access allow authed', 'http_access deny all']);
+    // Authentication first, then the egress policy (403s), then the one allow.
+    expect(access).toEqual([
+      'http_access deny !authed',
+      'http_access deny CONNECT !egress_connect_ports',
+      'http_access deny !CONNECT !egress_http',
+      'http_access deny !CONNECT !egress_http_ports',
+      'http_access deny egress_denied_dst',
+      'http_access allow authed',
+      'http_access deny all',
+    ]);
     expect(lines).toContain('cache deny all');
     expect(lines).toContain('access_log stdio:/dev/stdout');
     expect(() => podConfig({ port: 0 })).toThrow(/port/);
@@ -158,7 +167,16 @@ describe('generated Squid config, run for real', () => {
     tls = await startTlsOrigin({ defaultStatus: 204 });
     dir = mkdtempSync(join(tmpdir(), 'kube-squid-'));
     port = await closedPort();
-    const secret = buildSecret(req({ port }), settings);
+    // The provider config's egress policy reaches the Pod's squid.conf: the test origins are
+    // on loopback, which the default policy refuses (test/provider/squid-egress.test.ts).
+    const lab = podSettings(
+      {
+        maxFileDescriptors: 2048,
+        egressPolicy: { allowCIDRs: ['127.0.0.1/32'], connectPorts: [tls.port, origin.port] },
+      },
+      'operator-ns',
+    );
+    const secret = buildSecret(req({ port }), lab);
     const conf = Buffer.from(secret.data!['squid.conf']!, 'base64')
       .toString()
       .replace(`http_port ${port}`, `http_port 127.0.0.1:${port}`)

@@ -133,12 +133,20 @@ describe('local provider', () => {
   let tls: Origin;
   let echo: Awaited<ReturnType<typeof startEchoOrigin>>;
   let halfClose: Awaited<ReturnType<typeof startHalfCloseOrigin>>;
+  /** A loopback port nobody listens on, for the 502 cases. */
+  let refusing: number;
+  // The origins live on loopback, which the default egress policy refuses
+  // (test/provider/local-egress.test.ts): these tests open exactly them.
+  const lab = () => ({
+    allowCIDRs: ['127.0.0.1/32'],
+    connectPorts: [tls.port, echo.port, halfClose.port, refusing],
+  });
   const captured = captureLog('debug');
   const providers: LocalProvider[] = [];
   const make = async (size = 20) => {
     const p = createLocalProvider({
       name: 'dev',
-      config: { portRange: await freePortRange(size) },
+      config: { portRange: await freePortRange(size), egressPolicy: lab() },
       log: captured.log,
       connectTimeoutMs: 2000,
     });
@@ -150,6 +158,7 @@ describe('local provider', () => {
     tls = await startTlsOrigin({ defaultStatus: 204 });
     echo = await startEchoOrigin();
     halfClose = await startHalfCloseOrigin();
+    refusing = await closedPort();
   });
   afterEach(async () => {
     await Promise.all(providers.splice(0).map((p) => p.close()));
@@ -271,13 +280,13 @@ describe('local provider', () => {
     const p = await make();
     const inst = await p.create(ctx(), req('px-502'));
     const auth = basic(creds.username, creds.password);
-    const refused = await rawConnect(inst.port!, `127.0.0.1:${await closedPort()}`, auth);
+    const refused = await rawConnect(inst.port!, `127.0.0.1:${refusing}`, auth);
     expect(refused.status).toBe(502);
     refused.socket.destroy();
     const bad = await rawConnect(inst.port!, 'no-port-here', auth);
     expect(bad.status).toBe(400);
     bad.socket.destroy();
-    const http502 = await absoluteRequest(inst.port!, `http://127.0.0.1:${await closedPort()}/`, {
+    const http502 = await absoluteRequest(inst.port!, `http://127.0.0.1:${refusing}/`, {
       headers: { 'Proxy-Authorization': auth },
     });
     expect(http502.status).toBe(502);
@@ -430,6 +439,7 @@ describe('local provider', () => {
         bindAddress: '127.0.0.1',
         advertiseAddress: 'proxy.example.test',
         portRange: await freePortRange(3),
+        egressPolicy: lab(),
       },
     });
     providers.push(p);

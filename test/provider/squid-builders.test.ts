@@ -4,9 +4,9 @@ import { defaultCloudInit } from '../../src/provider/squid/cloud-init.ts';
 import { squidConfig } from '../../src/provider/squid/config.ts';
 
 /**
- * The fixtures were written by the per-provider builders before the shared squid/ module
- * replaced them (kubernetes' buildSquidConfig, gcp's line-patched vmSquidConfig): running
- * proxies and VMs were given exactly these bytes, and the shared builder must keep giving them.
+ * The fixtures pin the bytes every provider installs (first written by the per-provider builders
+ * the shared squid/ module replaced). They change only on purpose: the default egress policy
+ * added its http_access rules; anything else showing up here is an accident.
  */
 const fixture = (name: string) => readFileSync(new URL(`./fixtures/squid/${name}`, import.meta.url), 'utf8');
 

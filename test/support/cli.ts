@@ -71,8 +71,12 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-/** Copies examples/standalone to a temp dir and points every port at a free one. */
-export async function createWorkspace(): Promise<Workspace> {
+/**
+ * Copies examples/standalone to a temp dir and points every port at a free one. `openPorts`:
+ * loopback origin ports the tests send traffic to through the proxies, which the default egress
+ * policy refuses; the workspace's local provider allows exactly 127.0.0.1 on those ports.
+ */
+export async function createWorkspace(opts: { openPorts?: number[] } = {}): Promise<Workspace> {
   const dir = mkdtempSync(join(tmpdir(), 'standalone-e2e-'));
   workspaces.push(dir);
   cpSync(EXAMPLE, dir, { recursive: true });
@@ -86,7 +90,14 @@ export async function createWorkspace(): Promise<Workspace> {
   if (!EXAMPLE_RANGE.test(providers)) throw new Error('examples/standalone/providers.yaml: no portRange');
   writeFileSync(
     providersFile,
-    providers.replace(EXAMPLE_RANGE, `portRange: {from: ${portRange.from}, to: ${portRange.to}}`),
+    providers.replace(
+      EXAMPLE_RANGE,
+      `portRange: {from: ${portRange.from}, to: ${portRange.to}}${
+        opts.openPorts
+          ? `\n      egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${opts.openPorts.join(', ')}]}`
+          : ''
+      }`,
+    ),
   );
   const proxiesDir = join(dir, 'proxies');
   for (const f of readdirSync(proxiesDir)) {

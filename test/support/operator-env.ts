@@ -122,14 +122,25 @@ export async function startOperator(opts: {
   extraArgs?: string[];
   /** Extra providers config entries (YAML list items). */
   extraProviders?: string;
+  /** The discovery API's port; default a free one. */
+  discoveryPort?: number;
+  /**
+   * Loopback ports this operator's local proxies may reach (the egress policy refuses loopback
+   * by default): another replica's discovery API the tests probe through them.
+   */
+  openPorts?: number[];
 }): Promise<Operator> {
   const range = await freePortRange(8);
   const providers = join(dir, `providers-${opts.name}.yaml`);
   writeFileSync(
     providers,
-    `providers:\n  - name: local\n    type: local\n    local:\n      bindAddress: 127.0.0.1\n      portRange: {from: ${range.from}, to: ${range.to}}\n${opts.extraProviders ?? ''}`,
+    `providers:\n  - name: local\n    type: local\n    local:\n      bindAddress: 127.0.0.1\n      portRange: {from: ${range.from}, to: ${range.to}}\n${
+      opts.openPorts
+        ? `      egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${opts.openPorts.join(', ')}]}\n`
+        : ''
+    }${opts.extraProviders ?? ''}`,
   );
-  const discoveryPort = await freePort();
+  const discoveryPort = opts.discoveryPort ?? (await freePort());
   const probePort = await freePort();
   const args = [
     MAIN,

@@ -12,6 +12,7 @@ import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { INSTANCE_LABEL_INSTALLATION } from '../../api/constants.ts';
 import type { TargetStatus } from '../../api/providerhealth.ts';
+import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
 import type { GcpProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
@@ -71,6 +72,8 @@ class GceProvider implements Provider, Checker {
   readonly type = GCP_PROVIDER_TYPE;
   private readonly config: GcpProviderConfig;
   private readonly settings: GcpSettings;
+  /** Written into the default cloud-init's squid.conf. */
+  private readonly egress: EgressPolicy;
   private readonly log: Logger;
   private readonly clientOptions: GcpClientOptions;
   private readonly timeout: number;
@@ -86,6 +89,7 @@ class GceProvider implements Provider, Checker {
     this.name = opts.name;
     this.config = opts.config;
     this.settings = gcpSettings(opts.config);
+    this.egress = resolveEgressPolicy(opts.config.egressPolicy);
     this.log = opts.log ?? silentLogger();
     this.timeout = opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.pageSize = opts.listPageSize ?? LIST_PAGE_SIZE;
@@ -108,7 +112,7 @@ class GceProvider implements Provider, Checker {
     if (problems.length > 0) {
       throw permanent(`${this.name} create ${req.name}: ${problems.join('; ')}`, this.where('create', id));
     }
-    const userData = req.cloudInit ?? defaultCloudInit(req);
+    const userData = req.cloudInit ?? defaultCloudInit(req, { egress: this.egress });
     let resource: ReturnType<typeof buildInsertResource>;
     try {
       resource = buildInsertResource({ ...req, zone }, this.settings, userData);

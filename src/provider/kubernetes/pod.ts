@@ -13,6 +13,7 @@ import {
   LABEL_MANAGED_BY,
   MANAGED_BY_VALUE,
 } from '../../api/constants.ts';
+import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
 import type { KubernetesProviderConfig } from '../../config/schema.ts';
 import type { CreateRequest, Instance, InstanceState } from '../contract.ts';
 import { permanent } from '../errors.ts';
@@ -49,6 +50,8 @@ export interface PodSettings {
   maxFileDescriptors: number;
   zoneLabel: string;
   resourceProfiles: NonNullable<KubernetesProviderConfig['resourceProfiles']>;
+  /** What lease holders may reach through the Pods' Squid. */
+  egress: EgressPolicy;
 }
 
 export function podSettings(cfg: KubernetesProviderConfig, namespace: string): PodSettings {
@@ -59,6 +62,7 @@ export function podSettings(cfg: KubernetesProviderConfig, namespace: string): P
     maxFileDescriptors: cfg.maxFileDescriptors ?? DEFAULT_MAX_FILE_DESCRIPTORS,
     zoneLabel: cfg.zoneLabel ?? DEFAULT_ZONE_LABEL,
     resourceProfiles: cfg.resourceProfiles ?? {},
+    egress: resolveEgressPolicy(cfg.egressPolicy),
   };
 }
 
@@ -227,7 +231,12 @@ export function buildSecret(
   salt?: string,
 ): V1Secret {
   validateRequest(req, s);
-  const conf = squidConfig({ profile: 'pod', port: req.port, maxFileDescriptors: s.maxFileDescriptors });
+  const conf = squidConfig({
+    profile: 'pod',
+    port: req.port,
+    maxFileDescriptors: s.maxFileDescriptors,
+    egress: s.egress,
+  });
   const b64 = (x: string) => Buffer.from(x, 'utf8').toString('base64');
   return {
     apiVersion: 'v1',

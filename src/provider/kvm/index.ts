@@ -8,6 +8,7 @@
 import type { Logger } from 'pino';
 import type { TargetStatus } from '../../api/providerhealth.ts';
 import { kvmWithDefaults } from '../../config/defaults.ts';
+import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
 import type { KvmProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
@@ -76,6 +77,8 @@ class LibvirtProvider implements Provider, Checker {
   readonly name: string;
   readonly type = KVM_PROVIDER_TYPE;
   private readonly settings: Settings;
+  /** Written into the default cloud-init's squid.conf. */
+  private readonly egress: EgressPolicy;
   private readonly log: Logger;
   private readonly pool: HostPool;
   private readonly images: ImageCache;
@@ -86,6 +89,7 @@ class LibvirtProvider implements Provider, Checker {
   constructor(opts: KvmProviderOptions) {
     this.name = opts.name;
     this.settings = kvmWithDefaults(opts.config);
+    this.egress = resolveEgressPolicy(opts.config.egressPolicy);
     this.log = opts.log ?? silentLogger();
     this.interfaceXml = opts.interfaceXml;
     this.pool = new HostPool({
@@ -212,7 +216,7 @@ class LibvirtProvider implements Provider, Checker {
    */
   private async ensureSeed(conn: LibvirtConnection, pool: PoolRef, req: CreateRequest, signal: AbortSignal) {
     const o = { signal };
-    const userData = req.cloudInit ?? defaultCloudInit(req);
+    const userData = req.cloudInit ?? defaultCloudInit(req, { egress: this.egress });
     const seed = buildSeed({
       instanceId: req.name,
       hostname: req.name.toLowerCase().replace(/[^a-z0-9-]/g, '-'),

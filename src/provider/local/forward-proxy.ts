@@ -1,7 +1,9 @@
 /**
  * provider/local/forward-proxy — one authenticated HTTP forward proxy listener: CONNECT tunnels
- * and absolute-form HTTP requests, with every socket it opened tracked so closing the listener
- * really cuts every client off (a deleted proxy must stop carrying traffic at once).
+ * and absolute-form HTTP requests, each checked against the egress policy (local/egress) and sent
+ * to the address that was checked; header, request and idle timeouts and a connection cap, so an
+ * unauthenticated client cannot hold sockets open; every socket it opened tracked so closing the
+ * listener really cuts every client off (a deleted proxy must stop carrying traffic at once).
  */
 import http from 'node:http';
 import net from 'node:net';
@@ -9,14 +11,44 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import type { Credentials } from '../contract.ts';
 import { basicAuthChecker, PROXY_AUTHENTICATE } from './auth.ts';
+import { type DenialReason, EgressGuard } from './egress.ts';
+
+/** Timeouts and the connection cap of one listener (docs/providers/local.md). */
+export interface ProxyLimits {
+  /** Complete request headers must arrive within this long of the connection or request start. */
+  headersTimeoutMs: number;
+  /** A whole absolute-form request (headers and body) must arrive within this long. */
+  requestTimeoutMs: number;
+  /** A connection, or a tunnel, with no traffic either way for this long is closed. */
+  idleTimeoutMs: number;
+  /** Connections open at once per listener, tunnels included; more are dropped on accept. */
+  maxConnections: number;
+}
+
+export const DEFAULT_PROXY_LIMITS: ProxyLimits = {
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 60_000,
+  idleTimeoutMs: 120_000,
+  maxConnections: 512,
+};
 
 export interface ForwardProxyOptions {
   credentials: Credentials;
   log: Logger;
   /** Give up on an origin that has not accepted the TCP connection after this long. */
   connectTimeoutMs?: number;
-  /** Opens the origin connection of a tunnel; tests substitute one that never connects. */
+  /**
+   * Opens every origin connection (tunnels and forwarded requests) to an address the egress
+   * guard checked; tests substitute one that records or never connects.
+   */
   dial?: (host: string, port: number) => net.Socket;
+  /** What lease holders may reach. Default: the default policy, no operator ports known. */
+  egress?: EgressGuard;
+  /** Called once per refused request (metrics). */
+  onDenied?: (reason: DenialReason) => void;
+  /** Called when a connection over the cap is dropped (metrics). */
+  onDropped?: () => void;
+  limits?: Partial<ProxyLimits>;
 }
 
 const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
@@ -42,6 +74,9 @@ export class ForwardProxy {
   private readonly log: Logger;
   private readonly connectTimeoutMs: number;
   private readonly dial: (host: string, port: number) => net.Socket;
+  private readonly egress: EgressGuard;
+  private readonly onDenied: (reason: DenialReason) => void;
+  private readonly limits: ProxyLimits;
   private closed = false;
 
   constructor(opts: ForwardProxyOptions) {
@@ -49,8 +84,23 @@ export class ForwardProxy {
     this.log = opts.log;
     this.connectTimeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.dial = opts.dial ?? ((host, port) => net.connect({ host, port, allowHalfOpen: true }));
+    this.egress = opts.egress ?? new EgressGuard();
+    this.onDenied = opts.onDenied ?? (() => undefined);
+    const limits = { ...DEFAULT_PROXY_LIMITS, ...opts.limits };
+    this.limits = limits;
     this.agent = new http.Agent({ keepAlive: true, maxFreeSockets: 16 });
-    this.server = http.createServer({ requestTimeout: 0 });
+    // Forwarded requests connect through `dial` too, to the address the guard checked.
+    (this.agent as unknown as { createConnection: unknown }).createConnection = (o: net.TcpNetConnectOpts) =>
+      this.dial(o.host as string, o.port);
+    this.server = http.createServer({
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      // Node checks both timeouts on this tick (30 s by default, longer than a header timeout).
+      connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(limits.headersTimeoutMs / 4))),
+    });
+    this.server.timeout = limits.idleTimeoutMs;
+    this.server.maxConnections = limits.maxConnections;
+    this.server.on('drop', () => opts.onDropped?.());
     this.server.on('connection', (s: net.Socket) => this.track(s));
     this.server.on('connect', (req: http.IncomingMessage, socket: Duplex, head: Buffer) =>
       this.onConnect(req, socket, head),
@@ -128,12 +178,32 @@ export class ForwardProxy {
       endRaw(client, 400, 'Bad Request');
       return;
     }
-    const upstream = this.dial(target.host, target.port);
+    void this.egress.decide(target.host, target.port).then((d) => {
+      if (client.destroyed) return;
+      if (d.allowed) return this.tunnel(client, head, d.address, target.port, req.url ?? '');
+      if (d.reason === 'unresolvable') {
+        this.log.debug({ target: req.url, err: d.error }, 'tunnel target did not resolve');
+        return endRaw(client, 502, 'Bad Gateway');
+      }
+      this.denied(req.url ?? '', d.reason);
+      endRaw(client, 403, 'Forbidden');
+    });
+  }
+
+  private denied(target: string, reason: DenialReason): void {
+    this.onDenied(reason);
+    // Only authenticated clients get this far, so the line cannot be flooded anonymously.
+    this.log.info({ target, reason }, 'egress denied');
+  }
+
+  /** Connects the tunnel to the checked address and pipes both ways. */
+  private tunnel(client: Duplex, head: Buffer, address: string, port: number, target: string): void {
+    const upstream = this.dial(address, port);
     this.track(upstream);
     let established = false;
     const timer = setTimeout(() => {
       upstream.destroy();
-      this.log.debug({ target: req.url }, 'tunnel connect timed out');
+      this.log.debug({ target }, 'tunnel connect timed out');
       endRaw(client, 504, 'Gateway Timeout');
     }, this.connectTimeoutMs);
     upstream.once('connect', () => {
@@ -144,6 +214,13 @@ export class ForwardProxy {
         return;
       }
       client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      // No request timeout for a tunnel (it lives as long as it is used), but no idling forever.
+      for (const s of [client, upstream] as net.Socket[]) {
+        s.setTimeout?.(this.limits.idleTimeoutMs, () => {
+          client.destroy();
+          upstream.destroy();
+        });
+      }
       if (head.length > 0) upstream.write(head);
       // pipe() ends the other side when one side ends, so a half-close travels through the
       // tunnel (both sockets are half-open capable) instead of tearing it down early.
@@ -153,7 +230,7 @@ export class ForwardProxy {
     upstream.on('error', (err) => {
       clearTimeout(timer);
       if (!established) {
-        this.log.debug({ target: req.url, err }, 'tunnel connect failed');
+        this.log.debug({ target, err }, 'tunnel connect failed');
         endRaw(client, 502, 'Bad Gateway');
       } else {
         client.destroy();
@@ -185,15 +262,38 @@ export class ForwardProxy {
       return void plain(res, 400, 'absolute-form request URL required');
     }
     if (url.protocol !== 'http:') return void plain(res, 400, 'only http:// URLs are forwarded; use CONNECT');
+    const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+    const port = url.port === '' ? 80 : Number(url.port);
+    const path = `${url.pathname}${url.search}`;
+    void this.egress.decide(host, port, { method: req.method ?? 'GET', path }).then((d) => {
+      if (res.destroyed) return;
+      if (d.allowed) return this.forward(req, res, url, d.address, port, path);
+      if (d.reason === 'unresolvable') {
+        this.log.debug({ target: url.host, err: d.error }, 'forwarding target did not resolve');
+        return plain(res, 502, 'origin unreachable');
+      }
+      this.denied(url.host, d.reason);
+      plain(res, 403, 'destination not allowed by the egress policy');
+    });
+  }
 
+  /** Forwards an absolute-form request to the checked address. */
+  private forward(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    url: URL,
+    address: string,
+    port: number,
+    path: string,
+  ): void {
     // An absolute-form target overrides whatever Host the client sent (RFC 9112 §3.2.2).
     const headers = forwardHeaders(req.rawHeaders).filter(([k]) => k.toLowerCase() !== 'host');
     headers.unshift(['Host', url.host]);
     const upReq = http.request({
-      host: url.hostname.replace(/^\[(.*)\]$/, '$1'),
-      port: url.port === '' ? 80 : Number(url.port),
+      host: address,
+      port,
       method: req.method,
-      path: `${url.pathname}${url.search}`,
+      path,
       headers: headers.flat(),
       agent: this.agent,
     });

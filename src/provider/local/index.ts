@@ -7,13 +7,17 @@
 import { createHash } from 'node:crypto';
 import net from 'node:net';
 import type { Logger } from 'pino';
+import type { Counter, Registry } from 'prom-client';
 import type { TargetStatus } from '../../api/providerhealth.ts';
+import { resolveEgressPolicy } from '../../config/egress.ts';
 import type { LocalProviderConfig } from '../../config/schema.ts';
 import { errorMessage } from '../../log/errors.ts';
 import { silentLogger } from '../../log/index.ts';
+import { counter } from '../../metrics/register.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
 import { notFound, permanent, quotaExceeded, transient } from '../errors.ts';
-import { ForwardProxy } from './forward-proxy.ts';
+import { EgressGuard } from './egress.ts';
+import { ForwardProxy, type ProxyLimits } from './forward-proxy.ts';
 
 export const LOCAL_PROVIDER_TYPE = 'local';
 export const LOCAL_ID_PREFIX = 'local/';
@@ -29,6 +33,18 @@ export interface LocalProviderOptions {
   log?: Logger;
   /** How long a tunnel or forwarded request waits for the origin's TCP accept. Default 10 s. */
   connectTimeoutMs?: number;
+  /** Where the denial and dropped-connection counters go. */
+  registry?: Registry;
+  /**
+   * The operator's own listening ports (discovery, metrics, health probes): closed to lease
+   * holders on this host whatever the policy allows, except the discovery API's probe route.
+   * The proxies' own port range is always included.
+   */
+  operator?: { ports: readonly number[]; probePort?: number };
+  /** Timeouts and connection cap of every listener; defaults in DEFAULT_PROXY_LIMITS. */
+  limits?: Partial<ProxyLimits>;
+  /** Opens origin connections (tests); default net.connect. */
+  dial?: (host: string, port: number) => net.Socket;
 }
 
 interface Entry {
@@ -70,6 +86,11 @@ class LocalProxyProvider implements Provider, Checker {
   private readonly to: number;
   private readonly log: Logger;
   private readonly connectTimeoutMs: number | undefined;
+  private readonly egress: EgressGuard;
+  private readonly limits: Partial<ProxyLimits> | undefined;
+  private readonly dial: LocalProviderOptions['dial'];
+  private readonly deniedTotal: Counter<'provider' | 'reason'> | undefined;
+  private readonly droppedTotal: Counter<'provider'> | undefined;
   private readonly instances = new Map<string, Entry>();
   private readonly starting = new Map<string, Promise<Entry>>();
   /** Ports instances had, so a re-created instance gets its old port back when it is free. */
@@ -108,6 +129,26 @@ class LocalProxyProvider implements Provider, Checker {
     this.from = range.from;
     this.to = range.to;
     this.connectTimeoutMs = opts.connectTimeoutMs;
+    const own = new Set(opts.operator?.ports ?? []);
+    const { from, to } = range;
+    this.egress = new EgressGuard(resolveEgressPolicy(cfg.egressPolicy), {
+      isOwnPort: (p) => own.has(p) || (p >= from && p <= to),
+      ...(opts.operator?.probePort === undefined ? {} : { probePort: opts.operator.probePort }),
+    });
+    this.limits = opts.limits;
+    this.dial = opts.dial;
+    if (opts.registry) {
+      this.deniedTotal = counter(opts.registry, {
+        name: 'proxy_operator_local_egress_denied_total',
+        help: 'Requests the local proxies refused by egress policy, by reason (address, port, operator-port).',
+        labelNames: ['provider', 'reason'],
+      });
+      this.droppedTotal = counter(opts.registry, {
+        name: 'proxy_operator_local_connections_dropped_total',
+        help: 'Connections a local proxy listener dropped because it already had its maximum open.',
+        labelNames: ['provider'],
+      });
+    }
   }
 
   async create(ctx: CallContext, req: CreateRequest): Promise<Instance> {
@@ -213,6 +254,11 @@ class LocalProxyProvider implements Provider, Checker {
         credentials: req.credentials,
         log: this.log.child({ instance: req.name }),
         ...(this.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: this.connectTimeoutMs }),
+        ...(this.dial ? { dial: this.dial } : {}),
+        ...(this.limits ? { limits: this.limits } : {}),
+        egress: this.egress,
+        onDenied: (reason) => this.deniedTotal?.inc({ provider: this.name, reason }),
+        onDropped: () => this.droppedTotal?.inc({ provider: this.name }),
       });
       try {
         await proxy.listen(port, this.bindAddress);

@@ -6,12 +6,15 @@
  */
 import { stringify } from 'yaml';
 import { MANAGED_BY_VALUE } from '../../api/constants.ts';
+import type { EgressPolicy } from '../../config/egress.ts';
 import type { CreateRequest } from '../contract.ts';
 import { squidConfig, VM_HTPASSWD, VM_SQUID_CONF } from './config.ts';
 import { htpasswdLine } from './htpasswd.ts';
 
 export interface DefaultCloudInitOptions {
   maxFileDescriptors?: number;
+  /** What lease holders may reach; default: the default policy. */
+  egress?: EgressPolicy;
   /** Salt of the htpasswd hash; random unless given (tests). */
   salt?: string;
 }
@@ -29,7 +32,12 @@ export function defaultCloudInit(
         path: VM_SQUID_CONF,
         owner: 'root:root',
         permissions: '0644',
-        content: squidConfig({ profile: 'vm', port: req.port, maxFileDescriptors: opts.maxFileDescriptors }),
+        content: squidConfig({
+          profile: 'vm',
+          port: req.port,
+          maxFileDescriptors: opts.maxFileDescriptors,
+          egress: opts.egress,
+        }),
       },
       {
         path: VM_HTPASSWD,

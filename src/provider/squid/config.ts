@@ -2,9 +2,11 @@
  * provider/squid/config — the one squid.conf every managed proxy runs, in two profiles:
  * `pod` (a container: logs on stdout/stderr, nothing written to the read-only filesystem) and
  * `vm` (a systemd host running the distribution's squid package). The rules are the same in
- * both: authenticated forwarding only, no cache, nothing announced to origins, an explicit file
- * descriptor limit; only where files and logs live differs.
+ * both: authenticated forwarding only, the provider's egress policy (config/egress), no cache,
+ * nothing announced to origins, an explicit file descriptor limit; only where files and logs live
+ * differs.
  */
+import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
 
 export type SquidProfile = 'pod' | 'vm';
 
@@ -64,6 +66,37 @@ export interface SquidConfigOptions {
   listenAddress?: string;
   /** Default NCSA_AUTH_HELPER. */
   authHelper?: string;
+  /** What lease holders may reach; default: the default policy (resolveEgressPolicy()). */
+  egress?: EgressPolicy;
+}
+
+/**
+ * The egress policy as http_access rules, after authentication (an anonymous client learns
+ * nothing about the policy: it gets 407 first). `dst` ACLs match the addresses Squid resolved a
+ * name to — any one of them denied denies the request — and Squid connects to those same
+ * addresses, so a name pointing at a denied address is refused. Each deny line ends in a
+ * non-auth ACL, so Squid answers 403, not a fresh 407 challenge.
+ */
+function egressLines(p: EgressPolicy): string[] {
+  const lines = [
+    '# Egress policy: what a lease holder may reach (docs/operations.md, "Security model").',
+    'acl CONNECT method CONNECT',
+    'acl egress_http proto HTTP',
+    `acl egress_http_ports port ${p.httpPorts.join(' ')}`,
+  ];
+  if (p.connectPorts.length > 0) lines.push(`acl egress_connect_ports port ${p.connectPorts.join(' ')}`);
+  // Repeated acl lines add to one ACL; short lines stay far below Squid's line length limit.
+  for (let i = 0; i < p.deniedCIDRs.length; i += 8) {
+    lines.push(`acl egress_denied_dst dst ${p.deniedCIDRs.slice(i, i + 8).join(' ')}`);
+  }
+  lines.push(
+    'http_access deny !authed',
+    p.connectPorts.length > 0 ? 'http_access deny CONNECT !egress_connect_ports' : 'http_access deny CONNECT',
+    'http_access deny !CONNECT !egress_http',
+    'http_access deny !CONNECT !egress_http_ports',
+  );
+  if (p.deniedCIDRs.length > 0) lines.push('http_access deny egress_denied_dst');
+  return lines;
 }
 
 export function squidConfig(opts: SquidConfigOptions): string {
@@ -87,6 +120,7 @@ export function squidConfig(opts: SquidConfigOptions): string {
     `auth_param basic realm ${SQUID_AUTH_REALM}`,
     'auth_param basic credentialsttl 1 hour',
     'acl authed proxy_auth REQUIRED',
+    ...egressLines(opts.egress ?? resolveEgressPolicy()),
     'http_access allow authed',
     'http_access deny all',
     '',

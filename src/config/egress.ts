@@ -1,0 +1,209 @@
+/**
+ * config/egress — the egress policy every proxy we run applies (docs/operations.md, "Security
+ * model"): the default deny list, the effective deny list once a provider's `allowCIDRs` and
+ * `denyCIDRs` are applied, and the address matcher the local proxy checks resolved addresses
+ * with. Squid gets the same effective list as `dst` ACLs, so both kinds of proxy decide alike.
+ */
+import { isIP } from 'node:net';
+
+/** The providers-config block (`<type>.egressPolicy`), every field optional. */
+export interface EgressPolicyConfig {
+  allowCIDRs?: string[];
+  denyCIDRs?: string[];
+  connectPorts?: number[];
+}
+
+/**
+ * What a lease holder must never reach through a proxy: this host and its loopback services,
+ * link-local (cloud metadata at 169.254.169.254), private and carrier-grade NAT ranges (the
+ * cluster's Pods and Services, the VPC, the home LAN), and the unspecified addresses, which
+ * Linux connects to loopback.
+ */
+export const DEFAULT_DENY_CIDRS: readonly string[] = [
+  '0.0.0.0/8',
+  '10.0.0.0/8',
+  '100.64.0.0/10',
+  '127.0.0.0/8',
+  '169.254.0.0/16',
+  '172.16.0.0/12',
+  '192.168.0.0/16',
+  '::/128',
+  '::1/128',
+  'fc00::/7',
+  'fe80::/10',
+];
+/** CONNECT tunnels go to HTTPS only unless a provider says otherwise. */
+export const DEFAULT_CONNECT_PORTS: readonly number[] = [443];
+/** Absolute-form `http://` requests may use port 80 and every CONNECT port. */
+export const HTTP_PORT = 80;
+
+/** A policy with every default applied and the deny list resolved. */
+export interface EgressPolicy {
+  /** Effective deny list: (defaults − allowCIDRs) ∪ denyCIDRs, merged, in canonical CIDR form. */
+  deniedCIDRs: string[];
+  /** Sorted, without duplicates. */
+  connectPorts: number[];
+  /** Ports absolute-form http:// requests may use: 80 plus connectPorts. */
+  httpPorts: number[];
+}
+
+interface Range {
+  family: 4 | 6;
+  start: bigint;
+  end: bigint;
+}
+
+const BITS = { 4: 32n, 6: 128n } as const;
+
+/** The address as an integer, or undefined when it is not an IP address. */
+export function ipToBigInt(address: string): { family: 4 | 6; value: bigint } | undefined {
+  const family = isIP(address);
+  if (family === 4) {
+    const v = address.split('.').reduce((acc, o) => (acc << 8n) | BigInt(Number(o)), 0n);
+    return { family: 4, value: v };
+  }
+  if (family !== 6) return undefined;
+  let text = address;
+  // A trailing dotted quad (::ffff:1.2.3.4) becomes two hex groups.
+  const quad = /(\d+\.\d+\.\d+\.\d+)$/.exec(text);
+  if (quad?.[1]) {
+    const v4 = ipToBigInt(quad[1])?.value ?? 0n;
+    text = `${text.slice(0, -quad[1].length)}${(v4 >> 16n).toString(16)}:${(v4 & 0xffffn).toString(16)}`;
+  }
+  const [head = '', tail] = text.split('::');
+  const h = head === '' ? [] : head.split(':');
+  const t = tail === undefined || tail === '' ? [] : tail.split(':');
+  const groups = tail === undefined ? h : [...h, ...Array(8 - h.length - t.length).fill('0'), ...t];
+  return { family: 6, value: groups.reduce((acc, g) => (acc << 16n) | BigInt(`0x${g}`), 0n) };
+}
+
+/**
+ * The address a socket would really reach: an IPv4-mapped IPv6 address (`::ffff:127.0.0.1`)
+ * is the IPv4 address, so it is checked against the IPv4 ranges.
+ */
+export function canonicalAddress(address: string): { family: 4 | 6; value: bigint } | undefined {
+  const ip = ipToBigInt(address);
+  if (ip?.family === 6 && ip.value >> 32n === 0xffffn) return { family: 4, value: ip.value & 0xffffffffn };
+  return ip;
+}
+
+/** Why `s` is not a usable CIDR range, or undefined when it is one. */
+export function cidrProblem(s: string): string | undefined {
+  const slash = s.indexOf('/');
+  const addr = slash < 0 ? s : s.slice(0, slash);
+  const ip = ipToBigInt(addr);
+  if (!ip) return 'must be a CIDR range such as 10.0.0.0/8 or fd00::/8';
+  if (slash < 0) return `needs a prefix length, e.g. ${addr}/${ip.family === 4 ? 32 : 128}`;
+  const bitsText = s.slice(slash + 1);
+  const max = Number(BITS[ip.family]);
+  if (!/^\d{1,3}$/.test(bitsText) || Number(bitsText) > max) {
+    return `has prefix length ${JSON.stringify(bitsText)}; it must be 0-${max} for IPv${ip.family}`;
+  }
+  const r = toRange(ip.family, ip.value, BigInt(bitsText));
+  if (r.start !== ip.value) {
+    return `has host bits set; the range it names is ${formatCidr(r.family, r.start, BigInt(bitsText))}`;
+  }
+  return undefined;
+}
+
+function toRange(family: 4 | 6, value: bigint, bits: bigint): Range {
+  const size = 1n << (BITS[family] - bits);
+  const start = value - (value % size);
+  return { family, start, end: start + size - 1n };
+}
+
+/** Parses a CIDR that passed cidrProblem (callers validate first; a bad one throws). */
+function parseCidr(s: string): Range {
+  const problem = cidrProblem(s);
+  if (problem) throw new Error(`${JSON.stringify(s)} ${problem}`);
+  const [addr = '', bits = ''] = s.split('/');
+  const ip = ipToBigInt(addr) as { family: 4 | 6; value: bigint };
+  return toRange(ip.family, ip.value, BigInt(bits));
+}
+
+function merge(ranges: Range[]): Range[] {
+  const sorted = [...ranges].sort((a, b) =>
+    a.family !== b.family ? a.family - b.family : a.start < b.start ? -1 : a.start > b.start ? 1 : 0,
+  );
+  const out: Range[] = [];
+  for (const r of sorted) {
+    const last = out.at(-1);
+    if (last && last.family === r.family && r.start <= last.end + 1n) {
+      if (r.end > last.end) last.end = r.end;
+    } else out.push({ ...r });
+  }
+  return out;
+}
+
+function subtract(ranges: Range[], hole: Range): Range[] {
+  return ranges.flatMap((r) => {
+    if (r.family !== hole.family || hole.end < r.start || hole.start > r.end) return [r];
+    const parts: Range[] = [];
+    if (hole.start > r.start) parts.push({ family: r.family, start: r.start, end: hole.start - 1n });
+    if (hole.end < r.end) parts.push({ family: r.family, start: hole.end + 1n, end: r.end });
+    return parts;
+  });
+}
+
+/** The fewest CIDR blocks covering exactly the range. */
+function rangeToCidrs(r: Range): string[] {
+  const out: string[] = [];
+  const width = BITS[r.family];
+  let start = r.start;
+  while (start <= r.end) {
+    let bits = width;
+    // Grow the block while it stays aligned at `start` and inside the range.
+    while (bits > 0n) {
+      const size = 1n << (width - bits + 1n);
+      if (start % size !== 0n || start + size - 1n > r.end) break;
+      bits -= 1n;
+    }
+    out.push(formatCidr(r.family, start, bits));
+    start += 1n << (width - bits);
+  }
+  return out;
+}
+
+function formatCidr(family: 4 | 6, value: bigint, bits: bigint): string {
+  return `${formatAddress(family, value)}/${bits}`;
+}
+
+export function formatAddress(family: 4 | 6, value: bigint): string {
+  if (family === 4) return [24n, 16n, 8n, 0n].map((s) => String((value >> s) & 0xffn)).join('.');
+  const groups = [112n, 96n, 80n, 64n, 48n, 32n, 16n, 0n].map((s) => ((value >> s) & 0xffffn).toString(16));
+  // Compress the longest run of zero groups (RFC 5952).
+  let best = { at: -1, len: 0 };
+  for (let i = 0; i < 8; ) {
+    let j = i;
+    while (j < 8 && groups[j] === '0') j++;
+    if (j - i > best.len && j - i > 1) best = { at: i, len: j - i };
+    i = j === i ? i + 1 : j;
+  }
+  if (best.at < 0) return groups.join(':');
+  return `${groups.slice(0, best.at).join(':')}::${groups.slice(best.at + best.len).join(':')}`;
+}
+
+/**
+ * Applies the defaults: `allowCIDRs` punches holes in the default deny list only, and
+ * `denyCIDRs` always win, so an operator can open a lab subnet and still close one host in it.
+ * Throws on a CIDR the validator would have refused.
+ */
+export function resolveEgressPolicy(cfg: EgressPolicyConfig = {}): EgressPolicy {
+  let denied = merge(DEFAULT_DENY_CIDRS.map(parseCidr));
+  for (const hole of (cfg.allowCIDRs ?? []).map(parseCidr)) denied = subtract(denied, hole);
+  denied = merge([...denied, ...(cfg.denyCIDRs ?? []).map(parseCidr)]);
+  const connectPorts = [...new Set(cfg.connectPorts ?? DEFAULT_CONNECT_PORTS)].sort((a, b) => a - b);
+  const httpPorts = [...new Set([HTTP_PORT, ...connectPorts])].sort((a, b) => a - b);
+  return { deniedCIDRs: denied.flatMap(rangeToCidrs), connectPorts, httpPorts };
+}
+
+/** Answers whether an address falls in a policy's deny list (IPv4-mapped IPv6 counts as IPv4). */
+export function deniedAddressMatcher(policy: EgressPolicy): (address: string) => boolean {
+  const ranges = merge(policy.deniedCIDRs.map(parseCidr));
+  return (address) => {
+    const ip = canonicalAddress(address);
+    // Not an address at all: refuse rather than guess what it would connect to.
+    if (!ip) return true;
+    return ranges.some((r) => r.family === ip.family && ip.value >= r.start && ip.value <= r.end);
+  };
+}
