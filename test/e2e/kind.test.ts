@@ -87,10 +87,14 @@ beforeAll(async () => {
     run('docker', ['build', '-t', IMAGE, '.']);
     run('kind', ['load', 'docker-image', IMAGE, '--name', CLUSTER]);
   }
-  const rendered = run('kubectl', ['kustomize', 'config/default']).replace(
-    /image: egress-proxies-operator:latest/g,
-    `image: ${IMAGE}`,
-  );
+  const rendered = run('kubectl', ['kustomize', 'config/default'])
+    .replace(/image: egress-proxies-operator:latest/g, `image: ${IMAGE}`)
+    // The probe below reaches the discovery Service through the Squid Pod: open kind's Service
+    // range and port 8090, which the default egress policy refuses (docs/configuration.md).
+    .replace(
+      /maxFileDescriptors: 4096/,
+      'maxFileDescriptors: 4096\n          egressPolicy: {allowCIDRs: ["10.96.0.0/12"], connectPorts: [443, 8090]}',
+    );
   run('kubectl', ['apply', '--server-side', '-f', '-'], rendered);
   run('kubectl', ['wait', '--for=condition=Established', '--timeout=60s', 'crd/proxies.crawl.example.com']);
   run('kubectl', [
