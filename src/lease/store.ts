@@ -19,7 +19,7 @@ import { proxyUrlWithCredentials } from '../api/url.ts';
 import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import type { Selector } from '../runtime/selector.ts';
-import { coolingFor, type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
+import { type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
 import { checkNamespace, checkSeconds, toSelector } from './input.ts';
 import { IndexedHeap } from './ordered.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
@@ -71,6 +71,11 @@ export interface LeaseStoreOptions {
   sweepIntervalMs?: number;
   /** Bound on cached (namespace, selector) views. Default 64. */
   maxViews?: number;
+  /**
+   * Proxies a grant may skip for cooldowns of its target before the view keeps a per-target
+   * view for it (tests set it low to exercise that path). Default 32.
+   */
+  hotTargetSkips?: number;
 }
 
 interface Lease {
@@ -116,7 +121,7 @@ export class LeaseStore {
     this.blockedCooldown = opts.blockedCooldownSeconds ?? DEFAULT_BLOCKED_COOLDOWN_SECONDS;
     this.failedCooldown = opts.failedCooldownSeconds ?? DEFAULT_FAILED_COOLDOWN_SECONDS;
     this.sweepIntervalMs = opts.sweepIntervalMs ?? 1000;
-    this.views = new ViewSet(opts.maxViews ?? 64);
+    this.views = new ViewSet(opts.maxViews ?? 64, opts.hotTargetSkips);
     this.schedule();
   }
 
@@ -224,7 +229,7 @@ export class LeaseStore {
     this.tick();
     const now = this.clock.now();
     const view = this.views.get(namespace, selector, this.proxies.values());
-    const e = view.pick((c) => target === undefined || !coolingFor(c, target, now));
+    const e = view.pick(target, now);
     if (!e) return { granted: false, counts: this.explain(namespace, selector, target, now) };
     this.grantSeq++;
     this.update(e, () => {

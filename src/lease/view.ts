@@ -1,27 +1,18 @@
 /**
  * lease/view — the eligible proxies matching one (namespace, selector), bucketed by
  * active-lease count, each bucket sorted in grant order: a grant walks the lowest bucket from
- * the front instead of scanning the fleet.
+ * the front instead of scanning the fleet. For a target that many proxies cool down for, a view
+ * also keeps the proxies not cooling for it, so a grant does not walk past the cooling ones.
  */
 import { matchesSelector, type Selector } from '../runtime/selector.ts';
-import { compareEntries, type Entry } from './entry.ts';
-import { SortedList } from './ordered.ts';
+import { compareEntries, coolingFor, type Entry } from './entry.ts';
+import { IndexedHeap, SortedList } from './ordered.ts';
 
-export class View {
-  readonly namespace: string | undefined;
-  readonly selector: Selector | undefined;
+/** Entries bucketed by active-lease count, each bucket in grant order. */
+class Buckets {
   private buckets = new Map<number, SortedList<Entry>>();
   /** Non-empty bucket keys, ascending. */
   private counts: number[] = [];
-
-  constructor(namespace: string | undefined, selector: Selector | undefined) {
-    this.namespace = namespace;
-    this.selector = selector;
-  }
-
-  matches(e: Entry): boolean {
-    return matchesFilter(e, this.namespace, this.selector);
-  }
 
   add(e: Entry): void {
     let bucket = this.buckets.get(e.active);
@@ -34,21 +25,168 @@ export class View {
     bucket.insert(e);
   }
 
-  remove(e: Entry): void {
+  remove(e: Entry): boolean {
     const bucket = this.buckets.get(e.active);
-    if (!bucket?.delete(e)) return;
+    if (!bucket?.delete(e)) return false;
     if (bucket.size === 0) {
       this.buckets.delete(e.active);
       this.counts.splice(this.counts.indexOf(e.active), 1);
     }
+    return true;
   }
 
+  /** The first entry in grant order that `accept` takes (`accept` must not change the buckets). */
   pick(accept: (e: Entry) => boolean): Entry | undefined {
     for (const c of this.counts) {
-      const found = this.buckets.get(c)!.find(accept);
+      const found = this.buckets.get(c)?.find(accept);
       if (found) return found;
     }
     return undefined;
+  }
+}
+
+/** An entry of a target view waiting for its cooldown for that target to end. */
+interface Waiting {
+  at: number;
+  entry: Entry;
+  heapIndex: number;
+}
+
+/**
+ * The entries of a view that are not cooling down for one target, for a target that so many of
+ * the view's entries cool down for that walking past them would make every grant O(n). An entry
+ * found cooling moves to a heap ordered by the end of its cooldown and comes back when it ends,
+ * so each cooldown costs O(log n) once instead of a skip on every grant.
+ */
+class TargetView {
+  readonly listed = new Buckets();
+  readonly waiting = new IndexedHeap<Waiting>((a, b) => a.at < b.at);
+  /** Where each entry of the view is: listed, or waiting (with its heap item). */
+  readonly where = new Map<Entry, Waiting | 'listed'>();
+}
+
+/** Entries a grant may skip for a target's cooldowns before the view keeps a target view for it. */
+export const DEFAULT_HOT_TARGET_SKIPS = 32;
+/** Target views kept per view, least recently used dropped first. */
+const MAX_TARGET_VIEWS = 8;
+
+export class View {
+  readonly namespace: string | undefined;
+  readonly selector: Selector | undefined;
+  private readonly all = new Buckets();
+  private readonly members = new Set<Entry>();
+  /** Per-target views, in LRU order (oldest first). */
+  private readonly targets = new Map<string, TargetView>();
+  private readonly hotSkips: number;
+
+  constructor(
+    namespace: string | undefined,
+    selector: Selector | undefined,
+    hotSkips = DEFAULT_HOT_TARGET_SKIPS,
+  ) {
+    this.namespace = namespace;
+    this.selector = selector;
+    this.hotSkips = hotSkips;
+  }
+
+  matches(e: Entry): boolean {
+    return matchesFilter(e, this.namespace, this.selector);
+  }
+
+  add(e: Entry): void {
+    this.all.add(e);
+    this.members.add(e);
+    for (const tv of this.targets.values()) {
+      // A waiting entry keeps waiting: its cooldown has not been seen to end yet.
+      if (tv.where.get(e) === undefined) {
+        tv.listed.add(e);
+        tv.where.set(e, 'listed');
+      }
+    }
+  }
+
+  remove(e: Entry): void {
+    if (!this.all.remove(e)) return;
+    this.members.delete(e);
+    for (const tv of this.targets.values()) {
+      const w = tv.where.get(e);
+      if (w === 'listed') {
+        tv.listed.remove(e);
+        tv.where.delete(e);
+      }
+      // A waiting entry stays in the heap; when it comes due it is dropped unless it is back.
+    }
+  }
+
+  /** The next entry to grant, in grant order, skipping entries cooling down for `target`. */
+  pick(target: string | undefined, now: number): Entry | undefined {
+    if (target === undefined) return this.all.pick(() => true);
+    const tv = this.targets.get(target);
+    if (tv) {
+      this.targets.delete(target);
+      this.targets.set(target, tv);
+      return this.pickFrom(tv, target, now);
+    }
+    let skipped = 0;
+    const found = this.all.pick((e) => {
+      if (!coolingFor(e, target, now)) return true;
+      skipped++;
+      return false;
+    });
+    if (skipped > this.hotSkips) this.keepTargetView(target, now);
+    return found;
+  }
+
+  private pickFrom(tv: TargetView, target: string, now: number): Entry | undefined {
+    for (let w = tv.waiting.peek(); w && w.at <= now; w = tv.waiting.peek()) {
+      tv.waiting.pop();
+      const e = w.entry;
+      if (tv.where.get(e) !== w) continue;
+      tv.where.delete(e);
+      if (!this.members.has(e)) continue;
+      const until = e.targetUntil.get(target);
+      if (until !== undefined && until > now) this.wait(tv, e, until);
+      else {
+        tv.listed.add(e);
+        tv.where.set(e, 'listed');
+      }
+    }
+    // Entries found cooling move to the heap after the walk: the lists must not change under it.
+    const cooling: Array<[Entry, number]> = [];
+    const found = tv.listed.pick((e) => {
+      const until = e.targetUntil.get(target);
+      if (until === undefined || until <= now) return true;
+      cooling.push([e, until]);
+      return false;
+    });
+    for (const [e, until] of cooling) {
+      tv.listed.remove(e);
+      this.wait(tv, e, until);
+    }
+    return found;
+  }
+
+  private wait(tv: TargetView, e: Entry, until: number): void {
+    const w: Waiting = { at: until, entry: e, heapIndex: -1 };
+    tv.where.set(e, w);
+    tv.waiting.push(w);
+  }
+
+  private keepTargetView(target: string, now: number): void {
+    const tv = new TargetView();
+    for (const e of this.members) {
+      const until = e.targetUntil.get(target);
+      if (until !== undefined && until > now) this.wait(tv, e, until);
+      else {
+        tv.listed.add(e);
+        tv.where.set(e, 'listed');
+      }
+    }
+    this.targets.set(target, tv);
+    if (this.targets.size > MAX_TARGET_VIEWS) {
+      const oldest = this.targets.keys().next().value;
+      if (oldest !== undefined) this.targets.delete(oldest);
+    }
   }
 }
 
@@ -67,14 +205,17 @@ export function matchesFilter(
  * for, bounded in LRU order: an entry moves in and out of all of them at once.
  */
 export class ViewSet {
-  private readonly base = new View(undefined, undefined);
+  private readonly base: View;
   /** Filtered views by `namespace \0 canonical selector`, in LRU order (oldest first). */
   private readonly filtered = new Map<string, View>();
 
   private readonly maxViews: number;
+  private readonly hotSkips: number;
 
-  constructor(maxViews: number) {
+  constructor(maxViews: number, hotSkips = DEFAULT_HOT_TARGET_SKIPS) {
     this.maxViews = maxViews;
+    this.hotSkips = hotSkips;
+    this.base = new View(undefined, undefined, hotSkips);
   }
 
   add(e: Entry): void {
@@ -97,7 +238,7 @@ export class ViewSet {
       this.filtered.set(key, view);
       return view;
     }
-    view = new View(namespace, selector);
+    view = new View(namespace, selector, this.hotSkips);
     for (const e of entries) if (e.indexed && view.matches(e)) view.add(e);
     this.filtered.set(key, view);
     if (this.filtered.size > this.maxViews) {

@@ -41,7 +41,8 @@ const seq = (...items: Buffer[]): Buffer => tlv(0x30, Buffer.concat(items));
 const set = (...items: Buffer[]): Buffer => tlv(0x31, Buffer.concat(items));
 const explicit = (n: number, inner: Buffer): Buffer => tlv(0xa0 + n, inner);
 const octets = (b: Buffer): Buffer => tlv(0x04, b);
-const bits = (b: Buffer): Buffer => tlv(0x03, Buffer.concat([Buffer.from([0]), b]));
+/** A BIT STRING; `unused` trailing bits of the last byte (DER wants them counted, not sent as 0s). */
+const bits = (b: Buffer, unused = 0): Buffer => tlv(0x03, Buffer.concat([Buffer.from([unused]), b]));
 const utf8 = (s: string): Buffer => tlv(0x0c, Buffer.from(s, 'utf8'));
 
 function oid(dotted: string): Buffer {
@@ -55,8 +56,12 @@ function oid(dotted: string): Buffer {
   return tlv(0x06, Buffer.from(out));
 }
 
+/** A non-negative INTEGER in DER's minimal form: no leading zero bytes unless the sign needs one. */
 function positiveInteger(b: Buffer): Buffer {
-  const body = (b[0] ?? 0) & 0x80 ? Buffer.concat([Buffer.from([0]), b]) : b;
+  let start = 0;
+  while (start < b.length - 1 && b[start] === 0) start++;
+  const trimmed = b.subarray(start);
+  const body = (trimmed[0] ?? 0) & 0x80 ? Buffer.concat([Buffer.from([0]), trimmed]) : trimmed;
   return tlv(0x02, body);
 }
 
@@ -109,7 +114,7 @@ export function selfSignedCertificate(opts: SelfSignedOptions = {}): SelfSignedC
       3,
       seq(
         extension('2.5.29.19', true, seq()), // basicConstraints: not a CA
-        extension('2.5.29.15', true, bits(Buffer.from([0x80]))), // keyUsage: digitalSignature
+        extension('2.5.29.15', true, bits(Buffer.from([0x80]), 7)), // keyUsage: digitalSignature
         extension('2.5.29.37', false, seq(oid('1.3.6.1.5.5.7.3.1'))), // extKeyUsage: serverAuth
         extension('2.5.29.17', false, san),
       ),
