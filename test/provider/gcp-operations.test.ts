@@ -199,6 +199,10 @@ describe('insert operations', () => {
       message: expect.stringContaining(`ZONE_RESOURCE_POOL_EXHAUSTED: ${EXHAUSTED}`),
     });
     expect(inserts()).toHaveLength(1);
+    // After the backoff the pass inserts again, and the capacity is back this time.
+    expect((await h.attempt('eu-1')).error).toBeUndefined();
+    expect(inserts()).toHaveLength(2);
+    expect(fake.instances.size).toBe(1);
   });
 });
 
@@ -240,10 +244,14 @@ describe('delete operations', () => {
     expect(fake.instances.size).toBe(0);
   });
 
-  it('a slow successful delete is waited for', async () => {
+  it('a slow successful delete is waited for; one whose VM was already gone succeeded', async () => {
     fake.put(PROJECT, ZONE, NAME);
     fake.operationDelayMs = 400;
-    await make(5000).delete(ctx(), ID);
+    const p = make(5000);
+    await p.delete(ctx(), ID);
     expect(fake.instances.size).toBe(0);
+    fake.put(PROJECT, ZONE, NAME);
+    fake.failOperation({ type: 'delete', code: 'RESOURCE_NOT_FOUND', message: 'gone', httpStatus: 404 });
+    await p.delete(ctx(), ID);
   });
 });

@@ -44,7 +44,7 @@ export const GCP_PROVIDER_TYPE = 'gcp';
 export const COMPUTE_ADDRESS = 'compute.googleapis.com';
 const DEFAULT_CALL_TIMEOUT_MS = 60_000;
 /** How long create and delete wait for their operation before answering "still running". */
-const DEFAULT_OPERATION_WAIT_MS = 30_000;
+const DEFAULT_OPERATION_WAIT_MS = 10_000;
 /** A followed operation nobody asked about for this long is forgotten. */
 const OPERATION_KEEP_MS = 60 * 60_000;
 /** Instances per aggregatedList page in listByTag (GCE's maximum). */
@@ -61,7 +61,7 @@ export interface GcpProviderOptions {
   /** Instances per aggregatedList page in listByTag (default 500, GCE's maximum). */
   listPageSize?: number;
   /**
-   * How long create and delete wait for their zone operation (default 30 s); one still running
+   * How long create and delete wait for their zone operation (default 10 s); one still running
    * then is checked on the next call about that instance instead of being sent again.
    */
   operationWaitMs?: number;

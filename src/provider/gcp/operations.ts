@@ -81,6 +81,7 @@ export function operationError(
   const first = errors[0];
   if (!first) return undefined;
   const code = first.code ?? 'UNKNOWN';
+  if (kind === 'delete' && code === 'RESOURCE_NOT_FOUND') return undefined; // gone is what we want
   const http = op.httpErrorStatusCode ?? undefined;
   const detail = errors
     .map((e) => `${e.code ?? 'UNKNOWN'}: ${redact(e.message ?? '', where.secrets)}`)
