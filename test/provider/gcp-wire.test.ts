@@ -107,19 +107,20 @@ describe('gcp wire logging on', () => {
     );
 
     const responses = w.filter((l) => l.wire === 'response');
-    // insert, then the read-back get: one response line each, with status and duration.
-    expect(responses.map((l) => l.method)).toEqual(['POST', 'GET']);
+    // insert, the wait on its operation, then the read-back get: one response line each.
+    expect(responses.map((l) => l.method)).toEqual(['POST', 'POST', 'GET']);
+    expect(String(responses[1]?.url)).toMatch(/\/operations\/operation-[^/?]+\/wait(\?|$)/);
     for (const r of responses) {
       expect(r.status).toBe(200);
       expect(typeof r.durationMs).toBe('number');
       expect(r.durationMs as number).toBeGreaterThanOrEqual(0);
     }
-    const got = responses[1]?.body as typeof body;
+    const got = responses[2]?.body as typeof body;
     expect(got.name).toBe(NAME);
     expect(got.labels['proxy-operator-managed']).toBe('true');
     // GCE echoes the metadata back on get: redacted there as well.
     expect(got.metadata.items.find((i) => i.key === 'user-data')?.value).toMatch(/^\[redacted \d+ bytes\]$/);
-    expect(w.filter((l) => l.wire === 'request').length).toBe(2);
+    expect(w.filter((l) => l.wire === 'request').length).toBe(3);
 
     expect(raw).not.toContain(PASSWORD);
     expect(raw).not.toContain('CLOUD-INIT-MARKER-q7');

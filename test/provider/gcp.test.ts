@@ -292,7 +292,7 @@ describe('get', () => {
 });
 
 describe('delete', () => {
-  it('deletes without waiting and is idempotent', async () => {
+  it('deletes, following its operation, and is idempotent', async () => {
     fake.put(PROJECT, ZONE, 'px-a');
     const p = make();
     const id = `projects/${PROJECT}/zones/${ZONE}/instances/px-a`;

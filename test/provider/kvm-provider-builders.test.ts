@@ -9,6 +9,8 @@ import { kvmWithDefaults } from '../../src/config/defaults.ts';
 import { classify } from '../../src/provider/errors.ts';
 import { checkReason } from '../../src/provider/kvm/check.ts';
 import {
+  backingPathOf,
+  baseVolumesOf,
   type DomainSpec,
   domainXml,
   instanceState,
@@ -238,6 +240,7 @@ describe('resolveImage', () => {
   it('finds a configured key (with defaults), a URL, or the only image', () => {
     expect(resolveImage(images, 'debian')).toEqual({
       key: 'debian',
+      volume: `base-debian-sha256-${'a'.repeat(16)}.qcow2`,
       url: 'https://img.example/debian.qcow2',
       sha256: 'a'.repeat(64),
       format: 'qcow2',
@@ -247,6 +250,42 @@ describe('resolveImage', () => {
     const byUrl = resolveImage(images, 'https://img.example/other.img');
     expect(byUrl.key).toMatch(/^url-[0-9a-f]{16}$/);
     expect(resolveImage(images, 'https://img.example/other.img').key).toBe(byUrl.key);
+  });
+
+  it('names bases by content: a new checksum or URL is a new volume, the same image the same one', () => {
+    const img = images.debian!;
+    const volumeOf = (over: Partial<typeof img>) =>
+      resolveImage({ debian: { ...img, ...over } }, 'debian').volume;
+    expect(volumeOf({})).toBe(volumeOf({ sha256: 'A'.repeat(64) }));
+    expect(volumeOf({ sha256: 'b'.repeat(64) })).toBe(`base-debian-sha256-${'b'.repeat(16)}.qcow2`);
+    const noSum = volumeOf({ sha256: undefined });
+    expect(noSum).toMatch(/^base-debian-url-[0-9a-f]{16}\.qcow2$/);
+    expect(volumeOf({ sha256: undefined, url: 'https://img.example/debian-13.qcow2' })).not.toBe(noSum);
+    expect(volumeOf({ format: 'raw' })).toBe(`base-debian-sha256-${'a'.repeat(16)}.raw`);
+    const byUrl = resolveImage(images, 'https://img.example/other.img');
+    expect(byUrl.volume).toBe(`base-${byUrl.key}.qcow2`);
+    // Every version of a key, and the older unversioned name, belong to that key only.
+    const of = baseVolumesOf('debian');
+    for (const v of [volumeOf({}), noSum, 'base-debian.qcow2']) expect(of.test(v)).toBe(true);
+    for (const v of [
+      'base-debian-12-sha256-aaaaaaaaaaaaaaaa.qcow2',
+      'base-debian.qcow2.sha256',
+      'px-1.qcow2',
+    ])
+      expect(of.test(v)).toBe(false);
+  });
+
+  it('reads the backing file of an overlay from its volume XML', () => {
+    const xml = overlayVolumeXml({
+      name: 'px.qcow2',
+      capacityGb: 1,
+      backingPath: "/p/base-a&b's.qcow2",
+      backingFormat: 'qcow2',
+    });
+    expect(backingPathOf(xml)).toBe("/p/base-a&b's.qcow2");
+    expect(
+      backingPathOf('<volume><name>x</name><target><path>/p/x</path></target></volume>'),
+    ).toBeUndefined();
   });
 
   it('rejects an unknown key and a missing image among several', () => {

@@ -147,7 +147,8 @@ async function errorOf(p: Promise<unknown>): Promise<unknown> {
   throw new Error('expected a rejection');
 }
 
-const baseVolume = () => `base-ci-img-${tag}.qcow2`;
+/** Content-addressed: the configured checksum is in the name. */
+const baseVolume = () => `base-ci-img-${tag}-sha256-${imageSha.slice(0, 16)}.qcow2`;
 const created: string[] = [];
 
 beforeAll(async () => {
@@ -316,7 +317,7 @@ describe('kvm provider on a real libvirtd', () => {
     const p0 = await pool();
     const half = await local.storageVolCreateXml(
       p0,
-      `<volume><name>base-${key}.qcow2</name><capacity unit='bytes'>4096</capacity><target><format type='raw'/></target></volume>`,
+      `<volume><name>base-${key}-sha256-${imageSha.slice(0, 16)}.qcow2</name><capacity unit='bytes'>4096</capacity><target><format type='raw'/></target></volume>`,
     );
     await local.storageVolUpload(half, Buffer.alloc(4096, 7));
 
@@ -329,7 +330,7 @@ describe('kvm provider on a real libvirtd', () => {
     expect(requests.filter((r) => r === '/slow.qcow2').length - before).toBe(1);
     expect(
       createHash('sha256')
-        .update(await readVolume(`base-${key}.qcow2`))
+        .update(await readVolume(`base-${key}-sha256-${imageSha.slice(0, 16)}.qcow2`))
         .digest('hex'),
     ).toBe(imageSha);
     await p.delete(ctx(), `hosts/ci/domains/${a}`);
@@ -361,7 +362,7 @@ describe('kvm provider on a real libvirtd', () => {
     await removeDomain(stranger);
   }, 90_000);
 
-  it('deletes domain, overlay and seed but never the base image; delete is idempotent', async () => {
+  it('deletes domain, overlay and seed but never the current base image; delete is idempotent', async () => {
     const p = provider();
     const name = ciName(env, 'delete');
     created.push(name);

@@ -8,8 +8,9 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { error, fingerprint, type Json, json, newInstance, parseFilter } from './fake-gce-json.ts';
 
-export type Json = Record<string, unknown>;
+export type { Json } from './fake-gce-json.ts';
 
 export interface RecordedRequest {
   method: string;
@@ -37,6 +38,30 @@ export interface Fault {
   rawBody?: string;
 }
 
+/**
+ * An operation that fails after it was accepted, the way GCE reports capacity and quota
+ * problems: the insert/delete call answers a RUNNING operation; `afterMs` later the operation
+ * is DONE with `error.errors[{code, message}]`.
+ */
+export interface OperationFault {
+  /** operationType it applies to. */
+  type: 'insert' | 'delete';
+  /** e.g. ZONE_RESOURCE_POOL_EXHAUSTED, QUOTA_EXCEEDED, PERMISSIONS_ERROR. */
+  code: string;
+  message?: string;
+  /** `httpErrorStatusCode` of the failed operation, when GCE sets one. */
+  httpStatus?: number;
+  /** Time from the call to the operation's end (default: the fake's operationDelayMs). */
+  afterMs?: number;
+  /**
+   * insert only: the instance never appears ('never', default), or appears PROVISIONING and
+   * disappears when the operation fails ('vanishes').
+   */
+  instance?: 'never' | 'vanishes';
+  /** How many operations it fails (default 1). */
+  times?: number;
+}
+
 export interface FakeGce {
   host: '127.0.0.1';
   port: number;
@@ -50,7 +75,15 @@ export interface FakeGce {
   defaultPageSize: number;
   /** Access tokens handed out at POST /token (STS exchange). */
   tokensIssued: number;
+  /** Time from a write to its operation's end (default 0: DONE on the first look). */
+  operationDelayMs: number;
+  /** Longest an operations.wait call blocks before answering a still RUNNING operation. */
+  waitMaxMs: number;
+  /** Stored operations by `project/zone/name`, GCE JSON shape. */
+  operations: Map<string, Json>;
   inject(fault: Fault): void;
+  /** The next matching operation(s) end in this error. */
+  failOperation(fault: OperationFault): void;
   clearFaults(): void;
   /** Adds or replaces an instance (defaults: RUNNING, created now). */
   put(project: string, zone: string, name: string, fields?: Json): Json;
@@ -67,6 +100,10 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
   const instances = new Map<string, Json>();
   const firewalls = new Map<string, Json>();
   let faults: Array<Fault & { used: number }> = [];
+  let opFaults: Array<OperationFault & { used: number }> = [];
+  const operations = new Map<string, Json>();
+  /** When each operation ends, and what happens to the world then. */
+  const endings = new Map<string, { at: number; finish: () => void; timer: NodeJS.Timeout }>();
   let nextId = 1000;
 
   const fake: FakeGce = {
@@ -78,11 +115,18 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
     zones: opts.zones ?? ['us-central1-a', 'us-central1-b', 'europe-west1-b'],
     defaultPageSize: 500,
     tokensIssued: 0,
+    operationDelayMs: 0,
+    waitMaxMs: 30_000,
+    operations,
     inject: (f) => {
       faults.push({ ...f, used: 0 });
     },
+    failOperation: (f) => {
+      opFaults.push({ ...f, used: 0 });
+    },
     clearFaults: () => {
       faults = [];
+      opFaults = [];
     },
     put: (project, zone, name, fields = {}) => {
       const inst = newInstance(project, zone, name, String(nextId++), {});
@@ -101,7 +145,58 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
         if (ac) ac.natIP = natIP;
       }
     },
-    close: () => new Promise((r) => server.close(() => r())),
+    close: () => {
+      for (const e of endings.values()) clearTimeout(e.timer);
+      return new Promise((r) => server.close(() => r()));
+    },
+  };
+
+  /** The fault the next operation of `type` takes, if any (counted as used). */
+  const takeOpFault = (type: 'insert' | 'delete'): OperationFault | undefined => {
+    const f = opFaults.find((x) => x.type === type && (x.times ?? 1) > x.used);
+    if (f) f.used++;
+    return f;
+  };
+
+  /**
+   * A RUNNING operation that ends `delayMs` from now: `finish` changes the world (the
+   * instance appears, goes, or stays), `fault` makes it end in an error.
+   */
+  const startOperation = (
+    project: string,
+    zone: string | undefined,
+    type: string,
+    target: string,
+    delayMs: number,
+    finish: () => void,
+    fault?: OperationFault,
+  ): Json => {
+    const op = operation(project, zone, type, target);
+    const key = `${project}/${zone ?? 'global'}/${String(op.name)}`;
+    operations.set(key, op);
+    const end = () => {
+      const e = endings.get(key);
+      if (!e) return;
+      clearTimeout(e.timer);
+      endings.delete(key);
+      finish();
+      Object.assign(op, { status: 'DONE', progress: 100, endTime: new Date().toISOString() });
+      if (fault) {
+        const message = fault.message ?? `injected ${fault.code}`;
+        op.error = { errors: [{ code: fault.code, message }] };
+        if (fault.httpStatus !== undefined) {
+          op.httpErrorStatusCode = fault.httpStatus;
+          op.httpErrorMessage = fault.httpStatus === 403 ? 'FORBIDDEN' : 'SERVICE UNAVAILABLE';
+        }
+      }
+    };
+    const timer = setTimeout(end, delayMs);
+    timer.unref();
+    endings.set(key, { at: Date.now() + delayMs, finish, timer });
+    // GCE answers every accepted write with the operation as it was then: RUNNING.
+    const accepted = { ...op };
+    if (delayMs <= 0) end();
+    return accepted;
   };
 
   const handle = async (req: IncomingMessage, res: ServerResponse, body: string): Promise<void> => {
@@ -167,8 +262,13 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
         const target = `projects/${project}/zones/${zone}/instances/${iname}`;
         if (instances.has(key))
           return error(res, 409, 'alreadyExists', `The resource '${target}' already exists`);
-        instances.set(key, newInstance(project, zone, iname, String(nextId++), resource));
-        return json(res, 200, operation(project, zone, 'insert', target));
+        const fault = takeOpFault('insert');
+        const inst = newInstance(project, zone, iname, String(nextId++), resource);
+        if (!fault || fault.instance === 'vanishes') instances.set(key, inst);
+        const finish = () => {
+          if (fault && instances.get(key) === inst) instances.delete(key);
+        };
+        return json(res, 200, startOperation(project, zone, 'insert', target, delayOf(fault), finish, fault));
       }
       if (name !== undefined && parts.length === 5) {
         const key = `${project}/${zone}/${name}`;
@@ -177,8 +277,18 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
         if (!inst) return error(res, 404, 'notFound', `The resource '${target}' was not found`);
         if (method === 'GET') return json(res, 200, inst);
         if (method === 'DELETE') {
-          instances.delete(key);
-          return json(res, 200, operation(project, zone, 'delete', target));
+          const fault = takeOpFault('delete');
+          const before = inst.status;
+          if (!fault) inst.status = 'STOPPING';
+          const finish = () => {
+            if (fault) inst.status = before;
+            else if (instances.get(key) === inst) instances.delete(key);
+          };
+          return json(
+            res,
+            200,
+            startOperation(project, zone, 'delete', target, delayOf(fault), finish, fault),
+          );
         }
       }
       if (name !== undefined && parts.length === 6 && parts[5] === 'setLabels' && method === 'POST') {
@@ -198,6 +308,34 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
         inst.labels = req.labels ?? {};
         inst.labelFingerprint = fingerprint(inst.labels);
         return json(res, 200, operation(project, zone, 'setLabels', target));
+      }
+      return error(res, 405, 'methodNotAllowed', `${method} ${path}`);
+    }
+
+    // projects/{p}/zones/{z}/operations/{name}[/wait]
+    if (parts[1] === 'zones' && parts[3] === 'operations' && parts[4] !== undefined) {
+      const key = `${project}/${parts[2] ?? ''}/${parts[4]}`;
+      const op = operations.get(key);
+      if (!op) {
+        const target = `projects/${project}/zones/${parts[2]}/operations/${parts[4]}`;
+        return error(res, 404, 'notFound', `The resource '${target}' was not found`);
+      }
+      if (parts.length === 5 && method === 'GET') return json(res, 200, op);
+      if (parts.length === 6 && parts[5] === 'wait' && method === 'POST') {
+        // Like GCE: block until the operation ends or a while has passed, then answer either way.
+        const ending = endings.get(key);
+        if (ending) {
+          const ms = Math.max(0, Math.min(ending.at - Date.now(), fake.waitMaxMs));
+          await new Promise<void>((r) => {
+            const t = setTimeout(r, ms);
+            res.once('close', () => {
+              clearTimeout(t);
+              r();
+            });
+          });
+        }
+        if (res.destroyed) return;
+        return json(res, 200, op);
       }
       return error(res, 405, 'methodNotAllowed', `${method} ${path}`);
     }
@@ -283,6 +421,10 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
   fake.port = (server.address() as AddressInfo).port;
   return fake;
 
+  function delayOf(fault: OperationFault | undefined): number {
+    return fault?.afterMs ?? fake.operationDelayMs;
+  }
+
   function operation(project: string, zone: string | undefined, type: string, target: string): Json {
     const name = `operation-${Date.now()}-${randomUUID().slice(0, 8)}`;
     const where = zone ? `zones/${zone}` : 'global';
@@ -300,63 +442,4 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
       selfLink: `${SELF}${project}/${where}/operations/${name}`,
     };
   }
-}
-
-/** A new instance as GCE reports it right after insert: PROVISIONING, no external IP yet. */
-function newInstance(project: string, zone: string, name: string, id: string, resource: Json): Json {
-  const nics = ((resource.networkInterfaces as Json[] | undefined) ?? [{}]).map((nic, i) => ({
-    ...nic,
-    kind: 'compute#networkInterface',
-    name: `nic${i}`,
-    networkIP: `10.128.0.${(Number(id) % 250) + 2}`,
-    accessConfigs: ((nic.accessConfigs as Json[] | undefined) ?? []).map((ac) => ({
-      kind: 'compute#accessConfig',
-      ...ac,
-    })),
-  }));
-  return {
-    ...resource,
-    kind: 'compute#instance',
-    id,
-    name,
-    status: 'PROVISIONING',
-    // GCE answers in Pacific time with an offset, not UTC.
-    creationTimestamp: '2026-11-30T04:05:06.789-08:00',
-    zone: `${SELF}${project}/zones/${zone}`,
-    selfLink: `${SELF}${project}/zones/${zone}/instances/${name}`,
-    networkInterfaces: nics,
-    labelFingerprint: fingerprint(resource.labels),
-  };
-}
-
-/** GCE's optimistic lock on labels: setLabels must send the fingerprint it read. */
-function fingerprint(labels: unknown): string {
-  return Buffer.from(JSON.stringify(labels ?? {})).toString('base64');
-}
-
-/** The filters the provider uses: `labels.K = V`, `labels.K != V`, `labels.K:*`; else invalid. */
-function parseFilter(filter: string | null): ((inst: Json) => boolean) | 'invalid' {
-  if (filter === null || filter === '') return () => true;
-  const m = /^labels\.([a-z0-9_-]+)\s*(=|!=|:)\s*"?([^"]*)"?$/.exec(filter.trim());
-  if (!m) return 'invalid';
-  const [, key = '', op, value] = m;
-  return (inst) => {
-    const v = (inst.labels as Record<string, string> | undefined)?.[key];
-    if (op === ':') return v !== undefined;
-    return op === '=' ? v === value : v !== value;
-  };
-}
-
-function json(res: ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { 'content-type': 'application/json; charset=UTF-8' }).end(JSON.stringify(body));
-}
-
-function error(res: ServerResponse, status: number, reason: string, message: string): void {
-  json(res, status, {
-    error: {
-      code: status,
-      message,
-      errors: [{ message, domain: reason === 'notFound' ? 'global' : 'usageLimits', reason }],
-    },
-  });
 }

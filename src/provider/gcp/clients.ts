@@ -4,11 +4,12 @@
  * (a credentials file by its declared type, else application default credentials).
  */
 import { readFileSync } from 'node:fs';
-import type { FirewallsClient, InstancesClient } from '@google-cloud/compute';
+import type { FirewallsClient, InstancesClient, ZoneOperationsClient } from '@google-cloud/compute';
 import type { ClientOptions, googleAuthLibrary } from 'google-gax';
 import type { Logger } from 'pino';
 import { isHttpUrl } from '../../api/url.ts';
 import { ProviderError, permanent, transient } from '../errors.ts';
+import { raceSignal, toProviderError, type Where } from './errors.ts';
 import { enableWireLog } from './wire.ts';
 
 type AuthClient = googleAuthLibrary.AuthClient;
@@ -44,6 +45,8 @@ export interface Clients {
   instances: InstancesClient;
   /** Built on first use: only a provider managing the firewall rule needs it. */
   firewalls(): FirewallsClient;
+  /** Zone operations (wait, get): how inserts and deletes are followed to their end. */
+  zoneOperations(): ZoneOperationsClient;
   close(): Promise<void>;
 }
 
@@ -168,14 +171,71 @@ export async function buildClients(o: BuildClientsOptions): Promise<Clients> {
   if (o.isClosed()) throw transient('provider is closed');
   const instances = new compute.InstancesClient(opts);
   let firewalls: FirewallsClient | undefined;
+  let zoneOperations: ZoneOperationsClient | undefined;
   return {
     instances,
     firewalls: () => {
       firewalls ??= new compute.FirewallsClient(opts);
       return firewalls;
     },
+    zoneOperations: () => {
+      zoneOperations ??= new compute.ZoneOperationsClient(opts);
+      return zoneOperations;
+    },
     close: async () => {
-      await Promise.allSettled([instances.close(), firewalls?.close()]);
+      await Promise.allSettled([instances.close(), firewalls?.close(), zoneOperations?.close()]);
     },
   };
+}
+
+/**
+ * The clients of one provider, built on first use (a failed build is retried by the next
+ * call); after close every call fails as Transient and nothing is built any more.
+ */
+export class LazyClients {
+  private clients: Clients | undefined;
+  private building: Promise<Clients> | undefined;
+  private closed = false;
+  private readonly opts: Omit<BuildClientsOptions, 'isClosed'>;
+
+  constructor(opts: Omit<BuildClientsOptions, 'isClosed'>) {
+    this.opts = opts;
+  }
+
+  async get(signal: AbortSignal, where: Where): Promise<Clients> {
+    if (this.clients) return this.clients;
+    const prefix = `${where.provider} ${where.op}`;
+    const opts = {
+      op: where.op,
+      provider: where.provider,
+      ...(where.providerID ? { providerID: where.providerID } : {}),
+    };
+    if (this.closed) throw transient(`${prefix}: provider is closed`, opts);
+    if (!this.building) {
+      const p = buildClients({ ...this.opts, isClosed: () => this.closed });
+      this.building = p;
+      p.then(
+        (c) => {
+          this.clients = c;
+        },
+        () => {
+          this.building = undefined;
+        },
+      );
+    }
+    try {
+      return await raceSignal(this.building, signal);
+    } catch (err) {
+      if (err instanceof ProviderError)
+        throw new ProviderError(err.errorClass, `${prefix}: ${err.message}`, opts);
+      throw toProviderError(err, where, signal);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const c = this.clients ?? (await this.building?.catch(() => undefined));
+    this.clients = undefined;
+    if (c) await c.close();
+  }
 }

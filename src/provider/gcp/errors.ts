@@ -28,9 +28,28 @@ const QUOTA_REASONS = new Set(
     'dailyLimitExceeded',
     'ZONE_RESOURCE_POOL_EXHAUSTED',
     'ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS',
+    'REGION_RESOURCE_POOL_EXHAUSTED',
+    'RESOURCE_OPERATION_RATE_EXCEEDED',
     'resourcePoolExhausted',
   ].map((r) => r.toLowerCase()),
 );
+
+/** Operation error codes that say the request itself cannot succeed as it is. */
+const PERMANENT_OPERATION_CODE =
+  /NOT_FOUND|INVALID|PERMISSION|FORBIDDEN|UNSUPPORTED|ALREADY_EXISTS|BAD_REQUEST|CONDITION_NOT_MET/;
+
+/**
+ * Class of an operation that ended in an error. The code decides first (quota and capacity
+ * stock-outs wait slowly whatever HTTP status GCE attached); then `httpErrorStatusCode`, with
+ * 404 as Permanent — a missing image or network is what an insert's 404 means, not a missing
+ * instance; then the code's wording; anything else (INTERNAL_ERROR, …) is worth a retry.
+ */
+export function classForOperation(code: string, http: number | undefined): ErrorClass {
+  if (QUOTA_REASONS.has(code.toLowerCase())) return 'QuotaExceeded';
+  if (http === 404) return 'Permanent';
+  if (http !== undefined && http >= 400) return classForStatus(http, code);
+  return PERMANENT_OPERATION_CODE.test(code) ? 'Permanent' : 'Transient';
+}
 
 /** What we keep of a failed API call: nothing that was sent, only what the server said. */
 export class GcpApiError extends Error {

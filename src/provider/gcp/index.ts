@@ -1,9 +1,10 @@
 /**
  * provider/gcp — the `gcp` provider: each instance is a Compute Engine VM with an ephemeral
  * external IP, configured by cloud-init in its `user-data` metadata. Four API calls (insert,
- * get, delete, aggregatedList) through @google-cloud/compute's REST transport, fire-and-forget:
- * the reconciler polls `get` instead of waiting on operations. Optionally one managed firewall
- * rule per proxy port (get/insert, once per port and process).
+ * get, delete, aggregatedList) through @google-cloud/compute's REST transport. Inserts and
+ * deletes are followed to their end (provider/gcp/operations): waited for a bounded time, then
+ * checked on the next call about that instance, and an operation's error is thrown with GCE's
+ * code. Optionally one managed firewall rule per proxy port (get/insert, once per port and process).
  *
  * Cancellation: google-gax calls take no AbortSignal, so every call is raced against ctx.signal
  * — the caller returns at once, the abandoned HTTP request ends at its own timeout.
@@ -15,12 +16,13 @@ import type { TargetStatus } from '../../api/providerhealth.ts';
 import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
 import type { GcpProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
+import { systemClock } from '../../runtime/clock.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
-import { notFound, ProviderError, permanent, transient } from '../errors.ts';
+import { notFound, ProviderError, permanent } from '../errors.ts';
 import { defaultCloudInit } from '../squid/cloud-init.ts';
-import { buildClients, type Clients, endpointOptions, type GcpClientOptions } from './clients.ts';
+import { type Clients, endpointOptions, type GcpClientOptions, LazyClients } from './clients.ts';
 import { checkMessage, checkReason, parseError, raceSignal, toProviderError, type Where } from './errors.ts';
-import { buildFirewallRule, ruleMatches } from './firewall.ts';
+import { FirewallKeeper } from './firewall.ts';
 import {
   buildInsertResource,
   type GceInstance,
@@ -34,12 +36,17 @@ import {
   requestProblems,
   sanitizeGcpLabelValue,
 } from './instance.ts';
+import { type GceOperation, OperationFollower } from './operations.ts';
 
 export type { GcpClientOptions } from './clients.ts';
 
 export const GCP_PROVIDER_TYPE = 'gcp';
 export const COMPUTE_ADDRESS = 'compute.googleapis.com';
 const DEFAULT_CALL_TIMEOUT_MS = 60_000;
+/** How long create and delete wait for their operation before answering "still running". */
+const DEFAULT_OPERATION_WAIT_MS = 10_000;
+/** A followed operation nobody asked about for this long is forgotten. */
+const OPERATION_KEEP_MS = 60 * 60_000;
 /** Instances per aggregatedList page in listByTag (GCE's maximum). */
 const LIST_PAGE_SIZE = 500;
 
@@ -53,6 +60,13 @@ export interface GcpProviderOptions {
   callTimeoutMs?: number;
   /** Instances per aggregatedList page in listByTag (default 500, GCE's maximum). */
   listPageSize?: number;
+  /**
+   * How long create and delete wait for their zone operation (default 10 s); one still running
+   * then is checked on the next call about that instance instead of being sent again.
+   */
+  operationWaitMs?: number;
+  /** Time source of the operation bookkeeping (tests). */
+  now?: () => number;
   /**
    * Full wire logging (`--gcp-wire-full-payloads`): each request and response at debug level,
    * bodies included with cloud-init and secret-like fields redacted. Off: no body is ever logged.
@@ -79,11 +93,9 @@ class GceProvider implements Provider, Checker {
   private readonly timeout: number;
   private readonly pageSize: number;
   private readonly wireLog: boolean;
-  private clients: Clients | undefined;
-  private building: Promise<Clients> | undefined;
-  /** Firewall rules known to exist, by port (a failed ensure is retried on the next create). */
-  private readonly firewallReady = new Map<number, Promise<void>>();
-  private closed = false;
+  private readonly lazy: LazyClients;
+  private readonly firewall: FirewallKeeper;
+  private readonly ops: OperationFollower;
 
   constructor(opts: GcpProviderOptions) {
     this.name = opts.name;
@@ -95,6 +107,26 @@ class GceProvider implements Provider, Checker {
     this.pageSize = opts.listPageSize ?? LIST_PAGE_SIZE;
     this.wireLog = opts.wireLog ?? false;
     this.clientOptions = { ...endpointOptions(opts.config.apiEndpoint), ...opts.clientOptions };
+    this.lazy = new LazyClients({
+      clientOptions: this.clientOptions,
+      credentialsFile: this.config.credentialsFile,
+      wireLog: this.wireLog,
+      log: this.log,
+    });
+    this.firewall = new FirewallKeeper({
+      settings: this.settings,
+      log: this.log,
+      callOpts: () => this.callOpts(),
+      where: (op, id) => this.where(op, id),
+    });
+    this.ops = new OperationFollower({
+      provider: this.name,
+      waitMs: opts.operationWaitMs ?? DEFAULT_OPERATION_WAIT_MS,
+      callTimeoutMs: this.timeout,
+      keepMs: OPERATION_KEEP_MS,
+      now: opts.now ?? (() => systemClock.now()),
+      log: this.log,
+    });
     const file = opts.config.credentialsFile;
     if (file && !this.clientOptions.authClient && !existsSync(file)) {
       // A Secret mount may appear later: calls fail (transient) until it does.
@@ -120,11 +152,31 @@ class GceProvider implements Provider, Checker {
       throw permanent(`${this.name} create ${req.name}: ${(err as Error).message}`, this.where('create', id));
     }
     const secrets = [userData, req.credentials.password];
+    const where = { ...this.where('create', id), secrets };
     const c = await this.client(ctx, 'create', id);
-    await this.ensureFirewall(ctx, c, req.port);
+    const ref = { project: this.settings.project, zone, name: req.name };
+    const pending: Instance = {
+      id,
+      name: req.name,
+      state: 'Pending',
+      uid: req.uid,
+      namespace: req.namespace,
+    };
+    // An insert of this name GCE is still working on is followed, never sent a second time;
+    // one that failed meanwhile is reported once, after which a create inserts anew.
+    const followed = await this.ops.check(ctx, c, id, where);
+    if (followed?.rec.kind === 'insert') {
+      if (followed.state === 'failed') {
+        this.ops.forget(id);
+        if (!followed.rec.reported) throw followed.failure;
+      } else if (followed.state === 'running') {
+        return this.readOr(ctx, c, ref, 'create', pending);
+      }
+    }
+    await this.firewall.ensure(ctx, c, req.port);
     let existed = false;
     try {
-      await raceSignal(
+      const [accepted] = await raceSignal(
         () =>
           c.instances.insert(
             { project: this.settings.project, zone, instanceResource: resource },
@@ -136,32 +188,23 @@ class GceProvider implements Provider, Checker {
         { instance: req.name, zone, proxy: `${req.namespace}/${req.proxyName}`, spot: this.settings.spot },
         'gcp instance insert accepted',
       );
+      const op = (accepted as { latestResponse?: GceOperation } | undefined)?.latestResponse;
+      const rec = { kind: 'insert' as const, ref, uid: req.uid, namespace: req.namespace };
+      await this.ops.settle(ctx, c, op, rec, where);
     } catch (err) {
+      if (err instanceof ProviderError) throw err; // the operation's own error, or aborted
       // Already there (a retry after a crash or a lost answer): create is idempotent by name.
-      if (parseError(err).http !== 409) {
-        throw toProviderError(err, { ...this.where('create', id), secrets }, ctx.signal);
-      }
+      if (parseError(err).http !== 409) throw toProviderError(err, where, ctx.signal);
       existed = true;
       ctx.log.debug({ instance: req.name, zone }, 'gcp instance already exists; reading it back');
     }
-    // Fire-and-forget: the operation is not awaited; a fresh read gives what exists now.
-    const pending: Instance = {
-      id,
-      name: req.name,
-      state: 'Pending',
-      uid: req.uid,
-      namespace: req.namespace,
-    };
-    let inst: Instance;
-    try {
-      inst = await this.read(ctx, c, { project: this.settings.project, zone, name: req.name }, 'create');
-    } catch (err) {
-      // The insert was accepted (or the VM is there): a read that fails now — not visible yet,
+    if (!existed) {
+      // The insert was accepted (or finished): a read that fails now — not visible yet,
       // throttled — must not turn a successful create into an error; the reconciler polls get.
-      if (!existed || (err instanceof ProviderError && err.errorClass === 'NotFound')) return pending;
-      throw err;
+      return this.readOr(ctx, c, ref, 'create', pending);
     }
-    if (existed && inst.uid !== undefined && inst.uid !== sanitizeGcpLabelValue(req.uid)) {
+    const inst = await this.read(ctx, c, ref, 'create');
+    if (inst.uid !== undefined && inst.uid !== sanitizeGcpLabelValue(req.uid)) {
       throw permanent(
         `${this.name} create ${id}: an instance of that name exists and does not belong to this Proxy`,
         this.where('create', id),
@@ -170,25 +213,62 @@ class GceProvider implements Provider, Checker {
     return inst;
   }
 
+  /**
+   * The instance as GCE has it. Missing while its insert is still running: Pending. Missing
+   * because its insert failed: that operation's error once (by its class, `op: 'create'`), then
+   * NotFound saying so, also with `op: 'create'` — an instance never created is not a lost one.
+   */
   async get(ctx: CallContext, providerID: string): Promise<Instance> {
     const ref = parseProviderID(providerID, this.name);
     const c = await this.client(ctx, 'get', providerID);
-    return this.read(ctx, c, ref, 'get');
+    try {
+      return await this.read(ctx, c, ref, 'get');
+    } catch (err) {
+      if (!(err instanceof ProviderError) || err.errorClass !== 'NotFound') throw err;
+      const where = this.where('get', providerID);
+      const followed = await this.ops.check(ctx, c, providerID, where);
+      if (followed?.rec.kind !== 'insert') throw err;
+      const { rec } = followed;
+      if (followed.state === 'running') {
+        return { id: providerID, name: ref.name, state: 'Pending', uid: rec.uid, namespace: rec.namespace };
+      }
+      if (followed.state === 'done') throw err; // created, then gone: really lost
+      if (rec.reported) throw this.ops.neverCreated(rec, where);
+      rec.reported = true;
+      throw followed.failure;
+    }
   }
 
   async delete(ctx: CallContext, providerID: string): Promise<void> {
     const ref = parseProviderID(providerID, this.name);
     const c = await this.client(ctx, 'delete', providerID);
+    const where = this.where('delete', providerID);
+    // A delete GCE is still working on is followed, not sent again; one that failed is
+    // reported once, and the next call asks again.
+    const followed = await this.ops.check(ctx, c, providerID, where);
+    if (followed?.rec.kind === 'delete') {
+      if (followed.state === 'running') return;
+      this.ops.forget(providerID);
+      if (followed.state === 'failed') throw followed.failure;
+    }
     try {
-      await raceSignal(
+      const [accepted] = await raceSignal(
         () =>
           c.instances.delete({ project: ref.project, zone: ref.zone, instance: ref.name }, this.callOpts()),
         ctx.signal,
       );
       this.log.info({ instance: ref.name, zone: ref.zone }, 'gcp instance delete accepted');
+      const op = (accepted as { latestResponse?: GceOperation } | undefined)?.latestResponse;
+      await this.ops.settle(ctx, c, op, { kind: 'delete', ref }, where);
     } catch (err) {
-      if (parseError(err).http !== 404)
-        throw toProviderError(err, this.where('delete', providerID), ctx.signal);
+      if (err instanceof ProviderError) throw err;
+      if (parseError(err).http !== 404) throw toProviderError(err, where, ctx.signal);
+      // Not there (yet): an insert still running would make it appear later, so the caller
+      // keeps polling; one that failed means it never will.
+      if (followed?.rec.kind === 'insert') {
+        if (followed.state === 'failed') followed.rec.reported = true;
+        return;
+      }
     }
   }
 
@@ -278,11 +358,8 @@ class GceProvider implements Provider, Checker {
     return [target];
   }
 
-  async close(): Promise<void> {
-    this.closed = true;
-    const c = this.clients ?? (await this.building?.catch(() => undefined));
-    this.clients = undefined;
-    if (c) await c.close();
+  close(): Promise<void> {
+    return this.lazy.close();
   }
 
   // ---- internals ----------------------------------------------------------------------------
@@ -335,86 +412,25 @@ class GceProvider implements Provider, Checker {
     return instanceFromGce(inst, ref.project, lastSegment(inst.zone) || ref.zone);
   }
 
-  /** Creates the port's firewall rule unless it exists; once per port and process. */
-  private async ensureFirewall(ctx: CallContext, c: Clients, port: number): Promise<void> {
-    const fw = this.settings.firewall;
-    if (!fw) return;
-    let ready = this.firewallReady.get(port);
-    if (!ready) {
-      ready = this.createFirewall(ctx, c, port, fw.sourceRanges);
-      this.firewallReady.set(port, ready);
-      ready.catch(() => this.firewallReady.delete(port));
-    }
-    await raceSignal(ready, ctx.signal);
-  }
-
-  private async createFirewall(ctx: CallContext, c: Clients, port: number, ranges: string[]): Promise<void> {
-    const rule = buildFirewallRule(this.settings, port, ranges);
-    const project = this.settings.project;
-    const where = this.where('create', `projects/${project}/global/firewalls/${rule.name}`);
+  /** `read`, but `fallback` when the instance is not (yet) visible or the read fails. */
+  private async readOr(
+    ctx: CallContext,
+    c: Clients,
+    ref: { project: string; zone: string; name: string },
+    op: string,
+    fallback: Instance,
+  ): Promise<Instance> {
     try {
-      const [existing] = await raceSignal(
-        () => c.firewalls().get({ project, firewall: rule.name }, this.callOpts()),
-        ctx.signal,
-      );
-      if (!ruleMatches(existing, rule)) {
-        this.log.warn(
-          { firewall: rule.name, want: rule.sourceRanges },
-          'gcp firewall rule exists with other source ranges or tags; leaving it as it is',
-        );
-      }
-      return;
+      return await this.read(ctx, c, ref, op);
     } catch (err) {
-      if (parseError(err).http !== 404) throw toProviderError(err, where, ctx.signal);
-    }
-    try {
-      await raceSignal(
-        () => c.firewalls().insert({ project, firewallResource: rule }, this.callOpts()),
-        ctx.signal,
-      );
-      this.log.info(
-        { firewall: rule.name, port, sourceRanges: rule.sourceRanges },
-        'gcp firewall rule created',
-      );
-    } catch (err) {
-      if (parseError(err).http !== 409) throw toProviderError(err, where, ctx.signal);
+      if (ctx.signal.aborted) throw err;
+      return fallback;
     }
   }
 
   /** The compute clients, built on first use once credentials can be loaded. */
-  private async client(ctx: CallContext, op: string, providerID?: string): Promise<Clients> {
-    if (this.clients) return this.clients;
-    if (this.closed) throw transient(`${this.name} ${op}: provider is closed`, this.where(op, providerID));
-    if (!this.building) {
-      const p = buildClients({
-        clientOptions: this.clientOptions,
-        credentialsFile: this.config.credentialsFile,
-        wireLog: this.wireLog,
-        log: this.log,
-        isClosed: () => this.closed,
-      });
-      this.building = p;
-      p.then(
-        (c) => {
-          this.clients = c;
-        },
-        () => {
-          this.building = undefined;
-        },
-      );
-    }
-    try {
-      return await raceSignal(this.building, ctx.signal);
-    } catch (err) {
-      if (err instanceof ProviderError) {
-        throw new ProviderError(
-          err.errorClass,
-          `${this.name} ${op}: ${err.message}`,
-          this.where(op, providerID),
-        );
-      }
-      throw toProviderError(err, this.where(op, providerID), ctx.signal);
-    }
+  private client(ctx: CallContext, op: string, providerID?: string): Promise<Clients> {
+    return this.lazy.get(ctx.signal, this.where(op, providerID));
   }
 
   private callOpts() {

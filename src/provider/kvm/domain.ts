@@ -74,8 +74,27 @@ export function parseProviderID(providerID: string, provider: string): DomainID 
 
 export const overlayVolumeName = (name: string) => `${name}.qcow2`;
 export const seedVolumeName = (name: string) => `${name}-seed.iso`;
-export const baseVolumeName = (key: string, format: string) => `base-${key}.${format}`;
+/**
+ * A cached base image: content-addressed, so a changed image is a new volume and the bytes
+ * under a running VM's overlay never change. `version` is `sha256-<16 hex of the checksum>`, or
+ * `url-<16 hex of the URL's hash>` without a checksum; an image given as a bare URL is keyed by
+ * that hash already and has no version part.
+ */
+export const baseVolumeName = (key: string, format: string, version?: string) =>
+  version ? `base-${key}-${version}.${format}` : `base-${key}.${format}`;
+
+/** Every base volume name image `key` can have had: versioned ones and the older unversioned one. */
+export function baseVolumesOf(key: string): RegExp {
+  const k = key.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return new RegExp(`^base-${k}(-(sha256|url)-[0-9a-f]{16})?\\.(qcow2|raw)$`);
+}
 export const markerVolumeName = (baseVolume: string) => `${baseVolume}.sha256`;
+
+/** The backing file a volume's XML names (an overlay's base image), if any. */
+export function backingPathOf(volumeXml: string): string | undefined {
+  const m = /<backingStore>[\s\S]*?<path>([^<]*)<\/path>/.exec(volumeXml);
+  return m?.[1] === undefined ? undefined : xmlUnescape(m[1].trim());
+}
 
 /** A plain file volume of `bytes` bytes, filled by an upload afterwards (seed ISO, base image, marker). */
 export function rawVolumeXml(name: string, bytes: number): string {

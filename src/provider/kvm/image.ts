@@ -1,9 +1,12 @@
 /**
- * provider/kvm/image — the base-image cache in a host's storage pool: `base-<key>.<format>`
- * holds the image, `base-<key>.<format>.sha256` (written last) marks it complete and records
- * its digest. A base without a marker is a crashed download and is replaced. Images are fetched
- * over http(s) into a temporary file, verified, then uploaded; concurrent callers for one host
- * and image share one job.
+ * provider/kvm/image — the base-image cache in a host's storage pool. Bases are immutable and
+ * content-addressed: `base-<key>-<version>.<format>` (the version is the configured checksum,
+ * or the URL's hash) holds the image, `<base>.sha256` (written last) marks it complete and
+ * records its digest. A changed image is a new base beside the old one, so the bytes under a
+ * running VM's overlay never change; an old base of a configured image is removed only when no
+ * volume in the pool has it as its backing file. A base without a marker is a crashed download
+ * and is replaced. Images are fetched over http(s) into a temporary file, verified, then
+ * uploaded; concurrent callers for one host and image share one job.
  */
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
@@ -17,7 +20,14 @@ import { isHttpUrl, redactUrl } from '../../api/url.ts';
 import type { KvmImage } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import { permanent, transient } from '../errors.ts';
-import { baseVolumeName, KVM_NAME_PATTERN, markerVolumeName, rawVolumeXml } from './domain.ts';
+import {
+  backingPathOf,
+  baseVolumeName,
+  baseVolumesOf,
+  KVM_NAME_PATTERN,
+  markerVolumeName,
+  rawVolumeXml,
+} from './domain.ts';
 import type { LibvirtConnection } from './libvirt.ts';
 import { ErrorCode, isLibvirtError, type PoolRef, type VolRef } from './libvirt-protocol.ts';
 import { raceSignal } from './pool.ts';
@@ -25,6 +35,8 @@ import { raceSignal } from './pool.ts';
 export interface ResolvedImage {
   /** Config key, or `url-<hash>` for an image given as a URL. */
   key: string;
+  /** The content-addressed base volume (see domain.baseVolumeName). */
+  volume: string;
   url: string;
   sha256?: string | undefined;
   format: 'qcow2' | 'raw';
@@ -48,13 +60,19 @@ export function resolveImage(images: Images, ref: string | undefined): ResolvedI
     ref = keys[0] as string;
   }
   const img = images[ref];
-  if (img) return { key: ref, url: img.url, sha256: img.sha256, format: img.format, firmware: img.firmware };
+  if (img) {
+    const version = img.sha256 ? `sha256-${img.sha256.toLowerCase().slice(0, 16)}` : `url-${hash16(img.url)}`;
+    const volume = baseVolumeName(ref, img.format, version);
+    return { key: ref, volume, url: img.url, sha256: img.sha256, format: img.format, firmware: img.firmware };
+  }
   if (isHttpUrl(ref)) {
-    const key = `url-${createHash('sha256').update(ref).digest('hex').slice(0, 16)}`;
-    return { key, url: ref, format: 'qcow2', firmware: 'uefi' };
+    const key = `url-${hash16(ref)}`;
+    return { key, volume: baseVolumeName(key, 'qcow2'), url: ref, format: 'qcow2', firmware: 'uefi' };
   }
   throw new Error(`image ${JSON.stringify(ref)} is neither a key of kvm.images nor an http(s) URL`);
 }
+
+const hash16 = (s: string) => createHash('sha256').update(s).digest('hex').slice(0, 16);
 
 export interface BaseImage {
   volume: string;
@@ -84,6 +102,16 @@ async function lookupVol(conn: LibvirtConnection, pool: PoolRef, name: string, s
   }
 }
 
+/** The call's result, or undefined when the volume went away meanwhile. */
+async function ignoreMissing<T>(p: Promise<T>): Promise<T | undefined> {
+  try {
+    return await p;
+  } catch (err) {
+    if (isLibvirtError(err, ErrorCode.NO_STORAGE_VOL)) return undefined;
+    throw err;
+  }
+}
+
 async function deleteVol(conn: LibvirtConnection, vol: VolRef | undefined, signal: AbortSignal) {
   if (!vol) return;
   try {
@@ -98,6 +126,10 @@ export class ImageCache {
   private readonly fetchFn: typeof fetch;
   private readonly downloadTimeoutMs: number;
   private readonly jobs = new Map<string, Promise<BaseImage>>();
+  /** Bases creates are using right now (host/pool/volume → count): never swept. */
+  private readonly holds = new Map<string, number>();
+  /** Bases being removed by a sweep: a create of that base waits, then downloads afresh. */
+  private readonly removing = new Map<string, Promise<void>>();
   private readonly stop = new AbortController();
 
   constructor(opts: ImageCacheOptions = {}) {
@@ -106,18 +138,43 @@ export class ImageCache {
     this.downloadTimeoutMs = opts.downloadTimeoutMs ?? 30 * 60_000;
   }
 
+  /**
+   * Runs `use` with the cached base image on `host` (downloaded first when needed), holding it
+   * so no sweep removes it before `use` has made the overlay that references it.
+   */
+  async with<T>(
+    conn: LibvirtConnection,
+    host: string,
+    pool: PoolRef,
+    image: ResolvedImage,
+    signal: AbortSignal,
+    use: (base: BaseImage) => Promise<T>,
+  ): Promise<T> {
+    if (!KVM_NAME_PATTERN.test(image.key)) {
+      throw permanent(`image key ${JSON.stringify(image.key)} is not a valid volume name`);
+    }
+    const held = `${host}\n${pool.name}\n${image.volume}`;
+    // Taken before anything is awaited: a sweep checks holds in the same turn it marks removal.
+    this.holds.set(held, (this.holds.get(held) ?? 0) + 1);
+    try {
+      await raceSignal(this.removing.get(held) ?? Promise.resolve(), signal);
+      return await use(await this.ensure(conn, host, pool, image, signal));
+    } finally {
+      const n = (this.holds.get(held) ?? 1) - 1;
+      if (n > 0) this.holds.set(held, n);
+      else this.holds.delete(held);
+    }
+  }
+
   /** The cached base image on `host`, downloading it first when needed. */
-  ensure(
+  private ensure(
     conn: LibvirtConnection,
     host: string,
     pool: PoolRef,
     image: ResolvedImage,
     signal: AbortSignal,
   ): Promise<BaseImage> {
-    if (!KVM_NAME_PATTERN.test(image.key)) {
-      return Promise.reject(permanent(`image key ${JSON.stringify(image.key)} is not a valid volume name`));
-    }
-    const volume = baseVolumeName(image.key, image.format);
+    const volume = image.volume;
     const jobKey = `${host}\n${pool.name}\n${volume}\n${image.url}\n${image.sha256 ?? ''}`;
     let job = this.jobs.get(jobKey);
     if (!job) {
@@ -131,6 +188,56 @@ export class ImageCache {
       );
     }
     return raceSignal(job, signal);
+  }
+
+  /**
+   * Removes the bases of `images` that are not their current version and that no volume in
+   * the pool uses as its backing file (nor a create in flight). Bases of images not in this
+   * list are left alone: another provider on the same pool may use them. Returns the removed.
+   */
+  async sweep(
+    conn: LibvirtConnection,
+    host: string,
+    pool: PoolRef,
+    images: readonly ResolvedImage[],
+    signal: AbortSignal,
+  ): Promise<string[]> {
+    const o = { signal };
+    const vols = await conn.storagePoolListAllVolumes(pool, o);
+    const current = new Set(images.map((i) => i.volume));
+    const old = vols.filter(
+      (v) => !current.has(v.name) && images.some((i) => baseVolumesOf(i.key).test(v.name)),
+    );
+    if (old.length === 0) return [];
+    const backing = new Set<string>();
+    for (const v of vols) {
+      if (v.name.startsWith('base-')) continue;
+      const xml = await ignoreMissing(conn.storageVolGetXmlDesc(v, o));
+      const path = xml === undefined ? undefined : backingPathOf(xml);
+      if (path) backing.add(path);
+    }
+    const removed: string[] = [];
+    for (const v of old) {
+      const path = await ignoreMissing(conn.storageVolGetPath(v, o));
+      if (path === undefined || backing.has(path)) continue;
+      const held = `${host}\n${pool.name}\n${v.name}`;
+      if (this.holds.has(held) || this.removing.has(held)) continue;
+      const marker = vols.find((m) => m.name === markerVolumeName(v.name));
+      // The marker goes first: a base left without one reads as unfinished, never as valid.
+      const job = deleteVol(conn, marker, signal).then(() => deleteVol(conn, v, signal));
+      this.removing.set(
+        held,
+        job.catch(() => undefined),
+      );
+      try {
+        await job;
+      } finally {
+        this.removing.delete(held);
+      }
+      removed.push(v.name);
+      this.log.info({ host, volume: v.name }, 'old base image removed: no overlay uses it');
+    }
+    return removed;
   }
 
   close(): void {
@@ -153,9 +260,12 @@ export class ImageCache {
       if (image.sha256 === undefined || digest.toLowerCase() === image.sha256.toLowerCase()) {
         return { volume, path: await conn.storageVolGetPath(base, { signal }), format: image.format };
       }
-      this.log.info({ host, volume }, 'cached base image has another sha256 than configured; replacing it');
+      // Same name, other bytes: only tampering does that. Overlays may read it; leave it be.
+      throw permanent(
+        `image ${image.key}: cached base ${volume} records sha256 ${digest}, configured ${image.sha256}; remove the volume by hand if no VM uses it`,
+      );
     }
-    // No marker: an earlier download did not finish (or the image changed). Start over.
+    // No marker: an earlier download did not finish, so no overlay was made on it. Start over.
     await deleteVol(conn, marker, signal);
     await deleteVol(conn, base, signal);
     base = undefined;

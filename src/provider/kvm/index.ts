@@ -3,7 +3,8 @@
  * hosts, reached over one pooled SSH connection per host. A VM is a qcow2 overlay on a cached
  * base image, a NoCloud seed ISO carrying the cloud-init, and a domain whose metadata records
  * the owning Proxy. Create is idempotent by name and resumes after a crash at any step: every
- * piece is looked up before it is made. Delete is idempotent and never touches base images.
+ * piece is looked up before it is made. Delete is idempotent; base images are immutable and
+ * only an old one no overlay uses any more is removed (provider/kvm/image).
  */
 import type { Logger } from 'pino';
 import type { TargetStatus } from '../../api/providerhealth.ts';
@@ -163,15 +164,16 @@ class LibvirtProvider implements Provider, Checker {
       return this.ensureRunning(ctx, conn, host, dom);
     }
 
-    // 2. Base image, overlay and seed in the host's pool; each reused when present.
+    // 2. Base image, overlay and seed in the host's pool; each reused when present. The base
+    // is held until the overlay that references it exists, so no sweep can take it away.
     const pool = await conn.storagePoolLookupByName(host.pool, o);
-    const base = await this.images.ensure(conn, host.name, pool, image, signal);
     const overlayName = overlayVolumeName(req.name);
-    const overlay = await ignoreCode(
-      conn.storageVolLookupByName(pool, overlayName, o),
-      ErrorCode.NO_STORAGE_VOL,
-    );
-    if (!overlay) {
+    await this.images.with(conn, host.name, pool, image, signal, async (base) => {
+      const overlay = await ignoreCode(
+        conn.storageVolLookupByName(pool, overlayName, o),
+        ErrorCode.NO_STORAGE_VOL,
+      );
+      if (overlay) return;
       const xml = overlayVolumeXml({
         name: overlayName,
         capacityGb: this.settings.diskSizeGb,
@@ -179,7 +181,8 @@ class LibvirtProvider implements Provider, Checker {
         backingFormat: base.format,
       });
       await ignoreCode(conn.storageVolCreateXml(pool, xml, 0, o), ErrorCode.STORAGE_VOL_EXIST);
-    }
+    });
+    await this.sweepBases(conn, host.name, pool, signal);
     await this.ensureSeed(conn, pool, req, signal);
 
     // 3. Define and start.
@@ -297,8 +300,24 @@ class LibvirtProvider implements Provider, Checker {
         const vol = await ignoreCode(conn.storageVolLookupByName(pool, name, o), ErrorCode.NO_STORAGE_VOL);
         if (vol) await ignoreCode(conn.storageVolDelete(vol, 0, o), ErrorCode.NO_STORAGE_VOL);
       }
+      // This may have been the last VM on an old base image.
+      await this.sweepBases(conn, ref.host, pool, ctx.signal);
     } catch (err) {
       throw toProviderError(this.name, err, where, ctx.signal);
+    }
+  }
+
+  /**
+   * Removes old bases of the configured images that no overlay uses any more. Best effort:
+   * a failure only leaves a base behind until the next create or delete on that host.
+   */
+  private async sweepBases(conn: LibvirtConnection, host: string, pool: PoolRef, signal: AbortSignal) {
+    try {
+      const images = Object.keys(this.settings.images).map((k) => resolveImage(this.settings.images, k));
+      await this.images.sweep(conn, host, pool, images, signal);
+    } catch (err) {
+      if (signal.aborted) return;
+      this.log.warn({ err, host }, 'kvm: sweeping old base images failed; trying again later');
     }
   }
 

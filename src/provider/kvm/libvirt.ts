@@ -262,6 +262,15 @@ export class LibvirtConnection {
     }));
   }
 
+  /** The volume's XML, with its `<backingStore>` (how overlays name their base image). */
+  async storageVolGetXmlDesc(vol: VolRef, opts?: CallOptions): Promise<string> {
+    const w = new XdrWriter();
+    writeVol(w, vol);
+    w.uint(0);
+    const body = await this.invoke(Proc.STORAGE_VOL_GET_XML_DESC, w, opts);
+    return decodeAll(body, (r) => r.string());
+  }
+
   async storageVolGetPath(vol: VolRef, opts?: CallOptions): Promise<string> {
     const w = new XdrWriter();
     writeVol(w, vol);
