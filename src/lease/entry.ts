@@ -19,6 +19,8 @@ export interface Entry extends Omit<ProxyInfo, 'credentials' | 'latencyMillis' |
   lastLeasedAt: number | undefined;
   globalUntil: number;
   targetUntil: Map<string, number>;
+  /** When the lease store first saw this proxy draining (0 = not draining): the drain deadline counts from it. */
+  drainingSince: number;
   /** In the store's views (eligible when last updated). */
   indexed: boolean;
   removed: boolean;
@@ -47,6 +49,7 @@ export function newEntry(info: Pick<ProxyInfo, 'key' | 'namespace' | 'name' | 'u
     lastLeasedAt: undefined,
     globalUntil: 0,
     targetUntil: new Map(),
+    drainingSince: 0,
     indexed: false,
     removed: false,
   };

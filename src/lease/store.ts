@@ -12,6 +12,12 @@
  * O(views + log n + skipped), where skipped = proxies in the lowest non-empty buckets that are
  * cooling down for this target. The "why nothing" arithmetic of a refused grant scans the
  * fleet once (O(n)), only on that failure path.
+ *
+ * Memory is bounded (docs/operations.md): ended cooldowns are purged on the sweep timer, live
+ * leases are capped (`maxActiveLeases`, then TooManyLeasesError), per-target cooldowns are
+ * capped evicting the soonest-ending first, and ended leases stay reportable for 15 minutes
+ * under a count cap. `exportState`/`restoreState` (lease/durable) carry the decisions across a
+ * restart or a change of leader.
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
@@ -19,6 +25,9 @@ import { proxyUrlWithCredentials } from '../api/url.ts';
 import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import type { Selector } from '../runtime/selector.ts';
+import { DEFAULT_MAX_TARGET_COOLDOWNS, TargetCooldowns } from './cooldowns.ts';
+import { LEASE_STATE_VERSION, type LeaseState, type ProxyRecord } from './durable.ts';
+import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
 import { coolingFor, type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
 import { checkNamespace, checkSeconds, toSelector } from './input.ts';
 import { IndexedHeap } from './ordered.ts';
@@ -40,6 +49,19 @@ import {
 import { matchesFilter, ViewSet } from './view.ts';
 
 export { LeaseInputError } from './target.ts';
+
+export const DEFAULT_MAX_ACTIVE_LEASES = 100_000;
+export const DEFAULT_DRAIN_TIMEOUT_MS = 10 * 60_000;
+
+/** A grant refused because `maxActiveLeases` leases are live (503 too_many_leases). */
+export class TooManyLeasesError extends Error {
+  readonly limit: number;
+  constructor(limit: number) {
+    super(`${limit} leases are active, the most this operator holds (--max-active-leases)`);
+    this.name = 'TooManyLeasesError';
+    this.limit = limit;
+  }
+}
 export {
   DEFAULT_BLOCKED_COOLDOWN_SECONDS,
   DEFAULT_FAILED_COOLDOWN_SECONDS,
@@ -71,6 +93,16 @@ export interface LeaseStoreOptions {
   sweepIntervalMs?: number;
   /** Bound on cached (namespace, selector) views. Default 64. */
   maxViews?: number;
+  /** Live leases at most; a grant beyond answers TooManyLeasesError. Default 100,000. */
+  maxActiveLeases?: number;
+  /** Per-target cooldown entries at most, fleet-wide; the soonest-ending is evicted first. Default 200,000. */
+  maxTargetCooldowns?: number;
+  /** Called once per per-target cooldown evicted by the cap (a metric counts them). */
+  onCooldownEvicted?: () => void;
+  /** A draining proxy's leases are not renewed past drain start + this. Default 10 min. */
+  drainTimeoutMs?: number;
+  /** How long a released or expired lease id stays reportable. Default 15 min. */
+  reportableAfterEndMs?: number;
 }
 
 interface Lease {
@@ -95,6 +127,8 @@ export class LeaseStore {
   private readonly blockedCooldown: number;
   private readonly failedCooldown: number;
   private readonly sweepIntervalMs: number;
+  private readonly maxActive: number;
+  private readonly drainTimeoutMs: number;
 
   private readonly proxies = new Map<string, Entry>();
   private readonly leases = new Map<string, Lease>();
@@ -103,6 +137,12 @@ export class LeaseStore {
     (a, b) => a.at < b.at,
   );
   private readonly views: ViewSet;
+  private readonly targetCooldowns: TargetCooldowns;
+  private readonly ended: EndedLeases;
+  /** Entries restored from a checkpoint whose Proxy the feed has not delivered yet. */
+  private readonly restored = new Map<string, Entry>();
+  /** Bumped on every decision a checkpoint must carry; lets a checkpointer skip idle rounds. */
+  private changeCount = 0;
   private grantSeq = 0;
   private timer: TimerHandle | undefined;
   private closed = false;
@@ -117,11 +157,30 @@ export class LeaseStore {
     this.failedCooldown = opts.failedCooldownSeconds ?? DEFAULT_FAILED_COOLDOWN_SECONDS;
     this.sweepIntervalMs = opts.sweepIntervalMs ?? 1000;
     this.views = new ViewSet(opts.maxViews ?? 64);
+    this.maxActive = Math.max(1, opts.maxActiveLeases ?? DEFAULT_MAX_ACTIVE_LEASES);
+    this.drainTimeoutMs = opts.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS;
+    this.targetCooldowns = new TargetCooldowns(
+      opts.maxTargetCooldowns ?? DEFAULT_MAX_TARGET_COOLDOWNS,
+      opts.onCooldownEvicted ?? (() => {}),
+    );
+    // As many recently ended leases as live ones: one lease's worth of memory each.
+    this.ended = new EndedLeases(opts.reportableAfterEndMs ?? REPORTABLE_AFTER_END_MS, this.maxActive);
     this.schedule();
   }
 
   get maxTtlSeconds(): number {
     return this.maxTtl;
+  }
+
+  /** Changes since construction; equal values mean nothing a checkpoint carries has changed. */
+  get changes(): number {
+    return this.changeCount;
+  }
+
+  /** Per-target cooldown entries held now (ended ones are purged on the sweep timer). */
+  targetCooldownCount(): number {
+    this.tick();
+    return this.targetCooldowns.size;
   }
 
   /** Stops the expiry timer. The store stays usable (expiry then happens lazily on calls). */
@@ -143,7 +202,8 @@ export class LeaseStore {
 
   upsertProxy(info: ProxyInfo): void {
     this.tick();
-    const existing = this.proxies.get(info.key);
+    let existing = this.proxies.get(info.key);
+    if (!existing) existing = this.adoptRestored(info.key, info.uid);
     if (existing && existing.uid === info.uid) {
       this.update(existing, () => this.assign(existing, info));
       return;
@@ -162,6 +222,8 @@ export class LeaseStore {
       e.healthy = info.healthy;
       if (info.latencyMillis !== undefined) e.latencyMillis = info.latencyMillis;
     }
+    if (info.draining && !e.draining && e.drainingSince === 0) e.drainingSince = this.clock.now();
+    if (!info.draining) e.drainingSince = 0;
     e.draining = info.draining;
     e.deleting = info.deleting;
     e.maxLeases = Math.max(0, Math.floor(info.maxLeases));
@@ -222,11 +284,13 @@ export class LeaseStore {
     checkNamespace(req.namespace);
     const namespace = req.namespace === '' ? undefined : req.namespace;
     this.tick();
+    if (this.leases.size >= this.maxActive) throw new TooManyLeasesError(this.maxActive);
     const now = this.clock.now();
     const view = this.views.get(namespace, selector, this.proxies.values());
     const e = view.pick((c) => target === undefined || !coolingFor(c, target, now));
     if (!e) return { granted: false, counts: this.explain(namespace, selector, target, now) };
     this.grantSeq++;
+    this.changeCount++;
     this.update(e, () => {
       e.active++;
       e.lastLeasedSeq = this.grantSeq;
@@ -258,7 +322,21 @@ export class LeaseStore {
     this.tick();
     const lease = this.leases.get(id);
     if (!lease) return undefined;
-    lease.expiresAt = this.clock.now() + (ttlSeconds ?? this.defaultTtl) * 1000;
+    const now = this.clock.now();
+    let expiresAt = now + (ttlSeconds ?? this.defaultTtl) * 1000;
+    const e = lease.entry;
+    if (e.draining && e.drainingSince > 0) {
+      // A draining proxy is deleted at most the drain timeout after the drain began: no lease on
+      // it outlives that, so the instance is never deleted under a renewed lease.
+      const deadline = e.drainingSince + this.drainTimeoutMs;
+      if (deadline <= now) {
+        this.drop(lease, now);
+        return undefined;
+      }
+      expiresAt = Math.min(expiresAt, deadline);
+    }
+    this.changeCount++;
+    lease.expiresAt = expiresAt;
     this.expiries.update(lease);
     return { id, expiresAt: iso(lease.expiresAt) };
   }
@@ -268,11 +346,13 @@ export class LeaseStore {
     this.tick();
     const lease = this.leases.get(id);
     if (!lease) return false;
-    this.drop(lease);
+    this.drop(lease, this.clock.now());
     return true;
   }
 
-  private drop(lease: Lease): void {
+  private drop(lease: Lease, now: number): void {
+    this.changeCount++;
+    this.ended.add(lease.id, { entry: lease.entry, target: lease.target, endedAt: now });
     this.leases.delete(lease.id);
     this.expiries.remove(lease);
     const e = lease.entry;
@@ -284,7 +364,9 @@ export class LeaseStore {
   /**
    * Outcome of using a lease. `blocked` cools the proxy down for the lease's target only
    * (a lease without a target cannot be blocked: LeaseInputError on `result`), `failed` cools
-   * it down for everyone and asks for a re-probe. Returns false when the lease is not live.
+   * it down for everyone and asks for a re-probe. A lease released or expired within the last
+   * 15 minutes can still be reported (nothing left to release). Returns false when the lease is
+   * unknown.
    */
   report(id: string, req: ReportRequest): boolean {
     checkSeconds('cooldownSeconds', req.cooldownSeconds, MAX_COOLDOWN_SECONDS);
@@ -292,33 +374,40 @@ export class LeaseStore {
       throw new LeaseInputError('cooldownSeconds', 'cooldownSeconds applies only to blocked and failed');
     }
     this.tick();
-    const lease = this.leases.get(id);
-    if (!lease) return false;
-    const e = lease.entry;
     const now = this.clock.now();
+    const lease = this.leases.get(id);
+    const used = lease ?? this.ended.get(id, now);
+    if (!used) return false;
+    const e = used.entry;
     if (req.result === 'blocked') {
-      if (lease.target === undefined) {
+      if (used.target === undefined) {
         throw new LeaseInputError(
           'result',
           'result "blocked" needs a lease granted for a target; report "failed" for a proxy-wide problem',
         );
       }
       const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
-      e.targetUntil.set(lease.target, Math.max(until, e.targetUntil.get(lease.target) ?? 0));
+      this.targetCooldowns.set(e, used.target, until);
+      this.changeCount++;
     } else if (req.result === 'failed') {
-      const until = Math.max(e.globalUntil, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);
-      this.update(e, () => {
-        e.globalUntil = until;
-      });
-      this.cooldownEnds.push({ at: until, entry: e, heapIndex: -1 });
+      this.coolDown(e, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);
       try {
         this.requestProbe?.(e.key);
       } catch (err) {
         this.log.warn({ err, proxy: e.key }, 'requestProbe hook failed');
       }
     }
-    if (req.release !== false) this.drop(lease);
+    if (lease && req.release !== false) this.drop(lease, now);
     return true;
+  }
+
+  private coolDown(e: Entry, until: number): void {
+    if (until <= e.globalUntil) return;
+    this.changeCount++;
+    this.update(e, () => {
+      e.globalUntil = until;
+    });
+    this.cooldownEnds.push({ at: until, entry: e, heapIndex: -1 });
   }
 
   activeLeases(): number {
@@ -342,14 +431,111 @@ export class LeaseStore {
     );
   }
 
+  // ---- durable state (lease/durable) ----
+
+  /** Everything a restart or a new leader must not forget, as of now. */
+  exportState(): LeaseState {
+    this.tick();
+    const now = this.clock.now();
+    const proxies: ProxyRecord[] = [];
+    const seen = new Set<Entry>();
+    const record = (e: Entry) => {
+      if (seen.has(e)) return;
+      seen.add(e);
+      const targets: [string, number][] = [];
+      for (const [t, until] of e.targetUntil) if (until > now) targets.push([t, until]);
+      const global = e.globalUntil > now ? e.globalUntil : 0;
+      if (global === 0 && targets.length === 0 && e.drainingSince === 0) return;
+      proxies.push([e.key, e.uid, global, e.drainingSince, targets]);
+    };
+    for (const e of this.proxies.values()) record(e);
+    for (const e of this.restored.values()) record(e);
+    const leases: LeaseState['leases'] = [];
+    for (const l of this.leases.values()) {
+      leases.push([l.id, l.entry.key, l.entry.uid, l.target ?? null, l.expiresAt]);
+    }
+    const ended: LeaseState['ended'] = [];
+    for (const [id, x] of this.ended.entries()) {
+      if (this.ended.get(id, now)) ended.push([id, x.entry.key, x.entry.uid, x.target ?? null, x.endedAt]);
+    }
+    return { v: LEASE_STATE_VERSION, at: now, leases, proxies, ended };
+  }
+
+  /**
+   * Merges a checkpoint in (normally into an empty store, before serving): what has ended by now
+   * is skipped; cooldowns only ever lengthen; a proxy recreated under the same name (another
+   * uid) does not inherit the old one's state. Proxies the feed has not delivered yet are held
+   * aside and adopted when it does.
+   */
+  restoreState(state: LeaseState): { leases: number; proxies: number } {
+    this.tick();
+    const now = this.clock.now();
+    let restoredProxies = 0;
+    for (const [key, uid, global, drainingSince, targets] of state.proxies) {
+      const e = this.entryFor(key, uid);
+      if (!e) continue;
+      restoredProxies++;
+      if (global > now) this.coolDown(e, global);
+      for (const [t, until] of targets) if (until > now) this.targetCooldowns.set(e, t, until);
+      if (drainingSince > 0 && (e.drainingSince === 0 || drainingSince < e.drainingSince)) {
+        e.drainingSince = drainingSince;
+      }
+    }
+    let restoredLeases = 0;
+    for (const [id, key, uid, target, expiresAt] of state.leases) {
+      if (expiresAt <= now || this.leases.has(id)) continue;
+      const e = this.entryFor(key, uid);
+      if (!e) continue;
+      const lease: Lease = { id, entry: e, target: target ?? undefined, expiresAt, heapIndex: -1 };
+      this.update(e, () => {
+        e.active++;
+      });
+      this.leases.set(id, lease);
+      this.expiries.push(lease);
+      restoredLeases++;
+    }
+    for (const [id, key, uid, target, endedAt] of state.ended) {
+      if (this.leases.has(id)) continue;
+      const e = this.entryFor(key, uid);
+      if (e) this.ended.add(id, { entry: e, target: target ?? undefined, endedAt });
+    }
+    this.ended.purge(now);
+    this.changeCount++;
+    return { leases: restoredLeases, proxies: restoredProxies };
+  }
+
+  /** The entry a checkpoint record belongs to: the live one with that uid, or one held aside. */
+  private entryFor(key: string, uid: string): Entry | undefined {
+    const live = this.proxies.get(key);
+    if (live) return live.uid === uid ? live : undefined;
+    const held = this.restored.get(key);
+    if (held) return held.uid === uid ? held : undefined;
+    const slash = key.indexOf('/');
+    const e = newEntry({ key, namespace: key.slice(0, slash), name: key.slice(slash + 1), uid });
+    this.restored.set(key, e);
+    return e;
+  }
+
+  /** A restored entry for `key`, moved into the fleet when the feed delivers the same uid. */
+  private adoptRestored(key: string, uid: string): Entry | undefined {
+    const held = this.restored.get(key);
+    if (!held) return undefined;
+    this.restored.delete(key);
+    if (held.uid !== uid) return undefined;
+    this.proxies.set(key, held);
+    return held;
+  }
+
   // ---- internals ----
 
-  /** Releases expired leases and re-admits proxies whose global cooldown ended. */
+  /** Releases expired leases, re-admits proxies whose global cooldown ended, purges what ended. */
   private tick(): void {
     const now = this.clock.now();
     for (let top = this.expiries.peek(); top && top.expiresAt <= now; top = this.expiries.peek()) {
-      this.drop(top);
+      this.drop(top, now);
     }
+    this.targetCooldowns.purge(now);
+    this.ended.purge(now);
     for (let top = this.cooldownEnds.peek(); top && top.at <= now; top = this.cooldownEnds.peek()) {
       this.cooldownEnds.pop();
       const e = top.entry;
