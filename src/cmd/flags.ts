@@ -161,7 +161,9 @@ function leaseFlags(values: Values): LeaseFlags {
   const str = (k: string) => values[k] as string | undefined;
   const interval = parseDuration('lease-checkpoint-interval', str('lease-checkpoint-interval') ?? '5s');
   if (interval < 100 || interval > 300_000) {
-    throw new FlagError('--lease-checkpoint-interval: must be from 100ms to 5m (a crash loses at most this much)');
+    throw new FlagError(
+      '--lease-checkpoint-interval: must be from 100ms to 5m (a crash loses at most this much)',
+    );
   }
   const drain = parseDuration('drain-timeout', str('drain-timeout') ?? '10m');
   if (drain < 1000) throw new FlagError('--drain-timeout: must be at least 1s');

@@ -50,7 +50,8 @@ export class LeaseAuthority {
 
   decide(forwarded: boolean): Decision {
     if (this.serving) return { kind: 'local' };
-    if (this.isLeader()) return { kind: 'none', why: 'the leader is restoring or handing over its lease state' };
+    if (this.isLeader())
+      return { kind: 'none', why: 'the leader is restoring or handing over its lease state' };
     if (forwarded) return { kind: 'none', why: 'this replica is not the leader' };
     const url = this.leaderUrl();
     return url ? { kind: 'forward', url } : { kind: 'none', why: 'no leader is known' };
@@ -133,7 +134,9 @@ async function forward(
       if (typeof v === 'string') reply.header(h, v);
     }
     // Sent as is: the leader already serialised it with the same schemas.
-    return reply.serializer((p: unknown) => p as string).send(body.length ? body.toString('utf8') : undefined);
+    return reply
+      .serializer((p: unknown) => p as string)
+      .send(body.length ? body.toString('utf8') : undefined);
   } catch (err) {
     log.warn({ err, leader }, 'forwarding to the leader failed');
     return noLeader(reply, 'the leader is not reachable');

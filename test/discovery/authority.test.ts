@@ -54,7 +54,10 @@ async function replica(leaderUrl: () => string | undefined, maxActiveLeases = 10
     registry: new Registry(),
     authority,
   });
-  closers.push(() => leases.close(), () => server.close());
+  closers.push(
+    () => leases.close(),
+    () => server.close(),
+  );
   return { server, leases, authority, leading };
 }
 
@@ -92,9 +95,13 @@ describe('standby replicas forward to the leader', () => {
     expect(leader.leases.activeLeases()).toBe(3);
     expect(standby.leases.activeLeases()).toBe(0);
 
-    const [g0, g1, g2] = granted as [{ id: string }, { id: string }, { id: string }];
-    expect((await call(standby.server.url, 'POST', `/v1/leases/${g1.id}/renew`, { ttlSeconds: 30 })).status).toBe(200);
-    const report = await call(standby.server.url, 'POST', `/v1/leases/${g0.id}/report`, { result: 'blocked' });
+    const [g0, g1, g2] = granted as unknown as [{ id: string }, { id: string }, { id: string }];
+    expect(
+      (await call(standby.server.url, 'POST', `/v1/leases/${g1.id}/renew`, { ttlSeconds: 30 })).status,
+    ).toBe(200);
+    const report = await call(standby.server.url, 'POST', `/v1/leases/${g0.id}/report`, {
+      result: 'blocked',
+    });
     expect(report).toMatchObject({ status: 200, body: { id: g0.id, released: true } });
     expect((await call(standby.server.url, 'DELETE', `/v1/leases/${g2.id}`)).status).toBe(204);
     expect(leader.leases.activeLeases()).toBe(1);

@@ -88,7 +88,9 @@ describe('lease state survives a restart', () => {
     for (const n of ['p1', 'p2', 'p3']) c.upsertProxy(info(n, { maxLeases: 1 }));
     c.restoreState(state);
     expect(c.snapshot({ target: 'shop.example' }).map((p) => p.reason)).toEqual(
-      b.snapshot({ target: 'shop.example' }).map((p) => (p.name === live.proxy.name ? 'AtCapacity' : p.reason)),
+      b
+        .snapshot({ target: 'shop.example' })
+        .map((p) => (p.name === live.proxy.name ? 'AtCapacity' : p.reason)),
     );
   });
 
@@ -110,14 +112,17 @@ describe('lease state survives a restart', () => {
 
     const c = store(clock);
     c.upsertProxy(info(g1.proxy.name, { uid: 'recreated' }));
-    c.restoreState({ ...state, leases: state.leases.map((l) => [l[0], l[1], l[2], l[3], clock.now() + 1000]) });
+    c.restoreState({
+      ...state,
+      leases: state.leases.map((l) => [l[0], l[1], l[2], l[3], clock.now() + 1000]),
+    });
     expect(c.activeLeases()).toBe(0);
   });
 
   it('refuses a damaged checkpoint whole, naming the field', () => {
-    expect(() => parseLeaseState('{"v":1,"at":1,"leases":[["id","k","u",null,"soon"]],"proxies":[],"ended":[]}')).toThrow(
-      /leases\[0\]/,
-    );
+    expect(() =>
+      parseLeaseState('{"v":1,"at":1,"leases":[["id","k","u",null,"soon"]],"proxies":[],"ended":[]}'),
+    ).toThrow(/leases\[0\]/);
     expect(() => parseLeaseState('{"v":2}')).toThrow(/version/);
     expect(() => parseLeaseState('not json')).toThrow(/JSON/);
   });

@@ -245,8 +245,8 @@ describe('LeaseElector', () => {
     expect(b.e.leaderAddress()).toBeUndefined();
     url = 'http://10.1.2.3:8090';
     await advanceUntil(() => b.e.leaderAddress() === url, 1000);
-    const annotations = (lease() as unknown as { metadata: { annotations?: Record<string, string> } }).metadata
-      .annotations;
+    const annotations = (lease() as unknown as { metadata: { annotations?: Record<string, string> } })
+      .metadata.annotations;
     expect(annotations?.['crawl.example.com/discovery-url']).toBe(url);
     expect(a.e.leaderAddress()).toBe(url);
     // A leader that goes silent stops being forwarded to once its claim has expired by b's clock.
