@@ -75,9 +75,9 @@ export function parseLeaseState(text: string): LeaseState {
   for (const k of ['leases', 'proxies', 'ended'] as const) {
     if (!Array.isArray(d[k])) throw new LeaseStateError(`${k} is not a list`);
   }
-  (d.leases as unknown[]).forEach((r, i) => checkLeaseLike(r, `leases[${i}]`));
-  (d.proxies as unknown[]).forEach((r, i) => checkProxy(r, `proxies[${i}]`));
-  (d.ended as unknown[]).forEach((r, i) => checkLeaseLike(r, `ended[${i}]`));
+  for (const [i, r] of (d.leases as unknown[]).entries()) checkLeaseLike(r, `leases[${i}]`);
+  for (const [i, r] of (d.proxies as unknown[]).entries()) checkProxy(r, `proxies[${i}]`);
+  for (const [i, r] of (d.ended as unknown[]).entries()) checkLeaseLike(r, `ended[${i}]`);
   return d as unknown as LeaseState;
 }
 
