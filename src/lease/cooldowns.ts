@@ -2,25 +2,16 @@
  * lease/cooldowns — every per-target cooldown of the fleet in one min-heap by end time, so that
  * ended cooldowns are purged by time (not only when a grant happens to look at them) and the
  * total number of entries stays under a cap: past it, the entry that would end soonest is
- * evicted first (it is the one that costs the least protection to forget).
+ * evicted first (it is the one that costs the least protection to forget). Each cooldown is one
+ * object, held by its entry's `targetUntil` map and by the heap.
  */
-import type { Entry } from './entry.ts';
+import type { Entry, TargetCooldown } from './entry.ts';
 import { IndexedHeap } from './ordered.ts';
-
-interface Item {
-  at: number;
-  entry: Entry;
-  target: string;
-  heapIndex: number;
-}
 
 export const DEFAULT_MAX_TARGET_COOLDOWNS = 200_000;
 
 export class TargetCooldowns {
-  private readonly heap = new IndexedHeap<Item>((a, b) => a.at < b.at);
-  /** One item per (entry, target); the entry object is the key, so a recreated proxy starts clean. */
-  private readonly items = new Map<Entry, Map<string, Item>>();
-  private count = 0;
+  private readonly heap = new IndexedHeap<TargetCooldown>((a, b) => a.at < b.at);
   private readonly max: number;
   private readonly onEvict: () => void;
 
@@ -30,30 +21,22 @@ export class TargetCooldowns {
   }
 
   get size(): number {
-    return this.count;
+    return this.heap.size;
   }
 
   /** Cools `e` down for `target` until at least `until`; evicts the soonest-ending beyond the cap. */
   set(e: Entry, target: string, until: number): void {
-    const current = e.targetUntil.get(target) ?? 0;
-    const at = Math.max(until, current);
-    e.targetUntil.set(target, at);
-    let perEntry = this.items.get(e);
-    if (!perEntry) {
-      perEntry = new Map();
-      this.items.set(e, perEntry);
+    const current = e.targetUntil.get(target);
+    if (current) {
+      if (until <= current.at) return;
+      current.at = until;
+      this.heap.update(current);
+      return;
     }
-    const item = perEntry.get(target);
-    if (item) {
-      item.at = at;
-      this.heap.update(item);
-    } else {
-      const fresh: Item = { at, entry: e, target, heapIndex: -1 };
-      perEntry.set(target, fresh);
-      this.heap.push(fresh);
-      this.count++;
-    }
-    while (this.count > this.max) {
+    const fresh: TargetCooldown = { at: until, target, entry: e, heapIndex: -1 };
+    e.targetUntil.set(target, fresh);
+    this.heap.push(fresh);
+    while (this.heap.size > this.max) {
       const victim = this.heap.peek();
       if (!victim) break;
       this.forget(victim);
@@ -66,12 +49,8 @@ export class TargetCooldowns {
     for (let top = this.heap.peek(); top && top.at <= now; top = this.heap.peek()) this.forget(top);
   }
 
-  private forget(item: Item): void {
-    this.heap.remove(item);
-    this.count--;
-    const perEntry = this.items.get(item.entry);
-    perEntry?.delete(item.target);
-    if (perEntry?.size === 0) this.items.delete(item.entry);
-    if (item.entry.targetUntil.get(item.target) === item.at) item.entry.targetUntil.delete(item.target);
+  private forget(c: TargetCooldown): void {
+    this.heap.remove(c);
+    if (c.entry.targetUntil.get(c.target) === c) c.entry.targetUntil.delete(c.target);
   }
 }

@@ -71,6 +71,14 @@ export interface Lease {
   heapIndex: number;
 }
 
+/**
+ * A random UUID as a flat string: Node assembles `randomUUID()` from many small pieces, and kept
+ * as such tree (live and ended leases keep their ids) it costs ~600 bytes instead of ~60.
+ */
+function newLeaseId(): string {
+  return Buffer.from(randomUUID(), 'latin1').toString('latin1');
+}
+
 function iso(ms: number): string {
   return new Date(ms).toISOString();
 }
@@ -254,7 +262,7 @@ export class LeaseStoreCore {
       e.lastLeasedAt = now;
     });
     const lease: Lease = {
-      id: randomUUID(),
+      id: newLeaseId(),
       entry: e,
       target,
       expiresAt: now + (req.ttlSeconds ?? this.defaultTtl) * 1000,

@@ -44,7 +44,7 @@ export class LeaseStore extends LeaseStoreCore {
       if (seen.has(e)) return;
       seen.add(e);
       const targets: [string, number][] = [];
-      for (const [t, until] of e.targetUntil) if (until > now) targets.push([t, until]);
+      for (const c of e.targetUntil.values()) if (c.at > now) targets.push([c.target, c.at]);
       const global = e.globalUntil > now ? e.globalUntil : 0;
       if (global === 0 && targets.length === 0 && e.drainingSince === 0) return;
       proxies.push([e.key, e.uid, global, e.drainingSince, targets]);
