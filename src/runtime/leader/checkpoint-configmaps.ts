@@ -127,35 +127,28 @@ export class ConfigMapCheckpoint implements CheckpointStorage {
       },
       data: { [KEY]: chunk },
     });
-    for (let attempt = 0; attempt < 3; attempt++) {
-      let rv = this.rv.get(name);
-      if (rv === undefined) {
-        await this.read(name, signal);
-        rv = this.rv.get(name);
-      }
-      try {
-        const out =
-          rv === undefined
-            ? await this.core.createNamespacedConfigMap(
-                { namespace: this.namespace, body: body() },
-                callOptions({ signal }),
-              )
-            : await this.core.replaceNamespacedConfigMap(
-                { name, namespace: this.namespace, body: body(rv) },
-                callOptions({ signal }),
-              );
-        if (out.metadata?.resourceVersion) this.rv.set(name, out.metadata.resourceVersion);
-        return;
-      } catch (e) {
-        const code = statusCodeOf(e);
-        // Someone else wrote it (a previous leader's last save): read again and retry.
-        if (code === 409 || code === 404) {
-          this.rv.delete(name);
-          continue;
-        }
-        throw toStoreError(e, 'configmap');
-      }
+    let rv = this.rv.get(name);
+    if (rv === undefined) {
+      await this.read(name, signal);
+      rv = this.rv.get(name);
     }
-    throw new Error(`configmap ${this.namespace}/${name}: kept conflicting with other writers`);
+    try {
+      const out =
+        rv === undefined
+          ? await this.core.createNamespacedConfigMap(
+              { namespace: this.namespace, body: body() },
+              callOptions({ signal }),
+            )
+          : await this.core.replaceNamespacedConfigMap(
+              { name, namespace: this.namespace, body: body(rv) },
+              callOptions({ signal }),
+            );
+      if (out.metadata?.resourceVersion) this.rv.set(name, out.metadata.resourceVersion);
+    } catch (e) {
+      // A conflict means another writer — a leader that took over while this one lost its
+      // lease. This save fails rather than overwrite it; the next one starts from a fresh read.
+      this.rv.delete(name);
+      throw toStoreError(e, 'configmap');
+    }
   }
 }
