@@ -1,6 +1,8 @@
 /**
  * bench/memory — resident memory with 1,000 Ready proxies (objects, credentials Secrets, lease
- * entries fed from the store) and 5,000 active leases. Target (docs/benchmarks.md): ≤ 200 MB RSS.
+ * entries fed from the store), 5,000 active leases and 100,000 per-target cooldown entries (each
+ * from a `blocked` report, so the 100,000 ended-but-reportable leases those reports leave behind
+ * are in too). Target (docs/benchmarks.md): ≤ 200 MB RSS.
  */
 import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
@@ -12,6 +14,7 @@ import { createMemoryStore } from '../src/runtime/memory.ts';
 export interface MemoryBenchResult {
   proxies: number;
   leases: number;
+  cooldowns: number;
   rssMB: number;
   heapUsedMB: number;
 }
@@ -24,10 +27,11 @@ function collectGarbage(): void {
 }
 
 export async function runMemoryBench(
-  opts: { proxies?: number; leases?: number } = {},
+  opts: { proxies?: number; leases?: number; cooldowns?: number } = {},
 ): Promise<MemoryBenchResult> {
   const n = opts.proxies ?? 1000;
   const leaseCount = opts.leases ?? 5000;
+  const cooldownCount = opts.cooldowns ?? 100_000;
   const store = createMemoryStore();
   const b64 = (s: string) => Buffer.from(s).toString('base64');
   for (let i = 0; i < n; i++) {
@@ -62,6 +66,12 @@ export async function runMemoryBench(
   const ctrl = new AbortController();
   const feed = startLeaseFeed({ store, leases, signal: ctrl.signal });
   await feed.idle();
+  // Blocked reports first: one target cooldown each, spread over the fleet.
+  for (let i = 0; i < cooldownCount; i++) {
+    const out = leases.lease({ target: `blocked-${i}.example`, ttlSeconds: 3600 });
+    if (out.granted) leases.report(out.grant.id, { result: 'blocked', cooldownSeconds: 86_400 });
+  }
+  const cooldowns = leases.targetCooldownCount();
   let granted = 0;
   for (let i = 0; granted < leaseCount && i < leaseCount * 2; i++) {
     const out = leases.lease({ target: `site-${i % 50}.example`, ttlSeconds: 3600 });
@@ -72,14 +82,20 @@ export async function runMemoryBench(
   feed.stop();
   ctrl.abort();
   leases.close();
-  return { proxies: n, leases: granted, rssMB: mem.rss / 2 ** 20, heapUsedMB: mem.heapUsed / 2 ** 20 };
+  return {
+    proxies: n,
+    leases: granted,
+    cooldowns,
+    rssMB: mem.rss / 2 ** 20,
+    heapUsedMB: mem.heapUsed / 2 ** 20,
+  };
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const r = await runMemoryBench();
   const ok = r.rssMB <= 200;
   console.log(
-    `memory: ${r.proxies} proxies, ${r.leases} active leases: RSS ${r.rssMB.toFixed(1)} MB, heap ${r.heapUsedMB.toFixed(1)} MB (target RSS ≤ 200 MB) ${ok ? 'PASS' : 'FAIL'}`,
+    `memory: ${r.proxies} proxies, ${r.leases} active leases, ${r.cooldowns} target cooldowns: RSS ${r.rssMB.toFixed(1)} MB, heap ${r.heapUsedMB.toFixed(1)} MB (target RSS ≤ 200 MB) ${ok ? 'PASS' : 'FAIL'}`,
   );
   if (!ok) process.exitCode = 1;
 }

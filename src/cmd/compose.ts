@@ -13,12 +13,14 @@ import { loadProvidersConfig } from '../config/load.ts';
 import type { ProvidersConfig } from '../config/schema.ts';
 import { createProxyReconciler } from '../controller/reconciler.ts';
 import { discoveryTokenFromEnv } from '../discovery/auth.ts';
+import { LeaseAuthority } from '../discovery/authority.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
 import { OrphanGC } from '../gc/gc.ts';
 import { EgressIpChecker } from '../health/egress.ts';
 import { HealthEngine } from '../health/engine.ts';
+import { LeaseCheckpointer } from '../lease/checkpoint.ts';
 import { startLeaseFeed } from '../lease/feed.ts';
-import { registerLeaseMetrics } from '../lease/metrics.ts';
+import { leaseEvictionCounter, registerLeaseMetrics } from '../lease/metrics.ts';
 import { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import { createLogger, type Logger } from '../log/index.ts';
@@ -241,6 +243,8 @@ interface Components extends Shared {
   health: HealthEngine;
   leases: LeaseStore;
   egress: EgressIpChecker | undefined;
+  authority: LeaseAuthority;
+  checkpointer: LeaseCheckpointer;
   reconciler: ReturnType<typeof createProxyReconciler>;
   queue: WorkQueue;
   gc: OrphanGC;
@@ -278,10 +282,14 @@ function buildComponents(shared: Shared): Components {
   } catch (err) {
     throw new StartupError(errorMessage(err), { cause: err });
   }
+  const evicted = leaseEvictionCounter(registry);
   const leases: LeaseStore = new LeaseStore({
     clock,
     log: log.child({ component: 'leases' }),
     requestProbe: (key) => health.requestProbe(key),
+    maxActiveLeases: flags.leases.maxActiveLeases,
+    drainTimeoutMs: flags.leases.drainTimeoutMs,
+    onCooldownEvicted: () => evicted.inc(),
   });
   registerLeaseMetrics(registry, leases);
   registerProxyPhaseGauge(registry, store.proxies);
@@ -325,7 +333,21 @@ function buildComponents(shared: Shared): Components {
     tracer,
   });
 
-  return { ...shared, health, leases, egress, reconciler, queue, gc, monitor };
+  // One authority (docs/deployment.md): the leader decides leases, standbys forward to it.
+  const authority = new LeaseAuthority({
+    leaderUrl: () => mode.elector.leaderAddress?.(),
+    isLeader: () => mode.elector.isLeader(),
+  });
+  const checkpointer = new LeaseCheckpointer({
+    leases,
+    storage: mode.leaseCheckpoint,
+    intervalMs: flags.leases.checkpointIntervalMs,
+    clock,
+    log: log.child({ component: 'lease-checkpoint' }),
+    registry,
+  });
+
+  return { ...shared, health, leases, egress, authority, checkpointer, reconciler, queue, gc, monitor };
 }
 
 /** Hands every component to the manager; returns where the discovery API listens once started. */
@@ -345,6 +367,7 @@ function addRunnables(manager: Manager, c: Components, listeners: ListenerInputs
     gc,
     monitor,
     egress,
+    authority,
   } = c;
   const { store } = mode;
   let discovery: DiscoveryServer | undefined;
@@ -360,7 +383,9 @@ function addRunnables(manager: Manager, c: Components, listeners: ListenerInputs
         log: log.child({ component: 'discovery' }),
         registry,
         tracer,
+        authority,
       });
+      mode.advertiseDiscovery?.(discovery.url);
       log.info({ url: discovery.url }, 'discovery API listening');
       await untilAborted(signal);
       await discovery.close();
@@ -396,7 +421,9 @@ function addRunnables(manager: Manager, c: Components, listeners: ListenerInputs
       feed.stop();
     }),
   );
-  manager.add(service('health', false, (signal) => health.run(signal)));
+  // Probes and Healthy writes on the leader only; a new leader starts from the verdicts in status.
+  manager.add(service('health', true, (signal) => health.run(signal)));
+  manager.add(service('lease-authority', true, (signal) => leadLeases(c, signal)));
   manager.add(
     service('proxy-controller', true, async (signal) => {
       const unsubscribe = reconciler.watchSources((key) => queue.add(key));
@@ -419,6 +446,39 @@ function addRunnables(manager: Manager, c: Components, listeners: ListenerInputs
   }
 
   return () => discovery?.url;
+}
+
+/**
+ * The leader's side of the lease authority: restore the checkpoint, then decide leases and
+ * checkpoint them every interval; at step-down stop deciding first, then save a last time.
+ */
+async function leadLeases(c: Components, signal: AbortSignal): Promise<void> {
+  const { checkpointer, authority, clock, log, mode } = c;
+  for (;;) {
+    try {
+      await checkpointer.restore(signal);
+      break;
+    } catch (err) {
+      if (signal.aborted) return;
+      log.warn({ err }, 'reading the lease checkpoint failed; retrying (lease requests get 503 no_leader)');
+      await new Promise<void>((r) => clock.setTimeout(r, 1000));
+    }
+  }
+  if (signal.aborted) return;
+  authority.startServing();
+  log.info('deciding leases');
+  await checkpointer.run(signal);
+  authority.stopServing();
+  // After a lost election another replica may already decide: only a leader that still holds
+  // the lock (a graceful stop) writes the final checkpoint.
+  if (!mode.elector.isLeader()) return;
+  const timeout = new AbortController();
+  const t = clock.setTimeout(() => timeout.abort(), 10_000);
+  try {
+    if (await checkpointer.save(timeout.signal)) log.info('lease state saved for the next leader');
+  } finally {
+    clock.clearTimeout(t);
+  }
 }
 
 /** Entry for `standalone` and `operator`: runs until SIGTERM/SIGINT; returns the exit code. */

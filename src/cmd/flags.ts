@@ -34,6 +34,17 @@ export interface CommonFlags {
   /** Timeouts and connection caps of the discovery API and metrics listeners. */
   discoveryLimits: ListenerLimits;
   metricsLimits: ListenerLimits;
+  /** Lease authority (docs/deployment.md): how often lease state is checkpointed, and its caps. */
+  leases: LeaseFlags;
+}
+
+export interface LeaseFlags {
+  /** `--lease-checkpoint-interval` (default 5s). */
+  checkpointIntervalMs: number;
+  /** `--max-active-leases` (default 100000). */
+  maxActiveLeases: number;
+  /** `--drain-timeout` (default 10m): no renewal of a draining proxy's lease past it. */
+  drainTimeoutMs: number;
 }
 
 export interface StandaloneFlags extends CommonFlags {
@@ -129,6 +140,9 @@ const COMMON_OPTIONS = {
   'http-idle-timeout': { type: 'string' },
   'discovery-max-connections': { type: 'string' },
   'metrics-max-connections': { type: 'string' },
+  'lease-checkpoint-interval': { type: 'string' },
+  'max-active-leases': { type: 'string' },
+  'drain-timeout': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -140,6 +154,24 @@ function parseCount(flag: string, text: string): number {
     throw new FlagError(`--${flag}: "${text}" must be a whole number from 1 to 9999999`);
   }
   return Number(text);
+}
+
+/** The lease authority's flags: checkpoint interval, active-lease cap, drain deadline. */
+function leaseFlags(values: Values): LeaseFlags {
+  const str = (k: string) => values[k] as string | undefined;
+  const interval = parseDuration('lease-checkpoint-interval', str('lease-checkpoint-interval') ?? '5s');
+  if (interval < 100 || interval > 300_000) {
+    throw new FlagError(
+      '--lease-checkpoint-interval: must be from 100ms to 5m (a crash loses at most this much)',
+    );
+  }
+  const drain = parseDuration('drain-timeout', str('drain-timeout') ?? '10m');
+  if (drain < 1000) throw new FlagError('--drain-timeout: must be at least 1s');
+  return {
+    checkpointIntervalMs: interval,
+    maxActiveLeases: parseCount('max-active-leases', str('max-active-leases') ?? '100000'),
+    drainTimeoutMs: drain,
+  };
 }
 
 /** A positive duration: a listener timeout of 0 would mean "never". */
@@ -253,6 +285,7 @@ function common(values: Values, defaults: { discovery: string; healthProbe: stri
     shutdownGraceMs: parseDuration('shutdown-grace-period', str('shutdown-grace-period') ?? '30s'),
     ...(installationId !== undefined ? { installationId } : {}),
     ...listenerFlags(values),
+    leases: leaseFlags(values),
   };
 }
 

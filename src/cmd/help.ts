@@ -63,6 +63,9 @@ ${'COMMON'}`,
       --log-level <level>                 trace|debug|info|warn|error (default info, or $LOG_LEVEL).
       --log-format <fmt>                  auto (pretty on a terminal, JSON otherwise) | json | pretty.
       --shutdown-grace-period <dur>       Time to drain on SIGTERM (default 30s).
+      --lease-checkpoint-interval <dur>   Save leases and cooldowns this often (default 5s).
+      --max-active-leases <n>             Live leases at most; then 503 too_many_leases (default 100000).
+      --drain-timeout <dur>               No lease on a draining proxy is renewed past this (default 10m).
       --installation-id <id>              Which instances are this operator's (labels, GC, spec-hash key);
                                           default: the kube-system namespace UID (operator) or the id
                                           kept in <state>.installation-id (standalone).

@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
+import type { CheckpointStorage } from '../lease/checkpoint.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
 import type { Authorize } from '../metrics/authorize.ts';
@@ -19,6 +20,7 @@ import { createKvmProvider } from '../provider/kvm/index.ts';
 import { createLocalProvider } from '../provider/local/index.ts';
 import type { ProviderFactory } from '../provider/registry.ts';
 import { loadOrCreateInstallationId } from '../runtime/embedded/installation.ts';
+import { FileCheckpoint, leaseCheckpointPath } from '../runtime/embedded/lease-checkpoint.ts';
 import { createEmbeddedStore } from '../runtime/embedded/store.ts';
 import type { KubeClients } from '../runtime/kube/client.ts';
 import { type LeaderElector, StandaloneElector } from '../runtime/leader/elector.ts';
@@ -38,6 +40,10 @@ export interface ModeParts {
   proxyNamespace?: string;
   /** Labels every instance; GC and adoption touch only instances carrying it. */
   installationId: string;
+  /** Where the leader keeps its lease checkpoint. */
+  leaseCheckpoint: CheckpointStorage;
+  /** Tells the elector where this replica's discovery API answers, once listening. */
+  advertiseDiscovery?: (url: string) => void;
 }
 
 /** `--metrics-secure` serves HTTPS: the certificate of `--metrics-cert-dir`, else a self-signed one. */
@@ -183,7 +189,12 @@ export async function standaloneParts(
       throw new StartupError(errorMessage(err), { cause: err });
     }
   }
-  return { store, elector: new StandaloneElector(), installationId };
+  return {
+    store,
+    elector: new StandaloneElector(),
+    installationId,
+    leaseCheckpoint: new FileCheckpoint(leaseCheckpointPath(paths.statePath)),
+  };
 }
 
 /**
@@ -204,6 +215,7 @@ export async function operatorParts(
     k8sProvider,
     authz,
     { clusterInstallationId },
+    { ConfigMapCheckpoint },
   ] = await Promise.all([
     import('@kubernetes/client-node'),
     import('../runtime/kube/client.ts'),
@@ -212,6 +224,7 @@ export async function operatorParts(
     import('../provider/kubernetes/index.ts'),
     import('../metrics/authorize.ts'),
     import('../runtime/kube/installation.ts'),
+    import('../runtime/leader/checkpoint-configmaps.ts'),
   ]);
   const tls = metricsTls(flags, log);
   const kc = new KubeConfig();
@@ -237,12 +250,15 @@ export async function operatorParts(
     namespace: flags.proxyNamespace,
   });
   teardown.add('store', () => store.stop());
+  const operatorNamespace = flags.leaderElectionNamespace ?? k8sProvider.operatorNamespace();
+  let advertised: string | undefined;
   const elector: LeaderElector = flags.leaderElect
     ? new LeaseElector({
         api: kube.coordination,
-        namespace: flags.leaderElectionNamespace ?? k8sProvider.operatorNamespace(),
+        namespace: operatorNamespace,
         name: LEADER_LEASE_NAME,
         log: log.child({ component: 'leader-election' }),
+        advertise: () => advertised,
       })
     : new StandaloneElector();
   const kubernetesProvider: ProviderFactory = (entry, deps) =>
@@ -261,5 +277,21 @@ export async function operatorParts(
     metricsTls: tls,
     proxyNamespace: flags.proxyNamespace,
     installationId,
+    leaseCheckpoint: new ConfigMapCheckpoint({ core: kube.core, namespace: operatorNamespace }),
+    advertiseDiscovery: (url) => {
+      advertised = advertisedUrl(url, process.env.POD_IP);
+    },
   };
+}
+
+/**
+ * The discovery URL other replicas reach this one at: the Pod IP (downward API, `POD_IP`) with
+ * the listening port and scheme, else the listening URL itself (loopback tests, one host).
+ */
+export function advertisedUrl(listening: string, podIp: string | undefined): string {
+  const ip = podIp?.trim();
+  if (!ip) return listening;
+  const u = new URL(listening);
+  u.hostname = ip.includes(':') ? `[${ip}]` : ip;
+  return u.origin;
 }

@@ -14,7 +14,7 @@ import type {
   FastifyServerOptions,
 } from 'fastify';
 import type { Logger } from 'pino';
-import { LeaseInputError } from '../lease/store.ts';
+import { LeaseInputError, TooManyLeasesError } from '../lease/store.ts';
 import { FieldError } from './validation.ts';
 
 /** Longest path parameter (a lease ID) routed at all; the schema says the same. */
@@ -88,9 +88,12 @@ export function errorOptions(): Pick<FastifyServerOptions, 'frameworkErrors' | '
 
 /** Installs the error and not-found handlers; `bodyLimit` is quoted in the 413 message. */
 export function installErrorHandling(app: FastifyInstance, log: Logger, bodyLimit: number): void {
-  app.setErrorHandler((err: FastifyError | FieldError | LeaseInputError, req, reply) => {
+  app.setErrorHandler((err: FastifyError | FieldError | LeaseInputError | TooManyLeasesError, req, reply) => {
     if (err instanceof FieldError || err instanceof LeaseInputError) {
       return reply.code(400).send(errorBody('bad_request', err.message, err.field));
+    }
+    if (err instanceof TooManyLeasesError) {
+      return reply.code(503).header('retry-after', '1').send(errorBody('too_many_leases', err.message));
     }
     const code = (err as FastifyError).code;
     if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {

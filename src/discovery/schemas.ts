@@ -297,3 +297,13 @@ export const ROUTES: RouteDef[] = [
     },
   },
 ];
+
+// Every /v1 route can meet a replica without a leader; a grant can also meet the lease cap.
+for (const def of ROUTES) {
+  if (!def.url.startsWith('/v1/')) continue;
+  def.statuses[503] =
+    def.operationId === 'lease'
+      ? '`no_leader`: no replica decides leases right now (retry after `Retry-After`); `too_many_leases`: the operator holds --max-active-leases leases.'
+      : '`no_leader`: no replica decides leases right now; retry after `Retry-After` (1 s).';
+  def.schema.response[503] = ErrorBody;
+}

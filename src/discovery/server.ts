@@ -19,6 +19,7 @@ import {
   type TlsFiles,
 } from '../metrics/listener.ts';
 import { installBearerAuth, tokenDigest } from './auth.ts';
+import { installAuthority, type LeaseAuthority } from './authority.ts';
 import { errorOptions, installErrorHandling, MAX_PARAM_LENGTH } from './errors.ts';
 import { installHostGuard } from './host.ts';
 import { registerRoutes } from './routes.ts';
@@ -47,6 +48,11 @@ export interface DiscoveryServerOptions {
   log?: Logger;
   registry: Registry;
   tracer?: Tracer;
+  /**
+   * Who decides leases (docs/deployment.md): without one, this process always does; with one, a
+   * standby forwards `/v1/*` to the leader and answers 503 no_leader while none is known.
+   */
+  authority?: LeaseAuthority;
 }
 
 export interface DiscoveryServer {
@@ -97,6 +103,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
   if (tokenHash) installBearerAuth(app, tokenHash);
   else installHostGuard(app, host, opts.allowedHosts ?? []);
   installErrorHandling(app, log, BODY_LIMIT_BYTES);
+  if (opts.authority) installAuthority(app, opts.authority, { log, tls: opts.tls });
   registerRoutes(app, opts.leases);
 
   await app.listen({ host, port });

@@ -6,6 +6,15 @@
 import { phaseServes } from '../api/proxy.ts';
 import type { NoneLeasableCounts, NotLeasableReason, ProxyInfo, ProxySnapshot } from './types.ts';
 
+/** One per-target cooldown: kept in its entry's map and in the fleet-wide heap (lease/cooldowns). */
+export interface TargetCooldown {
+  at: number;
+  target: string;
+  entry: Entry;
+  /** Position in the heap of lease/cooldowns. */
+  heapIndex: number;
+}
+
 /** A proxy's facts (credentials folded into `url`) plus its lease state. */
 export interface Entry extends Omit<ProxyInfo, 'credentials' | 'latencyMillis' | 'problem'> {
   problem: ProxyInfo['problem'];
@@ -18,7 +27,10 @@ export interface Entry extends Omit<ProxyInfo, 'credentials' | 'latencyMillis' |
   lastLeasedSeq: number;
   lastLeasedAt: number | undefined;
   globalUntil: number;
-  targetUntil: Map<string, number>;
+  /** Per-target cooldowns by target; owned by lease/cooldowns, which purges ended ones. */
+  targetUntil: Map<string, TargetCooldown>;
+  /** When the lease store first saw this proxy draining (0 = not draining): the drain deadline counts from it. */
+  drainingSince: number;
   /** In the store's views (eligible when last updated). */
   indexed: boolean;
   removed: boolean;
@@ -47,6 +59,7 @@ export function newEntry(info: Pick<ProxyInfo, 'key' | 'namespace' | 'name' | 'u
     lastLeasedAt: undefined,
     globalUntil: 0,
     targetUntil: new Map(),
+    drainingSince: 0,
     indexed: false,
     removed: false,
   };
@@ -63,13 +76,10 @@ export function compareEntries(a: Entry, b: Entry): number {
   return 0;
 }
 
-/** Whether `e` is cooling down for `target`; forgets the cooldown once it has ended. */
+/** Whether `e` is cooling down for `target` (ended cooldowns are purged by lease/cooldowns). */
 export function coolingFor(e: Entry, target: string, now: number): boolean {
-  const until = e.targetUntil.get(target);
-  if (until === undefined) return false;
-  if (until > now) return true;
-  e.targetUntil.delete(target);
-  return false;
+  const c = e.targetUntil.get(target);
+  return c !== undefined && c.at > now;
 }
 
 /**
@@ -134,9 +144,8 @@ function iso(ms: number): string {
   return new Date(ms).toISOString();
 }
 
-/** The public view of `e`; drops target cooldowns that have ended. */
+/** The public view of `e`; target cooldowns that have ended are left out. */
 export function snapshotOf(e: Entry, target: string | undefined, now: number): ProxySnapshot {
-  for (const [t, until] of e.targetUntil) if (until <= now) e.targetUntil.delete(t);
   const reason = notLeasableReason(e, target, now) ?? null;
   return {
     namespace: e.namespace,
@@ -152,9 +161,10 @@ export function snapshotOf(e: Entry, target: string | undefined, now: number): P
     maxLeases: e.maxLeases,
     lastLeasedAt: e.lastLeasedAt === undefined ? null : iso(e.lastLeasedAt),
     cooldownUntil: e.globalUntil > now ? iso(e.globalUntil) : null,
-    targetCooldowns: [...e.targetUntil]
-      .sort((a, b) => (a[0] < b[0] ? -1 : 1))
-      .map(([t, until]) => ({ target: t, until: iso(until) })),
+    targetCooldowns: [...e.targetUntil.values()]
+      .filter((c) => c.at > now)
+      .sort((a, b) => (a.target < b.target ? -1 : 1))
+      .map((c) => ({ target: c.target, until: iso(c.at) })),
     leasable: reason === null,
     reason,
     problem: e.problem ? { ...e.problem } : null,

@@ -45,7 +45,11 @@ class Buckets {
   }
 }
 
-/** An entry of a target view waiting for its cooldown for that target to end. */
+/**
+ * An entry of a target view waiting for its cooldown for that target to end. A cooldown the
+ * store evicts early (its cap on cooldown entries) is still waited out here: erring towards
+ * the block a site asked for.
+ */
 interface Waiting {
   at: number;
   entry: Entry;
@@ -144,7 +148,7 @@ export class View {
       if (tv.where.get(e) !== w) continue;
       tv.where.delete(e);
       if (!this.members.has(e)) continue;
-      const until = e.targetUntil.get(target);
+      const until = e.targetUntil.get(target)?.at;
       if (until !== undefined && until > now) this.wait(tv, e, until);
       else {
         tv.listed.add(e);
@@ -154,7 +158,7 @@ export class View {
     // Entries found cooling move to the heap after the walk: the lists must not change under it.
     const cooling: Array<[Entry, number]> = [];
     const found = tv.listed.pick((e) => {
-      const until = e.targetUntil.get(target);
+      const until = e.targetUntil.get(target)?.at;
       if (until === undefined || until <= now) return true;
       cooling.push([e, until]);
       return false;
@@ -175,7 +179,7 @@ export class View {
   private keepTargetView(target: string, now: number): void {
     const tv = new TargetView();
     for (const e of this.members) {
-      const until = e.targetUntil.get(target);
+      const until = e.targetUntil.get(target)?.at;
       if (until !== undefined && until > now) this.wait(tv, e, until);
       else {
         tv.listed.add(e);

@@ -138,6 +138,41 @@ describe('command line', () => {
     expect(helpText('standalone')).toMatch(/--gc-interval <dur> +Orphan instance sweep; 0 = off/);
   });
 
+  it('reads the lease authority flags with their defaults, and refuses bad values by name', () => {
+    const d = parseCommandLine(['operator', '--providers-config', 'p.yaml']);
+    if (d.command !== 'operator') throw new Error('wrong command');
+    expect(d.flags.leases).toEqual({
+      checkpointIntervalMs: 5000,
+      maxActiveLeases: 100_000,
+      drainTimeoutMs: 600_000,
+    });
+    const set = parseCommandLine([
+      'standalone',
+      '-c',
+      'x',
+      '--lease-checkpoint-interval',
+      '250ms',
+      '--max-active-leases',
+      '500',
+      '--drain-timeout',
+      '2m',
+    ]);
+    if (set.command !== 'standalone') throw new Error('wrong command');
+    expect(set.flags.leases).toEqual({
+      checkpointIntervalMs: 250,
+      maxActiveLeases: 500,
+      drainTimeoutMs: 120_000,
+    });
+    const bad = (args: string[]) => () => parseCommandLine(['standalone', '-c', 'x', ...args]);
+    expect(bad(['--lease-checkpoint-interval', '0'])).toThrow(
+      /--lease-checkpoint-interval: must be from 100ms/,
+    );
+    expect(bad(['--lease-checkpoint-interval', 'soon'])).toThrow(/--lease-checkpoint-interval: "soon"/);
+    expect(bad(['--max-active-leases', '0'])).toThrow(/--max-active-leases: "0" must be a whole number/);
+    expect(bad(['--drain-timeout', '10'])).toThrow(/--drain-timeout: "10" is not a duration/);
+    expect(helpText('operator')).toMatch(/--max-active-leases <n> +Live leases at most/);
+  });
+
   it('has help for every command', () => {
     expect(parseCommandLine([])).toEqual({ command: 'help' });
     expect(parseCommandLine(['standalone', '--help'])).toEqual({ command: 'help', topic: 'standalone' });

@@ -1,7 +1,8 @@
 /**
  * Cluster mode with two real operator processes and --leader-elect against the Kubernetes REST
- * test server: only the leader reconciles while both serve leases, and SIGTERM of the leader
- * hands the Lease over at once; the new leader re-provisions what died with the old one.
+ * test server: only the leader reconciles and probes while both answer lease requests (the
+ * standby by forwarding to the leader), and SIGTERM of the leader hands the Lease over at once;
+ * the new leader re-provisions what died with the old one.
  */
 import { describe, expect, it } from 'vitest';
 import { CONDITION_HEALTHY } from '../../src/api/constants.ts';
@@ -42,8 +43,17 @@ describe('operator replicas with --leader-elect', () => {
     expect(became(a)).toBe(true);
     expect(became(b)).toBe(false);
     expect(reconciled(b)).toBe(false);
-    // b still serves the discovery API (every replica does), from the same objects.
-    expect((await lease(b)).proxy.name).toBe('ha-1');
+    // Probes and Healthy writes are the leader's: the standby has not judged ha-1.
+    const judged = (op: Operator) =>
+      op.logs.some((l) => l.component === 'health' && l.msg === 'proxy healthy');
+    expect(judged(a)).toBe(true);
+    expect(judged(b)).toBe(false);
+    // b still answers the discovery API (every replica does): it forwards to the leader, so the
+    // lease it hands out is a's and releases through a.
+    const viaB = await lease(b);
+    expect(viaB.proxy.name).toBe('ha-1');
+    const released = await fetch(`${a.discovery}/v1/leases/${viaB.id}`, { method: 'DELETE' });
+    expect(released.status).toBe(204);
 
     const stoppedAt = Date.now();
     expect(await a.stop()).toBe(0);

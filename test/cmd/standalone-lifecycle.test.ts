@@ -107,10 +107,8 @@ describe('standalone CLI: restarts', () => {
         true,
       );
       expect(res.status).toBe(200);
-      // Leases are in memory only: the old ones are gone.
-      await expect(client.renew(grantsBefore.get(name)?.id as string, 30)).rejects.toMatchObject({
-        status: 404,
-      });
+      // Whether the old leases came back depends on a checkpoint having run before the kill:
+      // test/cmd/standalone-leases.test.ts covers that.
     }
     expect((await listeningInRange(ws)).sort()).toEqual(after.map((p) => p.port as number).sort());
     expect(await listeningInRange(ws)).toHaveLength(3);

@@ -360,6 +360,12 @@ const API_CALLS: ApiCall[] = [
     why: '--leader-elect',
   },
   {
+    source: 'src/runtime/leader/checkpoint-configmaps.ts',
+    calls: ['readNamespacedConfigMap', 'createNamespacedConfigMap', 'replaceNamespacedConfigMap'],
+    needs: [{ ...CORE, resource: 'configmaps', verbs: ['get', 'create', 'update'], scope: 'namespace' }],
+    why: 'the lease checkpoint (one lease authority, durable leases and cooldowns)',
+  },
+  {
     source: 'src/metrics/authorize.ts',
     calls: ['createTokenReview', 'createSubjectAccessReview'],
     needs: [
@@ -444,6 +450,8 @@ describe('RBAC', () => {
     }
     // The leader Lease is namespaced: a Role in the operator namespace, not a ClusterRole.
     expect(grants(clusterRules, 'coordination.k8s.io', 'leases', 'update')).toBe(false);
+    // So are the lease checkpoint ConfigMaps: no cluster-wide ConfigMap access.
+    expect(grants(clusterRules, '', 'configmaps', 'get')).toBe(false);
     const leaderRole = one('Role');
     expect(leaderRole.metadata?.namespace).toBe(sa.metadata?.namespace);
   });

@@ -454,7 +454,7 @@ describe('observability', () => {
       '/v1/proxies',
     ]);
     expect(Object.keys(doc.paths['/v1/leases']!.post!.responses).sort()).toEqual(
-      ['201', '400', '401', '409', '413', '415'].sort(),
+      ['201', '400', '401', '409', '413', '415', '503'].sort(),
     );
     expect(doc.paths['/v1/leases/{id}']!.delete!.responses['204']).toBeDefined();
     expect(Object.keys(doc.components.schemas.NoneLeasable!.properties!)).toEqual(

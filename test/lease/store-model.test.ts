@@ -67,6 +67,8 @@ interface MLease {
 class Model {
   proxies = new Map<string, MProxy>();
   leases = new Map<string, MLease>();
+  /** Released or expired leases, still reportable for 15 minutes. */
+  ended = new Map<string, MLease & { endedAt: number }>();
   seq = 0;
   readonly clock: FakeClock;
   constructor(clock: FakeClock) {
@@ -84,6 +86,7 @@ class Model {
     const l = this.leases.get(id)!;
     l.proxy.active--;
     this.leases.delete(id);
+    this.ended.set(id, { ...l, endedAt: this.clock.now() });
   }
 
   upsert(info: ProxyInfo): void {
@@ -426,7 +429,9 @@ function step(store: LeaseStore, model: Model, ids: string[], o: Op): void {
         release: o.release,
         ...(cooldown === undefined ? {} : { cooldownSeconds: cooldown }),
       };
-      const l = model.leases.get(id);
+      const live = model.leases.get(id);
+      const past = model.ended.get(id);
+      const l = live ?? (past && past.endedAt + 15 * 60_000 > model.clock.now() ? past : undefined);
       if (l && o.result === 'blocked' && l.target === undefined) {
         expect(() => store.report(id, req)).toThrow(LeaseInputError);
         return;
@@ -440,7 +445,7 @@ function step(store: LeaseStore, model: Model, ids: string[], o: Op): void {
       } else if (o.result === 'failed') {
         l.proxy.globalUntil = Math.max(l.proxy.globalUntil, now + (cooldown ?? FAILED_COOLDOWN_S) * 1000);
       }
-      if (o.release) model.drop(id);
+      if (live && o.release) model.drop(id);
       return;
     }
   }

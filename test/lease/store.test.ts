@@ -292,7 +292,7 @@ describe('cooldowns', () => {
     const g = grant(store, { target: 'x.example' });
     expect(store.report(g.id, { result: 'success' })).toBe(true);
     expect(grant(store, { target: 'x.example' }).proxy.name).toBe('a');
-    expect(store.report(g.id, { result: 'failed' })).toBe(false);
+    expect(store.report('no-such-lease', { result: 'failed' })).toBe(false);
   });
 });
 

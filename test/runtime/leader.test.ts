@@ -46,12 +46,20 @@ function tracked(api: CoordinationV1Api): CoordinationV1Api {
   });
 }
 
-async function elector(identity: string): Promise<LeaseElector> {
+async function elector(identity: string, advertise?: () => string | undefined): Promise<LeaseElector> {
   if (!server) server = await startKubeServer();
   clock ??= new FakeClock();
   const c = await createKubeClients(server.kubeConfig());
   clients.push(c);
-  return new LeaseElector({ api: tracked(c.coordination), ...LEASE, identity, ...TIMINGS, clock, random });
+  return new LeaseElector({
+    api: tracked(c.coordination),
+    ...LEASE,
+    identity,
+    ...TIMINGS,
+    clock,
+    random,
+    ...(advertise ? { advertise } : {}),
+  });
 }
 
 const macrotask = () => new Promise<void>((r) => setImmediate(r));
@@ -225,6 +233,32 @@ describe('LeaseElector', () => {
     expect(took).toBeLessThanOrEqual(MAX_RETRY_WAIT_MS + STEP_MS);
     expect(lease().spec.leaseTransitions).toBe(1);
     expect(lease().spec.holderIdentity).toBe('b');
+  });
+
+  it('publishes the leader discovery URL on the Lease; standbys know it only while the claim lives', async () => {
+    let url: string | undefined;
+    const a = campaign(await elector('a', () => url));
+    await advanceUntil(() => a.e.isLeader(), 1000);
+    const b = campaign(await elector('b', () => 'http://b.invalid:8090'));
+    // Not listening yet: nothing published, so a standby knows no leader address.
+    await advance(300);
+    expect(b.e.leaderAddress()).toBeUndefined();
+    url = 'http://10.1.2.3:8090';
+    await advanceUntil(() => b.e.leaderAddress() === url, 1000);
+    const annotations = (lease() as unknown as { metadata: { annotations?: Record<string, string> } })
+      .metadata.annotations;
+    expect(annotations?.['crawl.example.com/discovery-url']).toBe(url);
+    expect(a.e.leaderAddress()).toBe(url);
+    // A leader that goes silent stops being forwarded to once its claim has expired by b's clock.
+    a.ac.abort();
+    await a.done;
+    await advanceUntil(() => b.e.leaderAddress() === undefined || b.e.isLeader(), 5000);
+    await advanceUntil(() => b.e.isLeader(), 5000);
+    expect(b.e.leaderAddress()).toBe('http://b.invalid:8090');
+    // Release clears the published address with the holder.
+    await b.e.release();
+    const after = lease() as unknown as { metadata: { annotations?: Record<string, string> } };
+    expect(after.metadata.annotations?.['crawl.example.com/discovery-url']).toBeUndefined();
   });
 
   it('survives renew failures shorter than renewDeadline', async () => {

@@ -22,6 +22,8 @@ export interface LeaderElector {
    */
   run(signal: AbortSignal, callbacks: LeaderCallbacks): Promise<void>;
   isLeader(): boolean;
+  /** The leader's published discovery API URL, when known (cluster mode; see leader/lease). */
+  leaderAddress?(): string | undefined;
   /** Stops renewing and gives the lock up so another replica can take over at once. */
   release(): Promise<void>;
 }

@@ -5,6 +5,11 @@
  * every write is a replace guarded by the read resourceVersion, so a 409 means another replica
  * won; a leader that cannot renew within renewDeadline steps down; a graceful release hands
  * the lease over at once.
+ *
+ * The leader also publishes where its discovery API answers, in the annotation
+ * `crawl.example.com/discovery-url` of the same Lease, written with every acquire and renew (so
+ * it can never name a holder other than the one in the spec): standbys forward lease requests
+ * there (discovery/authority).
  */
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
@@ -34,6 +39,8 @@ export interface LeaseElectorOptions {
   /** Uniform [0, 1) source for the jitter; default Math.random (tests pass a seeded one). */
   random?: () => number;
   log?: Logger;
+  /** This replica's discovery API base URL, published while it leads (undefined: not yet known). */
+  advertise?: () => string | undefined;
 }
 
 export function defaultIdentity(): string {
@@ -72,6 +79,9 @@ function asMicro(v: unknown, fallbackMs: number): V1MicroTime {
 
 type Attempt = 'acquired' | 'held-by-other' | 'failed';
 
+/** The Lease annotation holding the leader's discovery API base URL. */
+export const LEADER_URL_ANNOTATION = 'crawl.example.com/discovery-url';
+
 export class LeaseElector implements LeaderElector {
   readonly identity: string;
   private readonly api: CoordinationV1Api;
@@ -84,6 +94,7 @@ export class LeaseElector implements LeaderElector {
   private readonly clock: Clock;
   private readonly random: () => number;
   private readonly log: Logger;
+  private readonly advertise: () => string | undefined;
 
   private leading = false;
   /** The last Lease we read or wrote, and when (our clock) we saw its resourceVersion change. */
@@ -114,6 +125,7 @@ export class LeaseElector implements LeaderElector {
     });
     this.clock = o.clock ?? systemClock;
     this.random = o.random ?? Math.random;
+    this.advertise = o.advertise ?? (() => undefined);
     this.log = (o.log ?? silentLogger()).child({
       lease: `${o.namespace}/${o.name}`,
       identity: this.identity,
@@ -122,6 +134,25 @@ export class LeaseElector implements LeaderElector {
 
   isLeader(): boolean {
     return this.leading;
+  }
+
+  /**
+   * The current leader's discovery URL as last read from the Lease, while its claim is live by
+   * our clock; ours while we lead. Undefined when no live leader has published one.
+   */
+  leaderAddress(): string | undefined {
+    if (this.leading) return this.advertise();
+    const lease = this.observed;
+    const holder = lease?.spec?.holderIdentity;
+    if (!lease || !holder || holder === this.identity) return undefined;
+    const durationMs = (lease.spec?.leaseDurationSeconds ?? 0) * 1000;
+    if (this.observedTime + durationMs <= this.clock.now()) return undefined;
+    return lease.metadata?.annotations?.[LEADER_URL_ANNOTATION] || undefined;
+  }
+
+  private annotations(): Record<string, string> | undefined {
+    const url = this.advertise();
+    return url ? { [LEADER_URL_ANNOTATION]: url } : undefined;
   }
 
   run(signal: AbortSignal, cb: LeaderCallbacks): Promise<void> {
@@ -261,7 +292,7 @@ export class LeaseElector implements LeaderElector {
             body: {
               apiVersion: 'coordination.k8s.io/v1',
               kind: 'Lease',
-              metadata: { name: this.name, namespace: this.namespace },
+              metadata: { name: this.name, namespace: this.namespace, annotations: this.annotations() },
               spec: fresh,
             },
           },
@@ -304,6 +335,7 @@ export class LeaseElector implements LeaderElector {
     this.observedTime = at;
   }
 
+  /** A full replace: annotations are rewritten too (none when `spec` has no holder). */
   private replace(spec: V1LeaseSpec, signal: AbortSignal, resourceVersion?: string): Promise<V1Lease> {
     return this.api.replaceNamespacedLease(
       {
@@ -316,6 +348,7 @@ export class LeaseElector implements LeaderElector {
             name: this.name,
             namespace: this.namespace,
             resourceVersion: resourceVersion ?? this.observed?.metadata?.resourceVersion,
+            ...(spec.holderIdentity === this.identity ? { annotations: this.annotations() } : {}),
           },
           spec,
         },

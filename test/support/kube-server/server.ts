@@ -48,6 +48,17 @@ export const EVENT_RESOURCE: ResourceType = {
   generation: false,
 };
 
+/** Where the leader keeps its lease checkpoint (runtime/leader/checkpoint-configmaps). */
+export const CONFIGMAP_RESOURCE: ResourceType = {
+  group: '',
+  version: 'v1',
+  kind: 'ConfigMap',
+  plural: 'configmaps',
+  namespaced: true,
+  statusSubresource: false,
+  generation: false,
+};
+
 export const DEFAULT_RESOURCES: ResourceType[] = [
   PROXY_RESOURCE,
   PROVIDER_HEALTH_RESOURCE,
@@ -55,6 +66,7 @@ export const DEFAULT_RESOURCES: ResourceType[] = [
   POD_RESOURCE,
   EVENT_RESOURCE,
   LEASE_RESOURCE,
+  CONFIGMAP_RESOURCE,
 ];
 
 export interface KubeServerOptions {
@@ -65,7 +77,7 @@ export interface KubeServerOptions {
   historyLimit?: number;
   /** Period of BOOKMARK events on watches that ask for them (default 5000 ms). */
   bookmarkIntervalMs?: number;
-  /** Resource types served (default: Proxy, ProviderHealth, Secret, Pod, Event, Lease). */
+  /** Resource types served (default: Proxy, ProviderHealth, Secret, Pod, Event, Lease, ConfigMap). */
   resources?: ResourceType[];
   /** Share an engine with other code (e.g. a memory store). */
   engine?: ObjectEngine;

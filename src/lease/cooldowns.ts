@@ -1,0 +1,56 @@
+/**
+ * lease/cooldowns — every per-target cooldown of the fleet in one min-heap by end time, so that
+ * ended cooldowns are purged by time (not only when a grant happens to look at them) and the
+ * total number of entries stays under a cap: past it, the entry that would end soonest is
+ * evicted first (it is the one that costs the least protection to forget). Each cooldown is one
+ * object, held by its entry's `targetUntil` map and by the heap.
+ */
+import type { Entry, TargetCooldown } from './entry.ts';
+import { IndexedHeap } from './ordered.ts';
+
+export const DEFAULT_MAX_TARGET_COOLDOWNS = 200_000;
+
+export class TargetCooldowns {
+  private readonly heap = new IndexedHeap<TargetCooldown>((a, b) => a.at < b.at);
+  private readonly max: number;
+  private readonly onEvict: () => void;
+
+  constructor(max: number, onEvict: () => void) {
+    this.max = Math.max(1, max);
+    this.onEvict = onEvict;
+  }
+
+  get size(): number {
+    return this.heap.size;
+  }
+
+  /** Cools `e` down for `target` until at least `until`; evicts the soonest-ending beyond the cap. */
+  set(e: Entry, target: string, until: number): void {
+    const current = e.targetUntil.get(target);
+    if (current) {
+      if (until <= current.at) return;
+      current.at = until;
+      this.heap.update(current);
+      return;
+    }
+    const fresh: TargetCooldown = { at: until, target, entry: e, heapIndex: -1 };
+    e.targetUntil.set(target, fresh);
+    this.heap.push(fresh);
+    while (this.heap.size > this.max) {
+      const victim = this.heap.peek();
+      if (!victim) break;
+      this.forget(victim);
+      this.onEvict();
+    }
+  }
+
+  /** Drops every cooldown that has ended by `now`. */
+  purge(now: number): void {
+    for (let top = this.heap.peek(); top && top.at <= now; top = this.heap.peek()) this.forget(top);
+  }
+
+  private forget(c: TargetCooldown): void {
+    this.heap.remove(c);
+    if (c.entry.targetUntil.get(c.target) === c) c.entry.targetUntil.delete(c.target);
+  }
+}

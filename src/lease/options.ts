@@ -1,0 +1,49 @@
+/**
+ * lease/options — how a lease store is configured (timings, cooldown defaults, the bounds on
+ * memory) and the refusal a full store answers with.
+ */
+import type { Logger } from 'pino';
+import type { Clock } from '../runtime/clock.ts';
+
+export const DEFAULT_MAX_ACTIVE_LEASES = 100_000;
+export const DEFAULT_DRAIN_TIMEOUT_MS = 10 * 60_000;
+
+/** A grant refused because `maxActiveLeases` leases are live (503 too_many_leases). */
+export class TooManyLeasesError extends Error {
+  readonly limit: number;
+  constructor(limit: number) {
+    super(`${limit} leases are active, the most this operator holds (--max-active-leases)`);
+    this.name = 'TooManyLeasesError';
+    this.limit = limit;
+  }
+}
+
+export interface LeaseStoreOptions {
+  clock?: Clock;
+  log?: Logger;
+  /** Called with the proxy key when a lease reports `failed`: re-probe it now. */
+  requestProbe?: (key: string) => void;
+  defaultTtlSeconds?: number;
+  maxTtlSeconds?: number;
+  blockedCooldownSeconds?: number;
+  failedCooldownSeconds?: number;
+  /** How often expired leases are released without traffic. Default 1000 ms. */
+  sweepIntervalMs?: number;
+  /** Bound on cached (namespace, selector) views. Default 64. */
+  maxViews?: number;
+  /**
+   * Proxies a grant may skip for cooldowns of its target before the view keeps a per-target
+   * view for it (tests set it low to exercise that path). Default 32.
+   */
+  hotTargetSkips?: number;
+  /** Live leases at most; a grant beyond answers TooManyLeasesError. Default 100,000. */
+  maxActiveLeases?: number;
+  /** Per-target cooldown entries at most, fleet-wide; the soonest-ending is evicted first. Default 200,000. */
+  maxTargetCooldowns?: number;
+  /** Called once per per-target cooldown evicted by the cap (a metric counts them). */
+  onCooldownEvicted?: () => void;
+  /** A draining proxy's leases are not renewed past drain start + this. Default 10 min. */
+  drainTimeoutMs?: number;
+  /** How long a released or expired lease id stays reportable. Default 15 min. */
+  reportableAfterEndMs?: number;
+}

@@ -1,0 +1,449 @@
+/**
+ * lease/store-core — the in-memory lease store behind the discovery API (see docs/api.md): which
+ * proxies may be handed out right now, to whom, for how long, and which are cooling down
+ * globally or for one target.
+ *
+ * Grants do not scan the fleet. Every eligible proxy (see lease/entry: serving at an address,
+ * healthy, not draining/deleting, not in a global cooldown, below maxLeases) sits in a *view*
+ * (lease/view): buckets by active-lease count, each a sorted list by (least recently leased,
+ * latency, name). A grant walks the lowest bucket from the front and skips only proxies
+ * cooling down for the requested target. Views exist per distinct (namespace, selector) a
+ * client asks for (LRU-bounded); the unfiltered view always exists. Cost per grant:
+ * O(views + log n + skipped), where skipped = proxies in the lowest non-empty buckets that are
+ * cooling down for this target. The "why nothing" arithmetic of a refused grant scans the
+ * fleet once (O(n)), only on that failure path.
+ *
+ * Memory is bounded (docs/operations.md): ended cooldowns are purged on the sweep timer, live
+ * leases are capped (`maxActiveLeases`, then TooManyLeasesError), per-target cooldowns are
+ * capped evicting the soonest-ending first, and ended leases stay reportable for 15 minutes
+ * under a count cap. lease/store adds the durable state on top.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { proxyUrlWithCredentials } from '../api/url.ts';
+import { silentLogger } from '../log/index.ts';
+import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
+import type { Selector } from '../runtime/selector.ts';
+import { DEFAULT_MAX_TARGET_COOLDOWNS, TargetCooldowns } from './cooldowns.ts';
+import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
+import { type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
+import { checkNamespace, checkSeconds, toSelector } from './input.ts';
+import { IndexedHeap } from './ordered.ts';
+import { LeaseInputError, normalizeTarget } from './target.ts';
+import {
+  DEFAULT_BLOCKED_COOLDOWN_SECONDS,
+  DEFAULT_FAILED_COOLDOWN_SECONDS,
+  DEFAULT_TTL_SECONDS,
+  type LeaseOutcome,
+  type LeaseRequest,
+  MAX_COOLDOWN_SECONDS,
+  MAX_TTL_SECONDS,
+  type NoneLeasableCounts,
+  type ProxyInfo,
+  type ProxySnapshot,
+  type ReportRequest,
+  type SnapshotFilter,
+} from './types.ts';
+import { matchesFilter, ViewSet } from './view.ts';
+
+export { LeaseInputError } from './target.ts';
+
+import {
+  DEFAULT_DRAIN_TIMEOUT_MS,
+  DEFAULT_MAX_ACTIVE_LEASES,
+  type LeaseStoreOptions,
+  TooManyLeasesError,
+} from './options.ts';
+
+export {
+  DEFAULT_DRAIN_TIMEOUT_MS,
+  DEFAULT_MAX_ACTIVE_LEASES,
+  type LeaseStoreOptions,
+  TooManyLeasesError,
+} from './options.ts';
+
+export interface Lease {
+  id: string;
+  entry: Entry;
+  target: string | undefined;
+  expiresAt: number;
+  /** Position in the expiry heap (-1 when not in it). */
+  heapIndex: number;
+}
+
+/**
+ * A random UUID as a flat string: Node assembles `randomUUID()` from many small pieces, and kept
+ * as such tree (live and ended leases keep their ids) it costs ~600 bytes instead of ~60.
+ */
+function newLeaseId(): string {
+  return Buffer.from(randomUUID(), 'latin1').toString('latin1');
+}
+
+function iso(ms: number): string {
+  return new Date(ms).toISOString();
+}
+
+export class LeaseStoreCore {
+  protected readonly clock: Clock;
+  protected readonly log: Logger;
+  protected readonly requestProbe: ((key: string) => void) | undefined;
+  protected readonly defaultTtl: number;
+  protected readonly maxTtl: number;
+  protected readonly blockedCooldown: number;
+  protected readonly failedCooldown: number;
+  protected readonly sweepIntervalMs: number;
+  protected readonly maxActive: number;
+  protected readonly drainTimeoutMs: number;
+
+  protected readonly proxies = new Map<string, Entry>();
+  protected readonly leases = new Map<string, Lease>();
+  protected readonly expiries = new IndexedHeap<Lease>((a, b) => a.expiresAt < b.expiresAt);
+  protected readonly cooldownEnds = new IndexedHeap<{ at: number; entry: Entry; heapIndex: number }>(
+    (a, b) => a.at < b.at,
+  );
+  protected readonly views: ViewSet;
+  protected readonly targetCooldowns: TargetCooldowns;
+  protected readonly ended: EndedLeases;
+  /** Entries restored from a checkpoint whose Proxy the feed has not delivered yet. */
+  protected readonly restored = new Map<string, Entry>();
+  /** Bumped on every decision a checkpoint must carry; lets a checkpointer skip idle rounds. */
+  protected changeCount = 0;
+  protected grantSeq = 0;
+  protected timer: TimerHandle | undefined;
+  protected closed = false;
+
+  constructor(opts: LeaseStoreOptions = {}) {
+    this.clock = opts.clock ?? systemClock;
+    this.log = opts.log ?? silentLogger();
+    this.requestProbe = opts.requestProbe;
+    this.defaultTtl = opts.defaultTtlSeconds ?? DEFAULT_TTL_SECONDS;
+    this.maxTtl = opts.maxTtlSeconds ?? MAX_TTL_SECONDS;
+    this.blockedCooldown = opts.blockedCooldownSeconds ?? DEFAULT_BLOCKED_COOLDOWN_SECONDS;
+    this.failedCooldown = opts.failedCooldownSeconds ?? DEFAULT_FAILED_COOLDOWN_SECONDS;
+    this.sweepIntervalMs = opts.sweepIntervalMs ?? 1000;
+    this.views = new ViewSet(opts.maxViews ?? 64, opts.hotTargetSkips);
+    this.maxActive = Math.max(1, opts.maxActiveLeases ?? DEFAULT_MAX_ACTIVE_LEASES);
+    this.drainTimeoutMs = opts.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS;
+    this.targetCooldowns = new TargetCooldowns(
+      opts.maxTargetCooldowns ?? DEFAULT_MAX_TARGET_COOLDOWNS,
+      opts.onCooldownEvicted ?? (() => {}),
+    );
+    // As many recently ended leases as live ones: one lease's worth of memory each.
+    this.ended = new EndedLeases(opts.reportableAfterEndMs ?? REPORTABLE_AFTER_END_MS, this.maxActive);
+    this.schedule();
+  }
+
+  get maxTtlSeconds(): number {
+    return this.maxTtl;
+  }
+
+  /** Changes since construction; equal values mean nothing a checkpoint carries has changed. */
+  get changes(): number {
+    return this.changeCount;
+  }
+
+  /** Per-target cooldown entries held now (ended ones are purged on the sweep timer). */
+  targetCooldownCount(): number {
+    this.tick();
+    return this.targetCooldowns.size;
+  }
+
+  /** Stops the expiry timer. The store stays usable (expiry then happens lazily on calls). */
+  close(): void {
+    this.closed = true;
+    if (this.timer) this.clock.clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  protected schedule(): void {
+    if (this.closed) return;
+    this.timer = this.clock.setTimeout(() => {
+      this.tick();
+      this.schedule();
+    }, this.sweepIntervalMs);
+  }
+
+  // ---- inputs from the feed and the health engine ----
+
+  upsertProxy(info: ProxyInfo): void {
+    this.tick();
+    let existing = this.proxies.get(info.key);
+    if (!existing) existing = this.adoptRestored(info.key, info.uid);
+    if (existing && existing.uid === info.uid) {
+      this.update(existing, () => this.assign(existing, info));
+      return;
+    }
+    if (existing) this.detach(existing);
+    const e = newEntry(info);
+    this.assign(e, info);
+    this.proxies.set(info.key, e);
+    this.update(e, () => {});
+  }
+
+  protected assign(e: Entry, info: ProxyInfo): void {
+    e.labels = { ...info.labels };
+    e.phase = info.phase;
+    if (!e.healthFromVerdict) {
+      e.healthy = info.healthy;
+      if (info.latencyMillis !== undefined) e.latencyMillis = info.latencyMillis;
+    }
+    if (info.draining && !e.draining && e.drainingSince === 0) e.drainingSince = this.clock.now();
+    if (!info.draining) e.drainingSince = 0;
+    e.draining = info.draining;
+    e.deleting = info.deleting;
+    e.maxLeases = Math.max(0, Math.floor(info.maxLeases));
+    e.host = info.host;
+    e.port = info.port;
+    e.url = info.host ? proxyUrlWithCredentials(info.host, info.port, info.credentials) : '';
+    e.problem = info.problem;
+  }
+
+  /** Forgets a proxy: no new leases; existing leases stay valid until released or expired. */
+  removeProxy(key: string): void {
+    this.tick();
+    const e = this.proxies.get(key);
+    if (e) this.detach(e);
+  }
+
+  protected detach(e: Entry): void {
+    this.update(e, () => {
+      e.removed = true;
+    });
+    this.proxies.delete(e.key);
+  }
+
+  /**
+   * A health verdict (and optionally the latest probe latency). From the first call on, verdicts
+   * win over the Healthy condition the feed passes in, which may lag behind. A stale uid (the
+   * object was recreated under the same name) is ignored; returns whether it applied.
+   */
+  setHealth(
+    key: string,
+    uid: string | undefined,
+    health: { healthy: boolean; latencyMillis?: number },
+  ): boolean {
+    this.tick();
+    const e = this.proxies.get(key);
+    if (!e || (uid !== undefined && uid !== '' && e.uid !== uid)) return false;
+    if (
+      e.healthFromVerdict &&
+      e.healthy === health.healthy &&
+      (health.latencyMillis === undefined || health.latencyMillis === e.latencyMillis)
+    ) {
+      return true;
+    }
+    this.update(e, () => {
+      e.healthy = health.healthy;
+      e.healthFromVerdict = true;
+      if (health.latencyMillis !== undefined) e.latencyMillis = health.latencyMillis;
+    });
+    return true;
+  }
+
+  // ---- lease operations ----
+
+  lease(req: LeaseRequest = {}): LeaseOutcome {
+    const target = normalizeTarget(req.target);
+    const selector = toSelector(req.selector);
+    checkSeconds('ttlSeconds', req.ttlSeconds, this.maxTtl);
+    checkNamespace(req.namespace);
+    const namespace = req.namespace === '' ? undefined : req.namespace;
+    this.tick();
+    if (this.leases.size >= this.maxActive) throw new TooManyLeasesError(this.maxActive);
+    const now = this.clock.now();
+    const view = this.views.get(namespace, selector, this.proxies.values());
+    const e = view.pick(target, now);
+    if (!e) return { granted: false, counts: this.explain(namespace, selector, target, now) };
+    this.grantSeq++;
+    this.changeCount++;
+    this.update(e, () => {
+      e.active++;
+      e.lastLeasedSeq = this.grantSeq;
+      e.lastLeasedAt = now;
+    });
+    const lease: Lease = {
+      id: newLeaseId(),
+      entry: e,
+      target,
+      expiresAt: now + (req.ttlSeconds ?? this.defaultTtl) * 1000,
+      heapIndex: -1,
+    };
+    this.leases.set(lease.id, lease);
+    this.expiries.push(lease);
+    return {
+      granted: true,
+      grant: {
+        id: lease.id,
+        proxy: { namespace: e.namespace, name: e.name, url: e.url, host: e.host, port: e.port },
+        target: target ?? null,
+        expiresAt: iso(lease.expiresAt),
+      },
+    };
+  }
+
+  /** Extends a live lease to now + ttl; undefined when it is unknown or expired. */
+  renew(id: string, ttlSeconds?: number): { id: string; expiresAt: string } | undefined {
+    checkSeconds('ttlSeconds', ttlSeconds, this.maxTtl);
+    this.tick();
+    const lease = this.leases.get(id);
+    if (!lease) return undefined;
+    const now = this.clock.now();
+    let expiresAt = now + (ttlSeconds ?? this.defaultTtl) * 1000;
+    const e = lease.entry;
+    if (e.draining && e.drainingSince > 0) {
+      // A draining proxy is deleted at most the drain timeout after the drain began: no lease on
+      // it outlives that, so the instance is never deleted under a renewed lease.
+      const deadline = e.drainingSince + this.drainTimeoutMs;
+      if (deadline <= now) {
+        this.drop(lease, now);
+        return undefined;
+      }
+      expiresAt = Math.min(expiresAt, deadline);
+    }
+    this.changeCount++;
+    lease.expiresAt = expiresAt;
+    this.expiries.update(lease);
+    return { id, expiresAt: iso(lease.expiresAt) };
+  }
+
+  /** Idempotent; returns whether a live lease was released. */
+  release(id: string): boolean {
+    this.tick();
+    const lease = this.leases.get(id);
+    if (!lease) return false;
+    this.drop(lease, this.clock.now());
+    return true;
+  }
+
+  protected drop(lease: Lease, now: number): void {
+    this.changeCount++;
+    this.ended.add(lease.id, { entry: lease.entry, target: lease.target, endedAt: now });
+    this.leases.delete(lease.id);
+    this.expiries.remove(lease);
+    const e = lease.entry;
+    this.update(e, () => {
+      e.active--;
+    });
+  }
+
+  /**
+   * Outcome of using a lease. `blocked` cools the proxy down for the lease's target only
+   * (a lease without a target cannot be blocked: LeaseInputError on `result`), `failed` cools
+   * it down for everyone and asks for a re-probe. A lease released or expired within the last
+   * 15 minutes can still be reported (nothing left to release). Returns false when the lease is
+   * unknown.
+   */
+  report(id: string, req: ReportRequest): boolean {
+    checkSeconds('cooldownSeconds', req.cooldownSeconds, MAX_COOLDOWN_SECONDS);
+    if (req.result === 'success' && req.cooldownSeconds !== undefined) {
+      throw new LeaseInputError('cooldownSeconds', 'cooldownSeconds applies only to blocked and failed');
+    }
+    this.tick();
+    const now = this.clock.now();
+    const lease = this.leases.get(id);
+    const used = lease ?? this.ended.get(id, now);
+    if (!used) return false;
+    const e = used.entry;
+    if (req.result === 'blocked') {
+      if (used.target === undefined) {
+        throw new LeaseInputError(
+          'result',
+          'result "blocked" needs a lease granted for a target; report "failed" for a proxy-wide problem',
+        );
+      }
+      const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
+      this.targetCooldowns.set(e, used.target, until);
+      this.changeCount++;
+    } else if (req.result === 'failed') {
+      this.coolDown(e, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);
+      try {
+        this.requestProbe?.(e.key);
+      } catch (err) {
+        this.log.warn({ err, proxy: e.key }, 'requestProbe hook failed');
+      }
+    }
+    if (lease && req.release !== false) this.drop(lease, now);
+    return true;
+  }
+
+  protected coolDown(e: Entry, until: number): void {
+    if (until <= e.globalUntil) return;
+    this.changeCount++;
+    this.update(e, () => {
+      e.globalUntil = until;
+    });
+    this.cooldownEnds.push({ at: until, entry: e, heapIndex: -1 });
+  }
+
+  activeLeases(): number {
+    this.tick();
+    return this.leases.size;
+  }
+
+  snapshot(filter: SnapshotFilter = {}): ProxySnapshot[] {
+    const target = normalizeTarget(filter.target);
+    const selector = toSelector(filter.selector);
+    checkNamespace(filter.namespace);
+    const namespace = filter.namespace === '' ? undefined : filter.namespace;
+    this.tick();
+    const now = this.clock.now();
+    const out: ProxySnapshot[] = [];
+    for (const e of this.proxies.values()) {
+      if (matchesFilter(e, namespace, selector)) out.push(snapshotOf(e, target, now));
+    }
+    return out.sort((a, b) =>
+      a.namespace === b.namespace ? (a.name < b.name ? -1 : 1) : a.namespace < b.namespace ? -1 : 1,
+    );
+  }
+
+  // ---- internals ----
+
+  /** A restored entry for `key`, moved into the fleet when the feed delivers the same uid. */
+  protected adoptRestored(key: string, uid: string): Entry | undefined {
+    const held = this.restored.get(key);
+    if (!held) return undefined;
+    this.restored.delete(key);
+    if (held.uid !== uid) return undefined;
+    this.proxies.set(key, held);
+    return held;
+  }
+
+  /** Releases expired leases, re-admits proxies whose global cooldown ended, purges what ended. */
+  protected tick(): void {
+    const now = this.clock.now();
+    for (let top = this.expiries.peek(); top && top.expiresAt <= now; top = this.expiries.peek()) {
+      this.drop(top, now);
+    }
+    this.targetCooldowns.purge(now);
+    this.ended.purge(now);
+    for (let top = this.cooldownEnds.peek(); top && top.at <= now; top = this.cooldownEnds.peek()) {
+      this.cooldownEnds.pop();
+      const e = top.entry;
+      if (!e.indexed && e.globalUntil <= now) this.update(e, () => {});
+    }
+  }
+
+  /** Takes `e` out of every view, applies the change, and puts it back where it now belongs. */
+  protected update(e: Entry, mutate: () => void): void {
+    if (e.indexed) {
+      this.views.remove(e);
+      e.indexed = false;
+    }
+    mutate();
+    if (isEligible(e, this.clock.now())) {
+      this.views.add(e);
+      e.indexed = true;
+    }
+  }
+
+  /** The refusal funnel: scans the fleet, but only on the failure path. */
+  protected explain(
+    namespace: string | undefined,
+    selector: Selector | undefined,
+    target: string | undefined,
+    now: number,
+  ): NoneLeasableCounts {
+    const matching = [...this.proxies.values()].filter((e) => matchesFilter(e, namespace, selector));
+    return refusalCounts(matching, target, now);
+  }
+}

@@ -1,0 +1,54 @@
+/**
+ * runtime/embedded/lease-checkpoint — the standalone home of the lease checkpoint: a file
+ * beside the state file (`<state>.leases`), kept apart from the object journal because it is
+ * replaced whole every few seconds rather than appended to. Written atomically (temporary file,
+ * fsync, rename, fsync of the directory): a crash leaves the previous checkpoint or the new
+ * one, never a mix. The state lock already keeps a second process away from it.
+ */
+import { open, readFile, rename, unlink } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import type { CheckpointStorage } from '../../lease/checkpoint.ts';
+
+export function leaseCheckpointPath(statePath: string): string {
+  return `${statePath}.leases`;
+}
+
+export class FileCheckpoint implements CheckpointStorage {
+  readonly where: string;
+  private readonly path: string;
+
+  constructor(path: string) {
+    this.path = path;
+    this.where = path;
+  }
+
+  async load(): Promise<string | undefined> {
+    try {
+      return await readFile(this.path, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      throw err;
+    }
+  }
+
+  async save(text: string): Promise<void> {
+    const tmp = `${this.path}.tmp-${process.pid}`;
+    const fh = await open(tmp, 'w', 0o600);
+    try {
+      await fh.writeFile(text, 'utf8');
+      await fh.datasync();
+    } catch (err) {
+      await fh.close();
+      await unlink(tmp).catch(() => {});
+      throw err;
+    }
+    await fh.close();
+    await rename(tmp, this.path);
+    const dir = await open(dirname(this.path), 'r');
+    try {
+      await dir.sync();
+    } finally {
+      await dir.close();
+    }
+  }
+}
