@@ -187,6 +187,10 @@ async function onProviderError(
     if (serves(p)) {
       // A failed spec edit: the old instance keeps serving (Ready), the condition names the error.
       const pending = p.status?.pending;
+      ctx.log.warn(
+        { reason: REASONS.permanent, message: msg, providerID: p.status?.providerID },
+        'spec change failed for good; the serving instance stays',
+      );
       await writeStatus(ctx, p, {
         ...notProvisioned(REASONS.permanent, msg, 'Ready'),
         ...(pending ? { pending: null, retiring: [...(p.status?.retiring ?? []), pending.providerID] } : {}),

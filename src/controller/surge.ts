@@ -28,6 +28,8 @@ export function parseSurgeLimit(text: string): SurgeLimit {
 }
 
 const PROVIDER_INDEX = 'spec-provider';
+/** One function object, so every limiter on a store shares the index. */
+const providerOf = (p: ProxyObject): string[] => (p.spec.provider ? [p.spec.provider] : []);
 
 export interface SlotAnswer {
   granted: boolean;
@@ -46,7 +48,7 @@ export class SurgeLimiter {
   constructor(proxies: ResourceClient<ProxyObject>, limit: SurgeLimit = DEFAULT_SURGE_LIMIT) {
     this.proxies = proxies;
     this.limit = limit;
-    proxies.addIndex(PROVIDER_INDEX, (p) => (p.spec.provider ? [p.spec.provider] : []));
+    proxies.addIndex(PROVIDER_INDEX, providerOf);
   }
 
   /** Where waiting Proxies are requeued when a slot frees up (the reconciler's watch sources). */
