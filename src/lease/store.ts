@@ -19,7 +19,15 @@ import { proxyUrlWithCredentials } from '../api/url.ts';
 import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import type { Selector } from '../runtime/selector.ts';
-import { coolingFor, type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
+import {
+  coolingFor,
+  countLease,
+  type Entry,
+  isEligible,
+  newEntry,
+  refusalCounts,
+  snapshotOf,
+} from './entry.ts';
 import { checkNamespace, checkSeconds, toSelector } from './input.ts';
 import { IndexedHeap } from './ordered.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
@@ -77,6 +85,8 @@ interface Lease {
   id: string;
   entry: Entry;
   target: string | undefined;
+  /** The instance (providerID) the proxy served from at the grant: a drain waits for it. */
+  instance: string;
   expiresAt: number;
   /** Position in the expiry heap (-1 when not in it). */
   heapIndex: number;
@@ -169,6 +179,8 @@ export class LeaseStore {
     e.port = info.port;
     e.url = info.host ? proxyUrlWithCredentials(info.host, info.port, info.credentials) : '';
     e.problem = info.problem;
+    e.instance = info.instance ?? '';
+    e.drainingInstances = info.drainingInstances ?? [];
   }
 
   /** Forgets a proxy: no new leases; existing leases stay valid until released or expired. */
@@ -236,9 +248,11 @@ export class LeaseStore {
       id: randomUUID(),
       entry: e,
       target,
+      instance: e.instance,
       expiresAt: now + (req.ttlSeconds ?? this.defaultTtl) * 1000,
       heapIndex: -1,
     };
+    countLease(e, lease.instance, 1);
     this.leases.set(lease.id, lease);
     this.expiries.push(lease);
     return {
@@ -276,6 +290,7 @@ export class LeaseStore {
     this.leases.delete(lease.id);
     this.expiries.remove(lease);
     const e = lease.entry;
+    countLease(e, lease.instance, -1);
     this.update(e, () => {
       e.active--;
     });
@@ -324,6 +339,12 @@ export class LeaseStore {
   activeLeases(): number {
     this.tick();
     return this.leases.size;
+  }
+
+  /** Live leases of proxy `key` granted while it served from `instance` (a drain waits for them). */
+  leasesOn(key: string, instance: string): number {
+    this.tick();
+    return this.proxies.get(key)?.activeByInstance.get(instance) ?? 0;
   }
 
   snapshot(filter: SnapshotFilter = {}): ProxySnapshot[] {
