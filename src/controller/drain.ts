@@ -34,7 +34,10 @@ export async function advanceDrains(
     const leases = ctx.leasesOn(key, d.providerID);
     if (leases === 0 || left <= 0) {
       if (leases > 0) {
-        ctx.log.warn({ providerID: d.providerID, leases }, 'drain timeout reached; deleting the instance under live leases');
+        ctx.log.warn(
+          { providerID: d.providerID, leases },
+          'drain timeout reached; deleting the instance under live leases',
+        );
       } else ctx.log.info({ providerID: d.providerID }, 'replaced instance drained');
       done.push(d);
     } else {

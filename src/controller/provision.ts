@@ -120,7 +120,11 @@ async function replace(
     ctx.log.warn({ providerID: inst.id, state: inst.state }, 'replacement instance is dead; deleting it');
     await provider.delete(ctx.call, inst.id);
   }
-  const pending: PendingInstance = { providerID: inst.id, instanceName: req.name, credentialsGeneration: generation };
+  const pending: PendingInstance = {
+    providerID: inst.id,
+    instanceName: req.name,
+    credentialsGeneration: generation,
+  };
   if (verdict === 'ready' && inst.address) {
     pending.address = inst.address;
     pending.port = inst.port ?? p.spec.port ?? DEFAULT_PROXY_PORT;
@@ -145,7 +149,8 @@ async function replace(
 
 function waitingForHealth(p: ProxyObject, providerID: string, name: string): string {
   const rh = p.status?.replacementHealth;
-  const last = rh?.providerID === providerID && !rh.healthy && rh.lastError ? ` (last probe: ${rh.lastError})` : '';
+  const last =
+    rh?.providerID === providerID && !rh.healthy && rh.lastError ? ` (last probe: ${rh.lastError})` : '';
   return `waiting for ${name} to pass its health checks${last}`;
 }
 
@@ -193,7 +198,11 @@ async function followInstance(
     ctx.log.warn({ providerID: current }, 'instance lost; creating a new one');
     // Unserved first: every health engine and lease store forgets the lost instance's verdict,
     // so the re-created one starts from Unknown even when it reuses the address.
-    const unserved = await writeStatus(ctx, p, lostIntent(`instance ${p.status?.instanceName ?? current} is gone`));
+    const unserved = await writeStatus(
+      ctx,
+      p,
+      lostIntent(`instance ${p.status?.instanceName ?? current} is gone`),
+    );
     return createAndRecord(ctx, provider, unserved, want);
   }
   const verdict = instanceVerdict(inst);

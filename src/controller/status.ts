@@ -69,12 +69,7 @@ export function notProvisioned(reason: string, message: string, phase?: ProxyPha
 }
 
 /** Serving from instance `inst` (named `name`): Ready, with its address, port and URL. */
-export function readyIntent(
-  p: ProxyObject,
-  inst: Instance,
-  name: string,
-  generation?: number,
-): StatusIntent {
+export function readyIntent(p: ProxyObject, inst: Instance, name: string, generation?: number): StatusIntent {
   const port = inst.port ?? p.spec.port ?? DEFAULT_PROXY_PORT;
   const address = inst.address ?? '';
   return {

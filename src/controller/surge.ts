@@ -5,8 +5,9 @@
  * arrival order and are requeued as slots free up. Slots live in the leader's memory; after a
  * restart or a leader change they are rebuilt from the Proxies that have a pending replacement.
  */
-import type { ProxyObject } from '../api/proxy.ts';
+
 import { keyOf, parseKey } from '../api/meta.ts';
+import type { ProxyObject } from '../api/proxy.ts';
 import type { ResourceClient } from '../runtime/store.ts';
 
 /** `N` replacements per provider, or `P%` of its Proxies (rounded down, at least 1). */

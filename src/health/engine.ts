@@ -8,9 +8,10 @@
  */
 import { type Span, SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
 import { Registry } from 'prom-client';
+import { DEFAULT_PROXY_PORT } from '../api/constants.ts';
 import type { CredentialsResolver } from '../api/credentials.ts';
 import { keyOf } from '../api/meta.ts';
-import { type ProxyObject, servingEndpoint } from '../api/proxy.ts';
+import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import type { ObjectStore, Unsubscribe, WatchEvent } from '../runtime/store.ts';
@@ -38,7 +39,14 @@ import {
 } from './probe.ts';
 import { SlotScheduler } from './scheduler.ts';
 import { HealthStatusWriter } from './status-writer.ts';
-import { type HealthVerdict, newTarget, recordResult, type Target, verdictOf } from './target.ts';
+import {
+  type HealthVerdict,
+  newTarget,
+  recordResult,
+  type Target,
+  type TargetRole,
+  verdictOf,
+} from './target.ts';
 
 export { REASON_TARGET_DOWN } from './control.ts';
 export { REASON_PROBE_SUCCEEDED } from './policy.ts';
@@ -97,6 +105,8 @@ export class HealthEngine {
   private readonly writer: HealthStatusWriter;
 
   private readonly targets = new Map<string, Target>();
+  /** Proxies whose serving instance changed or went away: the next one starts gated from Unknown. */
+  private readonly renewed = new Set<string>();
   private unsubscribe: Unsubscribe[] = [];
   private abort = new AbortController();
   private running = false;
@@ -210,8 +220,10 @@ export class HealthEngine {
 
   private onProxyEvent(ev: WatchEvent<ProxyObject>): void {
     try {
-      if (ev.type === 'DELETED') this.remove(keyOf(ev.object), ev.object.metadata.uid);
-      else this.upsert(ev.object);
+      if (ev.type === 'DELETED') {
+        this.remove(keyOf(ev.object), ev.object.metadata.uid);
+        this.remove(replacementKey(keyOf(ev.object)), ev.object.metadata.uid);
+      } else this.upsert(ev.object);
     } catch (err) {
       this.log.error({ err }, 'health engine failed to handle a Proxy event');
     }
@@ -220,17 +232,106 @@ export class HealthEngine {
   private upsert(proxy: ProxyObject): void {
     const key = keyOf(proxy);
     const uid = proxy.metadata.uid ?? key;
+    this.upsertServing(proxy, key, uid);
+    this.upsertReplacement(proxy, key, uid);
+  }
+
+  /** The instance at status.address (or an External endpoint): probed, and its verdicts leased by. */
+  private upsertServing(proxy: ProxyObject, key: string, uid: string): void {
     const endpoint = servingEndpoint(proxy);
+    const instance = proxyType(proxy.spec) === 'Managed' ? (proxy.status?.providerID ?? '') : '';
     const existing = this.targets.get(key);
-    if (existing && (!endpoint || existing.uid !== uid)) this.remove(key, existing.uid);
+    if (existing && existing.uid !== uid) this.remove(key, existing.uid);
+    else if (existing && !endpoint) {
+      // Serves nowhere now (a lost instance, a deletion): its verdict must not outlive it.
+      this.remove(key, existing.uid);
+      this.forgetVerdict(existing);
+      this.renewed.add(key);
+    } else if (existing && endpoint && !sameInstance(existing, instance, endpoint)) {
+      // Another instance at this proxy: the replacement it passed, or a re-created one.
+      this.remove(key, existing.uid);
+      const rep = this.targets.get(replacementKey(key));
+      if (rep && sameInstance(rep, instance, endpoint)) {
+        this.promote(proxy, rep, endpoint);
+        return;
+      }
+      this.forgetVerdict(existing);
+      this.renewed.add(key);
+    }
     if (!endpoint) return;
     const check = resolveCheck(this.defaults, proxy);
-    this.credentials.track(key, proxy);
+    const generation = proxy.status?.credentialsGeneration;
+    this.credentials.track(key, proxy, generation);
     const current = this.targets.get(key);
     if (!current) {
-      this.add(proxy, key, uid, endpoint, check);
+      const gated = this.renewed.delete(key);
+      this.add(proxy, { key, role: 'serving', instance, generation, gated }, endpoint, check);
       return;
     }
+    current.generation = generation;
+    this.refresh(current, uid, endpoint, check);
+  }
+
+  /** status.pending: probed with its own credentials; its verdict goes to status.replacementHealth only. */
+  private upsertReplacement(proxy: ProxyObject, key: string, uid: string): void {
+    const rkey = replacementKey(key);
+    const pending = proxy.metadata.deletionTimestamp ? undefined : proxy.status?.pending;
+    const endpoint = pending?.address
+      ? { host: pending.address, port: pending.port ?? proxy.spec.port ?? DEFAULT_PROXY_PORT }
+      : undefined;
+    const existing = this.targets.get(rkey);
+    if (
+      existing &&
+      (!pending || !endpoint || existing.uid !== uid || !sameInstance(existing, pending.providerID, endpoint))
+    ) {
+      this.remove(rkey, existing.uid);
+    }
+    if (!pending || !endpoint) return;
+    const check = resolveCheck(this.defaults, proxy);
+    const generation = pending.credentialsGeneration;
+    this.credentials.track(rkey, proxy, generation);
+    const current = this.targets.get(rkey);
+    if (!current) {
+      const target = { key: rkey, role: 'replacement' as const, instance: pending.providerID, generation };
+      this.add(proxy, { ...target, gated: true }, endpoint, check);
+      return;
+    }
+    this.refresh(current, uid, endpoint, check);
+  }
+
+  /** The switch: the replacement's verdict (it passed) becomes the serving target's. */
+  private promote(proxy: ProxyObject, rep: Target, endpoint: { host: string; port: number }): void {
+    const key = rep.proxyKey;
+    this.remove(rep.key, rep.uid);
+    const check = resolveCheck(this.defaults, proxy);
+    const generation = proxy.status?.credentialsGeneration;
+    this.credentials.track(key, proxy, generation);
+    const t = this.add(
+      proxy,
+      { key, role: 'serving', instance: rep.instance, generation, gated: false },
+      endpoint,
+      check,
+    );
+    t.verdict = { ...rep.verdict, gated: false };
+    t.last = { ...rep.last };
+    t.latencyReported = rep.last.latencyMs;
+    // Status must say Healthy for the new instance too (no write when it already does).
+    if (t.verdict.healthy !== undefined) this.writer.verdictChanged(t);
+    this.notify(t);
+  }
+
+  /** Tells the lease store the instance it knew is no longer vouched for. */
+  private forgetVerdict(t: Target): void {
+    if (t.role !== 'serving' || t.verdict.healthy !== true) return;
+    this.notifyVerdict({ key: t.proxyKey, uid: t.uid, healthy: false, reason: 'InstanceChanged' });
+  }
+
+  private refresh(
+    current: Target,
+    uid: string,
+    endpoint: { host: string; port: number },
+    check: ResolvedCheck,
+  ): void {
     const retime = current.check.intervalMs !== check.intervalMs;
     const oldControl = current.controlKey;
     current.host = endpoint.host;
@@ -243,21 +344,26 @@ export class HealthEngine {
     }
     if (retime) {
       const offset = scheduleOffset(uid, check.intervalMs);
-      this.scheduler.retime(key, check.intervalMs, nextSlot(this.clock.now(), offset, check.intervalMs));
+      this.scheduler.retime(
+        current.key,
+        check.intervalMs,
+        nextSlot(this.clock.now(), offset, check.intervalMs),
+      );
     }
   }
 
   private add(
     proxy: ProxyObject,
-    key: string,
-    uid: string,
+    role: { key: string; role: TargetRole; instance: string; generation: number | undefined; gated: boolean },
     endpoint: { host: string; port: number },
     check: ResolvedCheck,
-  ): void {
+  ): Target {
     const namespace = proxy.metadata.namespace ?? '';
     const name = proxy.metadata.name;
+    const uid = proxy.metadata.uid ?? keyOf(proxy);
     const t = newTarget({
-      key,
+      ...role,
+      proxyKey: keyOf(proxy),
       uid,
       namespace,
       name,
@@ -265,13 +371,17 @@ export class HealthEngine {
       port: endpoint.port,
       check,
       controlKey: controlKeyOf(check),
-      storedLatency: proxy.status?.health?.latencyMillis,
+      storedLatency: role.role === 'serving' ? proxy.status?.health?.latencyMillis : undefined,
       histogram: this.metrics.duration.labels({ namespace, proxy: name }),
     });
-    this.targets.set(key, t);
+    this.targets.set(role.key, t);
     this.controls.acquire(check);
-    const offset = scheduleOffset(uid, check.intervalMs);
-    this.scheduler.add(key, check.intervalMs, nextSlot(this.clock.now(), offset, check.intervalMs));
+    const offset = scheduleOffset(
+      role.key === t.proxyKey ? uid : `${uid}${REPLACEMENT_SUFFIX}`,
+      check.intervalMs,
+    );
+    this.scheduler.add(role.key, check.intervalMs, nextSlot(this.clock.now(), offset, check.intervalMs));
+    return t;
   }
 
   private remove(key: string, uid: string | undefined): void {
@@ -281,6 +391,7 @@ export class HealthEngine {
     this.scheduler.delete(key);
     this.credentials.forget(key);
     this.controls.release(t.controlKey);
+    if (t.role === 'replacement') return; // its series are the proxy's, shared with the serving target
     this.metrics.duration.remove({ namespace: t.namespace, proxy: t.name });
     for (const reason of t.failureReasons) {
       this.metrics.failures.remove({ namespace: t.namespace, proxy: t.name, reason });
@@ -327,7 +438,16 @@ export class HealthEngine {
     }
     const now = this.clock.now();
     const changed = recordResult(t, r, now);
-    if (changed !== undefined) {
+    if (t.role === 'replacement') {
+      // Not leased: only its transitions matter, for status.replacementHealth.
+      if (changed !== undefined) {
+        this.writer.verdictChanged(t);
+        this.log.info(
+          { proxy: t.proxyKey, providerID: t.instance, reason: t.last.reason, message: t.last.message },
+          changed ? 'replacement passed its health checks' : 'replacement failing its health checks',
+        );
+      }
+    } else if (changed !== undefined) {
       this.writer.verdictChanged(t);
       this.log.info(
         { proxy: t.key, healthy: changed, reason: t.last.reason, message: t.last.message },
@@ -351,13 +471,28 @@ export class HealthEngine {
   }
 
   private notify(t: Target): void {
+    if (t.role === 'serving') this.notifyVerdict(verdictOf(t));
+  }
+
+  private notifyVerdict(v: HealthVerdict): void {
     if (!this.listener) return;
     try {
-      this.listener(verdictOf(t));
+      this.listener(v);
     } catch (err) {
-      this.log.error({ err, proxy: t.key }, 'health verdict listener threw');
+      this.log.error({ err, proxy: v.key }, 'health verdict listener threw');
     }
   }
+}
+
+const REPLACEMENT_SUFFIX = '#replacement';
+
+/** The scheduler key of a Proxy's pending replacement. */
+function replacementKey(key: string): string {
+  return `${key}${REPLACEMENT_SUFFIX}`;
+}
+
+function sameInstance(t: Target, instance: string, endpoint: { host: string; port: number }): boolean {
+  return t.instance === instance && t.host === endpoint.host && t.port === endpoint.port;
 }
 
 function endSpan(span: Span, result: ProbeResult): void {

@@ -172,7 +172,13 @@ describe('drain before delete', () => {
     const p = h.proxy('eu-1')!;
     expect(p.status!.phase).toBe('Ready');
     expect(p.status!.draining).toEqual([
-      { providerID: old, address: expect.any(String), port: 3128, credentialsGeneration: 1, since: expect.any(String) },
+      {
+        providerID: old,
+        address: expect.any(String),
+        port: 3128,
+        credentialsGeneration: 1,
+        since: expect.any(String),
+      },
     ]);
     expect(h.fake.instances.has(old)).toBe(true);
 
@@ -235,7 +241,8 @@ describe('surge limit', () => {
       for (const n of names) {
         await h.reconcile(n);
         expect(replacing().length).toBeLessThanOrEqual(2);
-        if (h.proxy(n)!.status!.pending && !h.proxy(n)!.status!.replacementHealth?.healthy) await passHealth(h, n);
+        if (h.proxy(n)!.status!.pending && !h.proxy(n)!.status!.replacementHealth?.healthy)
+          await passHealth(h, n);
       }
     }
     for (const n of names) {
@@ -267,7 +274,10 @@ describe('failures keep what works', () => {
     const old = h.proxy('eu-1')!.status!;
     h.fake.fail('create', { errorClass: 'Permanent', message: 'machine type "huge" does not exist' });
     const p0 = h.proxy('eu-1')!;
-    await h.store.proxies.update({ ...p0, spec: { ...p0.spec, placement: { zone: 'z1', machineType: 'huge' } } });
+    await h.store.proxies.update({
+      ...p0,
+      spec: { ...p0.spec, placement: { zone: 'z1', machineType: 'huge' } },
+    });
     expect(await h.reconcile('eu-1')).toEqual({});
     const p = h.proxy('eu-1')!;
     expect(p.status).toMatchObject({ phase: 'Ready', providerID: old.providerID, address: old.address });
