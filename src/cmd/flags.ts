@@ -3,6 +3,7 @@
  * one precise error out. Nothing starts until every flag has been checked.
  */
 import { parseArgs } from 'node:util';
+import { parseSurgeLimit, type SurgeLimit } from '../controller/surge.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
 import {
   DEFAULT_DISCOVERY_MAX_CONNECTIONS,
@@ -34,6 +35,10 @@ export interface CommonFlags {
   /** Timeouts and connection caps of the discovery API and metrics listeners. */
   discoveryLimits: ListenerLimits;
   metricsLimits: ListenerLimits;
+  /** `--drain-timeout`: longest a replaced instance keeps its leases before deletion. */
+  drainTimeoutMs: number;
+  /** `--max-concurrent-replacements`: per provider, a count or a percentage of its Proxies. */
+  maxConcurrentReplacements: SurgeLimit;
 }
 
 export interface StandaloneFlags extends CommonFlags {
@@ -114,6 +119,8 @@ const COMMON_OPTIONS = {
   'provider-check-timeout': { type: 'string' },
   'gc-interval': { type: 'string' },
   'gc-min-age': { type: 'string' },
+  'drain-timeout': { type: 'string' },
+  'max-concurrent-replacements': { type: 'string' },
   'trace-health-probes': { type: 'boolean' },
   'gcp-wire-full-payloads': { type: 'boolean' },
   'egress-ip-url': { type: 'string' },
@@ -253,7 +260,17 @@ function common(values: Values, defaults: { discovery: string; healthProbe: stri
     shutdownGraceMs: parseDuration('shutdown-grace-period', str('shutdown-grace-period') ?? '30s'),
     ...(installationId !== undefined ? { installationId } : {}),
     ...listenerFlags(values),
+    drainTimeoutMs: parseDuration('drain-timeout', str('drain-timeout') ?? '10m'),
+    maxConcurrentReplacements: surgeFlag(str('max-concurrent-replacements') ?? '10%'),
   };
+}
+
+function surgeFlag(text: string): SurgeLimit {
+  try {
+    return parseSurgeLimit(text);
+  } catch (err) {
+    throw new FlagError(`--max-concurrent-replacements: ${(err as Error).message}`);
+  }
 }
 
 /** What `--flag=<value>` may say for a boolean flag: exactly what Go's flag package accepts. */

@@ -57,6 +57,8 @@ ${'COMMON'}`,
       --provider-check-timeout <dur>      Per round; default min(15s, interval); <= interval.
       --gc-interval <dur>                 Orphan instance sweep; 0 = off (default 10m).
       --gc-min-age <dur>                  Never collect instances younger than this (default 10m).
+      --drain-timeout <dur>               A replaced instance keeps its leases at most this long (default 10m).
+      --max-concurrent-replacements <n|p%>  Replacements in flight per provider (default 10%, at least 1).
       --trace-health-probes               One span per health probe (off: probes run every second).
       --gcp-wire-full-payloads            Log GCP API requests/responses with bodies at debug (secrets redacted).
       --egress-ip-url <url>               Publish each proxy's egress IP from this URL (off by default).
