@@ -182,13 +182,14 @@ export class HealthStatusWriter {
 }
 
 /** The verdict on status.pending, as status.replacementHealth (the reconciler switches on it). */
-function replacementHealthOf(t: Target, healthy: boolean, now: number): ReplacementHealth {
-  const rh: ReplacementHealth = {
+function replacementHealthOf(t: Target, healthy: boolean, now: number): Record<string, unknown> {
+  const rh: Omit<ReplacementHealth, 'lastError'> & { lastError: string | null } = {
     providerID: t.instance,
     healthy,
     lastProbeTime: new Date(t.last.time ?? now).toISOString(),
+    // A merge patch: null clears the error of an earlier failing verdict.
+    lastError: !healthy && t.last.message ? `${t.last.reason ?? 'ProbeFailed'}: ${t.last.message}` : null,
   };
-  if (!healthy && t.last.message) rh.lastError = `${t.last.reason ?? 'ProbeFailed'}: ${t.last.message}`;
   return rh;
 }
 
