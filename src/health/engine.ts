@@ -1,10 +1,12 @@
 /**
  * health/engine — keeps every serving Proxy probed (see docs/health.md): follows the Proxies
- * (with the credentials the shared resolver finds for them), runs one probe per proxy per slot
- * on the shared scheduler, turns results
- * into threshold verdicts for the listener (the lease store) and the status writer, and holds
+ * (with the credentials their instances serve), and during a replacement also the pending
+ * instance, whose verdict starts Unknown and goes to status.replacementHealth instead of the
+ * lease store; at the switch the passed verdict carries over, any other change of instance
+ * resets it. Runs one probe per target per slot on the shared scheduler, turns results into
+ * threshold verdicts for the listener (the lease store) and the status writer, and holds
  * verdicts while the control probe says the probe URL itself is down. Scheduling, control
- * probes, credentials and status writes live in their own modules beside this one.
+ * probes, credentials, the target table and status writes live in their own modules.
  */
 import { type Span, SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
 import { Registry } from 'prom-client';
@@ -15,17 +17,14 @@ import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import type { ObjectStore, Unsubscribe, WatchEvent } from '../runtime/store.ts';
-import { ControlProbes, controlKeyOf, REASON_TARGET_DOWN } from './control.ts';
+import { ControlProbes, REASON_TARGET_DOWN } from './control.ts';
 import { ProbeCredentialsSource } from './credentials.ts';
 import { createHealthMetrics, type HealthMetrics } from './metrics.ts';
 import {
   DEFAULT_HEALTH_CHECK,
   type HealthCheckDefaults,
   latencyMovedALot,
-  nextSlot,
-  type ResolvedCheck,
   resolveCheck,
-  scheduleOffset,
   validateDefaults,
 } from './policy.ts';
 import {
@@ -39,14 +38,8 @@ import {
 } from './probe.ts';
 import { SlotScheduler } from './scheduler.ts';
 import { HealthStatusWriter } from './status-writer.ts';
-import {
-  type HealthVerdict,
-  newTarget,
-  recordResult,
-  type Target,
-  type TargetRole,
-  verdictOf,
-} from './target.ts';
+import { type HealthVerdict, recordResult, type Target, verdictOf } from './target.ts';
+import { replacementKey, sameInstance, TargetTable } from './targets.ts';
 
 export { REASON_TARGET_DOWN } from './control.ts';
 export { REASON_PROBE_SUCCEEDED } from './policy.ts';
@@ -104,7 +97,7 @@ export class HealthEngine {
   private readonly credentials: ProbeCredentialsSource;
   private readonly writer: HealthStatusWriter;
 
-  private readonly targets = new Map<string, Target>();
+  private readonly targets: TargetTable;
   /** Proxies whose serving instance changed or went away: the next one starts gated from Unknown. */
   private readonly renewed = new Set<string>();
   private unsubscribe: Unsubscribe[] = [];
@@ -146,6 +139,13 @@ export class HealthEngine {
       log: this.log,
       ...(opts.credentials ? { resolver: opts.credentials } : {}),
     });
+    this.targets = new TargetTable({
+      clock: this.clock,
+      scheduler: this.scheduler,
+      controls: this.controls,
+      credentials: this.credentials,
+      metrics: this.metrics,
+    });
     this.writer = new HealthStatusWriter({
       store: this.store,
       clock: this.clock,
@@ -174,7 +174,7 @@ export class HealthEngine {
     this.abort.abort();
     await Promise.all([this.scheduler.stop(), this.controls.stop()]);
     await this.writer.settle();
-    for (const t of [...this.targets.values()]) this.remove(t.key, t.uid);
+    for (const t of [...this.targets.values()]) this.targets.remove(t.key, t.uid);
     this.credentials.close();
   }
 
@@ -221,8 +221,8 @@ export class HealthEngine {
   private onProxyEvent(ev: WatchEvent<ProxyObject>): void {
     try {
       if (ev.type === 'DELETED') {
-        this.remove(keyOf(ev.object), ev.object.metadata.uid);
-        this.remove(replacementKey(keyOf(ev.object)), ev.object.metadata.uid);
+        this.targets.remove(keyOf(ev.object), ev.object.metadata.uid);
+        this.targets.remove(replacementKey(keyOf(ev.object)), ev.object.metadata.uid);
       } else this.upsert(ev.object);
     } catch (err) {
       this.log.error({ err }, 'health engine failed to handle a Proxy event');
@@ -241,15 +241,15 @@ export class HealthEngine {
     const endpoint = servingEndpoint(proxy);
     const instance = proxyType(proxy.spec) === 'Managed' ? (proxy.status?.providerID ?? '') : '';
     const existing = this.targets.get(key);
-    if (existing && existing.uid !== uid) this.remove(key, existing.uid);
+    if (existing && existing.uid !== uid) this.targets.remove(key, existing.uid);
     else if (existing && !endpoint) {
       // Serves nowhere now (a lost instance, a deletion): its verdict must not outlive it.
-      this.remove(key, existing.uid);
+      this.targets.remove(key, existing.uid);
       this.forgetVerdict(existing);
       this.renewed.add(key);
     } else if (existing && endpoint && !sameInstance(existing, instance, endpoint)) {
       // Another instance at this proxy: the replacement it passed, or a re-created one.
-      this.remove(key, existing.uid);
+      this.targets.remove(key, existing.uid);
       const rep = this.targets.get(replacementKey(key));
       if (rep && sameInstance(rep, instance, endpoint)) {
         this.promote(proxy, rep, endpoint);
@@ -265,11 +265,11 @@ export class HealthEngine {
     const current = this.targets.get(key);
     if (!current) {
       const gated = this.renewed.delete(key);
-      this.add(proxy, { key, role: 'serving', instance, generation, gated }, endpoint, check);
+      this.targets.add(proxy, { key, role: 'serving', instance, generation, gated }, endpoint, check);
       return;
     }
     current.generation = generation;
-    this.refresh(current, uid, endpoint, check);
+    this.targets.refresh(current, uid, endpoint, check);
   }
 
   /** status.pending: probed with its own credentials; its verdict goes to status.replacementHealth only. */
@@ -284,7 +284,7 @@ export class HealthEngine {
       existing &&
       (!pending || !endpoint || existing.uid !== uid || !sameInstance(existing, pending.providerID, endpoint))
     ) {
-      this.remove(rkey, existing.uid);
+      this.targets.remove(rkey, existing.uid);
     }
     if (!pending || !endpoint) return;
     const check = resolveCheck(this.defaults, proxy);
@@ -293,20 +293,20 @@ export class HealthEngine {
     const current = this.targets.get(rkey);
     if (!current) {
       const target = { key: rkey, role: 'replacement' as const, instance: pending.providerID, generation };
-      this.add(proxy, { ...target, gated: true }, endpoint, check);
+      this.targets.add(proxy, { ...target, gated: true }, endpoint, check);
       return;
     }
-    this.refresh(current, uid, endpoint, check);
+    this.targets.refresh(current, uid, endpoint, check);
   }
 
   /** The switch: the replacement's verdict (it passed) becomes the serving target's. */
   private promote(proxy: ProxyObject, rep: Target, endpoint: { host: string; port: number }): void {
     const key = rep.proxyKey;
-    this.remove(rep.key, rep.uid);
+    this.targets.remove(rep.key, rep.uid);
     const check = resolveCheck(this.defaults, proxy);
     const generation = proxy.status?.credentialsGeneration;
     this.credentials.track(key, proxy, generation);
-    const t = this.add(
+    const t = this.targets.add(
       proxy,
       { key, role: 'serving', instance: rep.instance, generation, gated: false },
       endpoint,
@@ -324,78 +324,6 @@ export class HealthEngine {
   private forgetVerdict(t: Target): void {
     if (t.role !== 'serving' || t.verdict.healthy !== true) return;
     this.notifyVerdict({ key: t.proxyKey, uid: t.uid, healthy: false, reason: 'InstanceChanged' });
-  }
-
-  private refresh(
-    current: Target,
-    uid: string,
-    endpoint: { host: string; port: number },
-    check: ResolvedCheck,
-  ): void {
-    const retime = current.check.intervalMs !== check.intervalMs;
-    const oldControl = current.controlKey;
-    current.host = endpoint.host;
-    current.port = endpoint.port;
-    current.check = check;
-    current.controlKey = controlKeyOf(check);
-    if (oldControl !== current.controlKey) {
-      this.controls.release(oldControl);
-      this.controls.acquire(check);
-    }
-    if (retime) {
-      const offset = scheduleOffset(uid, check.intervalMs);
-      this.scheduler.retime(
-        current.key,
-        check.intervalMs,
-        nextSlot(this.clock.now(), offset, check.intervalMs),
-      );
-    }
-  }
-
-  private add(
-    proxy: ProxyObject,
-    role: { key: string; role: TargetRole; instance: string; generation: number | undefined; gated: boolean },
-    endpoint: { host: string; port: number },
-    check: ResolvedCheck,
-  ): Target {
-    const namespace = proxy.metadata.namespace ?? '';
-    const name = proxy.metadata.name;
-    const uid = proxy.metadata.uid ?? keyOf(proxy);
-    const t = newTarget({
-      ...role,
-      proxyKey: keyOf(proxy),
-      uid,
-      namespace,
-      name,
-      host: endpoint.host,
-      port: endpoint.port,
-      check,
-      controlKey: controlKeyOf(check),
-      storedLatency: role.role === 'serving' ? proxy.status?.health?.latencyMillis : undefined,
-      histogram: this.metrics.duration.labels({ namespace, proxy: name }),
-    });
-    this.targets.set(role.key, t);
-    this.controls.acquire(check);
-    const offset = scheduleOffset(
-      role.key === t.proxyKey ? uid : `${uid}${REPLACEMENT_SUFFIX}`,
-      check.intervalMs,
-    );
-    this.scheduler.add(role.key, check.intervalMs, nextSlot(this.clock.now(), offset, check.intervalMs));
-    return t;
-  }
-
-  private remove(key: string, uid: string | undefined): void {
-    const t = this.targets.get(key);
-    if (!t || (uid !== undefined && t.uid !== uid)) return;
-    this.targets.delete(key);
-    this.scheduler.delete(key);
-    this.credentials.forget(key);
-    this.controls.release(t.controlKey);
-    if (t.role === 'replacement') return; // its series are the proxy's, shared with the serving target
-    this.metrics.duration.remove({ namespace: t.namespace, proxy: t.name });
-    for (const reason of t.failureReasons) {
-      this.metrics.failures.remove({ namespace: t.namespace, proxy: t.name, reason });
-    }
   }
 
   // ---- probing ----
@@ -482,17 +410,6 @@ export class HealthEngine {
       this.log.error({ err, proxy: v.key }, 'health verdict listener threw');
     }
   }
-}
-
-const REPLACEMENT_SUFFIX = '#replacement';
-
-/** The scheduler key of a Proxy's pending replacement. */
-function replacementKey(key: string): string {
-  return `${key}${REPLACEMENT_SUFFIX}`;
-}
-
-function sameInstance(t: Target, instance: string, endpoint: { host: string; port: number }): boolean {
-  return t.instance === instance && t.host === endpoint.host && t.port === endpoint.port;
 }
 
 function endSpan(span: Span, result: ProbeResult): void {
