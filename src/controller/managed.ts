@@ -48,9 +48,11 @@ export async function reconcileManaged(ctx: ReconcileContext, p0: ProxyObject): 
   if (failedForGood(p, desired.hash)) return {};
 
   let result: ReconcileResult;
+  // Judged on the annotation as it was: the write below records the desired hash either way.
+  const held = heldOnPermanentError(p, desired);
   try {
     p = await ensureFinalizerAndHash(ctx, provider, p, desired);
-    if (heldOnPermanentError(p, desired)) {
+    if (held) {
       // The edit failed for good; the old instance keeps serving until the spec changes again.
       result = readyRequeue(ctx);
     } else {

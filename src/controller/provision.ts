@@ -106,7 +106,8 @@ async function replace(
   if (p.status?.pending && p.status.pending.instanceName !== req.name) {
     p = await abandonPending(ctx, p, 'the spec changed again');
   }
-  if (!p.status?.pending) {
+  if (p.status?.pending) ctx.surge.hold(provider.name, key);
+  else {
     const slot = ctx.surge.tryAcquire(provider.name, key);
     if (!slot.granted) {
       const message = `waiting for a replacement slot (${slot.inUse} of ${slot.limit} replacing on provider "${provider.name}")`;

@@ -84,6 +84,12 @@ export class SurgeLimiter {
     return { granted: true, inUse: held.size, limit };
   }
 
+  /** Counts `key` as replacing whatever the limit (its replacement is already recorded). */
+  hold(provider: string, key: string): void {
+    this.waitingOf(provider).delete(key);
+    this.holdersOf(provider).add(key);
+  }
+
   /** Gives the slot back (if held) and forgets a wait; requeues the next waiter. */
   release(provider: string, key: string): void {
     this.waitingOf(provider).delete(key);

@@ -289,6 +289,17 @@ describe('failures keep what works', () => {
     const creates = h.fake.calls.create;
     await h.reconcile('eu-1');
     expect(h.fake.calls.create).toBe(creates);
+    // An edit of a Secret it reads (no new generation) tries again, and fails again.
+    const auth = h.store.secrets.get({ namespace: NS, name: 'eu-1-auth' })!;
+    await h.store.secrets.delete({ namespace: NS, name: 'eu-1-auth' });
+    await h.seedSecret({
+      metadata: { ...auth.metadata, resourceVersion: undefined },
+      data: { ...auth.data, password: Buffer.from('another-password').toString('base64') },
+    } as never);
+    await h.reconcile('eu-1');
+    expect(h.fake.calls.create).toBe(creates + 1);
+    await h.reconcile('eu-1');
+    expect(h.fake.calls.create).toBe(creates + 1);
     // The next edit tries again.
     h.fake.clearFaults();
     await editSpec(h, 'eu-1', 'z2');
