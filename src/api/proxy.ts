@@ -166,6 +166,51 @@ export const ProxyHealthSchema = Type.Object(
 );
 export type ProxyHealth = Type.Static<typeof ProxyHealthSchema>;
 
+const Generation = (description: string) => Type.Integer({ minimum: 1, description });
+
+export const PendingInstanceSchema = Type.Object(
+  {
+    providerID: Type.String({ description: "The provider's ID of the replacement instance." }),
+    instanceName: Type.String({ description: 'Deterministic name of the replacement instance.' }),
+    address: Type.Optional(
+      Type.String({ description: 'Where the replacement answers, once the provider reports one.' }),
+    ),
+    port: Type.Optional(Type.Integer({ description: 'Port of the replacement.' })),
+    credentialsGeneration: Type.Optional(Generation('Credentials generation the replacement serves.')),
+  },
+  {
+    description:
+      'A replacement instance not serving leases yet (written by the reconciler): probed by the health engine, switched to once it passes.',
+  },
+);
+export type PendingInstance = Type.Static<typeof PendingInstanceSchema>;
+
+export const ReplacementHealthSchema = Type.Object(
+  {
+    providerID: Type.String({ description: 'The replacement instance this verdict is about.' }),
+    healthy: Type.Boolean({ description: 'true once it passed successThreshold probes in a row.' }),
+    lastProbeTime: Type.Optional(Type.String({ format: 'date-time' })),
+    lastError: Type.Optional(Type.String({ description: 'Reason and detail of the last failed probe.' })),
+  },
+  { description: "The health engine's verdict on status.pending (written by the health engine only)." },
+);
+export type ReplacementHealth = Type.Static<typeof ReplacementHealthSchema>;
+
+export const DrainingInstanceSchema = Type.Object(
+  {
+    providerID: Type.String({ description: "The provider's ID of the replaced instance." }),
+    address: Type.Optional(Type.String()),
+    port: Type.Optional(Type.Integer()),
+    credentialsGeneration: Type.Optional(Generation('Credentials generation it serves.')),
+    since: Type.String({ format: 'date-time', description: 'When it stopped getting new leases.' }),
+  },
+  {
+    description:
+      'A replaced instance that gets no new leases and is deleted once its leases end, at most --drain-timeout after `since`.',
+  },
+);
+export type DrainingInstance = Type.Static<typeof DrainingInstanceSchema>;
+
 export const ProxyStatusSchema = Type.Object(
   {
     phase: Type.Optional(Type.Enum(PROXY_PHASES, { description: 'Lifecycle phase.' })),
@@ -176,6 +221,20 @@ export const ProxyStatusSchema = Type.Object(
     address: Type.Optional(Type.String({ description: 'Host or IP clients connect to.' })),
     port: Type.Optional(Type.Integer({ description: 'Port clients connect to.' })),
     url: Type.Optional(Type.String({ description: 'Proxy URL without credentials.' })),
+    credentialsGeneration: Type.Optional(
+      Generation(
+        'Credentials generation the current instance serves (the reconciler keeps each generation in use in the <proxy>-served-credentials Secret).',
+      ),
+    ),
+    pending: Type.Optional(PendingInstanceSchema),
+    replacementHealth: Type.Optional(ReplacementHealthSchema),
+    draining: Type.Optional(
+      Type.Array(DrainingInstanceSchema, {
+        'x-kubernetes-list-type': 'map',
+        'x-kubernetes-list-map-keys': ['providerID'],
+        description: 'Replaced instances waiting for their leases to end before deletion.',
+      }),
+    ),
     retiring: Type.Optional(
       Type.Array(Type.String(), {
         'x-kubernetes-list-type': 'set',

@@ -303,6 +303,9 @@ function buildComponents(shared: Shared): Components {
     registry,
     tracer,
     installation: mode.installationId,
+    options: { drainTimeoutMs: flags.leases.drainTimeoutMs },
+    maxConcurrentReplacements: flags.maxConcurrentReplacements,
+    leasesOn: (key, providerID) => leases.leasesOn(key, providerID),
   });
   const queue = new WorkQueue({ name: 'proxy', clock, registry, log: log.child({ component: 'workqueue' }) });
   const gc = new OrphanGC({

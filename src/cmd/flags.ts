@@ -3,6 +3,7 @@
  * one precise error out. Nothing starts until every flag has been checked.
  */
 import { parseArgs } from 'node:util';
+import { parseSurgeLimit, type SurgeLimit } from '../controller/surge.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
 import {
   DEFAULT_DISCOVERY_MAX_CONNECTIONS,
@@ -36,6 +37,8 @@ export interface CommonFlags {
   metricsLimits: ListenerLimits;
   /** Lease authority (docs/deployment.md): how often lease state is checkpointed, and its caps. */
   leases: LeaseFlags;
+  /** `--max-concurrent-replacements`: per provider, a count or a percentage of its Proxies. */
+  maxConcurrentReplacements: SurgeLimit;
 }
 
 export interface LeaseFlags {
@@ -43,7 +46,10 @@ export interface LeaseFlags {
   checkpointIntervalMs: number;
   /** `--max-active-leases` (default 100000). */
   maxActiveLeases: number;
-  /** `--drain-timeout` (default 10m): no renewal of a draining proxy's lease past it. */
+  /**
+   * `--drain-timeout` (default 10m): a replaced instance is deleted at most this long after the
+   * switch, and no lease on a draining proxy is renewed past it. 0 = no drain.
+   */
   drainTimeoutMs: number;
 }
 
@@ -125,6 +131,8 @@ const COMMON_OPTIONS = {
   'provider-check-timeout': { type: 'string' },
   'gc-interval': { type: 'string' },
   'gc-min-age': { type: 'string' },
+  'drain-timeout': { type: 'string' },
+  'max-concurrent-replacements': { type: 'string' },
   'trace-health-probes': { type: 'boolean' },
   'gcp-wire-full-payloads': { type: 'boolean' },
   'egress-ip-url': { type: 'string' },
@@ -142,7 +150,6 @@ const COMMON_OPTIONS = {
   'metrics-max-connections': { type: 'string' },
   'lease-checkpoint-interval': { type: 'string' },
   'max-active-leases': { type: 'string' },
-  'drain-timeout': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -166,7 +173,6 @@ function leaseFlags(values: Values): LeaseFlags {
     );
   }
   const drain = parseDuration('drain-timeout', str('drain-timeout') ?? '10m');
-  if (drain < 1000) throw new FlagError('--drain-timeout: must be at least 1s');
   return {
     checkpointIntervalMs: interval,
     maxActiveLeases: parseCount('max-active-leases', str('max-active-leases') ?? '100000'),
@@ -286,7 +292,16 @@ function common(values: Values, defaults: { discovery: string; healthProbe: stri
     ...(installationId !== undefined ? { installationId } : {}),
     ...listenerFlags(values),
     leases: leaseFlags(values),
+    maxConcurrentReplacements: surgeFlag(str('max-concurrent-replacements') ?? '10%'),
   };
+}
+
+function surgeFlag(text: string): SurgeLimit {
+  try {
+    return parseSurgeLimit(text);
+  } catch (err) {
+    throw new FlagError(`--max-concurrent-replacements: ${(err as Error).message}`);
+  }
 }
 
 /** What `--flag=<value>` may say for a boolean flag: exactly what Go's flag package accepts. */

@@ -57,6 +57,9 @@ ${'COMMON'}`,
       --provider-check-timeout <dur>      Per round; default min(15s, interval); <= interval.
       --gc-interval <dur>                 Orphan instance sweep; 0 = off (default 10m).
       --gc-min-age <dur>                  Never collect instances younger than this (default 10m).
+      --drain-timeout <dur>               A replaced instance keeps its leases at most this long, and no
+                                          lease on it is renewed past that (default 10m; 0 = no drain).
+      --max-concurrent-replacements <n|p%>  Replacements in flight per provider (default 10%, at least 1).
       --trace-health-probes               One span per health probe (off: probes run every second).
       --gcp-wire-full-payloads            Log GCP API requests/responses with bodies at debug (secrets redacted).
       --egress-ip-url <url>               Publish each proxy's egress IP from this URL (off by default).
@@ -65,7 +68,6 @@ ${'COMMON'}`,
       --shutdown-grace-period <dur>       Time to drain on SIGTERM (default 30s).
       --lease-checkpoint-interval <dur>   Save leases and cooldowns this often (default 5s).
       --max-active-leases <n>             Live leases at most; then 503 too_many_leases (default 100000).
-      --drain-timeout <dur>               No lease on a draining proxy is renewed past this (default 10m).
       --installation-id <id>              Which instances are this operator's (labels, GC, spec-hash key);
                                           default: the kube-system namespace UID (operator) or the id
                                           kept in <state>.installation-id (standalone).

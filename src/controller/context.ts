@@ -8,6 +8,7 @@ import type { ObjectKey } from '../api/meta.ts';
 import type { Logger } from '../log/index.ts';
 import type { CallContext, Provider } from '../provider/contract.ts';
 import type { ObjectStore } from '../runtime/store.ts';
+import type { SurgeLimiter } from './surge.ts';
 
 export interface ProviderLookup {
   get(name: string): Provider | undefined;
@@ -24,6 +25,15 @@ export interface ReconcilerOptions {
   readyResyncMs?: number;
   /** Writes of one status patch that keeps hitting Conflict, the first included (default 5). */
   conflictRetries?: number;
+  /**
+   * Switch to a replacement only once the health engine passed it (status.replacementHealth;
+   * default true). Off only in tests of the reconciler alone, where no engine runs.
+   */
+  healthGate?: boolean;
+  /** Longest a replaced instance drains (keeps its leases, gets no new ones) before deletion (default 10 min). */
+  drainTimeoutMs?: number;
+  /** Poll interval while an instance drains (default 5 s). */
+  drainPollMs?: number;
 }
 
 export function resolveOptions(o: ReconcilerOptions = {}): Required<ReconcilerOptions> {
@@ -33,6 +43,9 @@ export function resolveOptions(o: ReconcilerOptions = {}): Required<ReconcilerOp
     quotaBackoffMs: o.quotaBackoffMs ?? 300_000,
     readyResyncMs: o.readyResyncMs ?? 600_000,
     conflictRetries: o.conflictRetries ?? 5,
+    healthGate: o.healthGate ?? true,
+    drainTimeoutMs: o.drainTimeoutMs ?? 600_000,
+    drainPollMs: o.drainPollMs ?? 5_000,
   };
 }
 
@@ -55,6 +68,12 @@ export interface ReconcileContext {
   readonly options: Required<ReconcilerOptions>;
   /** Now, as an RFC 3339 timestamp for conditions. */
   now(): string;
+  /** Now, clock milliseconds. */
+  nowMs(): number;
+  /** Per-provider replacement slots. */
+  readonly surge: SurgeLimiter;
+  /** Live leases granted on instance `providerID` of Proxy `key` (this process's lease store). */
+  leasesOn(key: string, providerID: string): number;
   /** Counts an instance that vanished or died while its Proxy expected it. */
   countLost(provider: string): void;
 }

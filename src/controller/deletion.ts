@@ -5,10 +5,12 @@
  * annotation abandons the instances on purpose.
  */
 import { ANNOTATION_SKIP_CLEANUP, FINALIZER } from '../api/constants.ts';
+import { keyOf } from '../api/meta.ts';
 import { type ProxyObject, proxyType } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
 import { cleanupInstances } from './cleanup.ts';
 import { type ReconcileContext, ReconcileError, type ReconcileResult } from './context.ts';
+import { deleteServedCredentials } from './generations.ts';
 import { deleteGeneratedCredentials } from './inputs.ts';
 import { lookupProvider } from './providers.ts';
 import { writeStatus } from './writer.ts';
@@ -18,6 +20,7 @@ export async function releaseFinalizer(ctx: ReconcileContext, p: ProxyObject): P
   // Secret first: once the finalizer is gone nothing comes back for it, and standalone mode
   // has no owner-reference GC — a crash in between would leave it behind for good.
   await deleteGeneratedCredentials(ctx, p);
+  await deleteServedCredentials(ctx, p);
   await ctx.store.proxies.removeFinalizer(p, FINALIZER, { signal: ctx.signal });
   ctx.log.info({ from: p.status?.phase ?? 'Pending' }, 'proxy deleted');
   return {};
@@ -25,8 +28,17 @@ export async function releaseFinalizer(ctx: ReconcileContext, p: ProxyObject): P
 
 export async function reconcileDeletion(ctx: ReconcileContext, p: ProxyObject): Promise<ReconcileResult> {
   if (!p.metadata.finalizers?.includes(FINALIZER)) return {};
+  ctx.surge.forget(keyOf(p));
   const providerID = p.status?.providerID;
-  const retiring = p.status?.retiring ?? [];
+  // Every instance status knows of goes with the Proxy: a replacement in flight and the
+  // draining ones too, without waiting for the orphan GC.
+  const retiring = [
+    ...new Set([
+      ...(p.status?.pending ? [p.status.pending.providerID] : []),
+      ...(p.status?.draining ?? []).map((d) => d.providerID),
+      ...(p.status?.retiring ?? []),
+    ]),
+  ].filter((id) => id !== providerID);
   if (proxyType(p.spec) === 'External' || (!providerID && retiring.length === 0)) {
     // Nothing was recorded as created; orphan GC reaps what a crashed create left behind.
     return releaseFinalizer(ctx, p);

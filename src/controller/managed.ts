@@ -5,6 +5,7 @@
  * the Provisioned condition and the queue's retry policy; anything else goes to the queue.
  */
 import { ANNOTATION_SPEC_HASH, FINALIZER } from '../api/constants.ts';
+import { keyOf } from '../api/meta.ts';
 import type { ProxyObject } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Provider } from '../provider/contract.ts';
@@ -13,7 +14,9 @@ import { claimOf } from '../provider/installation.ts';
 import { instanceName } from '../provider/naming.ts';
 import { RetryAfterError } from '../runtime/workqueue.ts';
 import { cleanupRetiring } from './cleanup.ts';
-import { type ReconcileContext, ReconcileError, type ReconcileResult } from './context.ts';
+import { type ReconcileContext, ReconcileError, type ReconcileResult, readyRequeue } from './context.ts';
+import { advanceDrains } from './drain.ts';
+import { ensureGeneration } from './generations.ts';
 import { type Desired, resolveDesired } from './inputs.ts';
 import { lookupProvider } from './providers.ts';
 import { provisionOrReplace } from './provision.ts';
@@ -45,14 +48,45 @@ export async function reconcileManaged(ctx: ReconcileContext, p0: ProxyObject): 
   if (failedForGood(p, desired.hash)) return {};
 
   let result: ReconcileResult;
+  // Judged on the annotation as it was: the write below records the desired hash either way.
+  const held = heldOnPermanentError(p, desired);
   try {
     p = await ensureFinalizerAndHash(ctx, provider, p, desired);
-    ({ proxy: p, result } = await provisionOrReplace(ctx, provider, p, desired.request));
+    if (held) {
+      // The edit failed for good; the old instance keeps serving until the spec changes again.
+      result = readyRequeue(ctx);
+    } else {
+      const generation = await ensureGeneration(ctx, p, desired.request.credentials);
+      ({ proxy: p, result } = await provisionOrReplace(ctx, provider, p, {
+        request: desired.request,
+        generation,
+      }));
+    }
   } catch (err) {
     if (!(err instanceof ProviderError) || ctx.signal.aborted) throw err;
-    return onProviderError(ctx, p, err);
+    return onProviderError(ctx, provider, p, err);
   }
+  ({ proxy: p, result } = await advanceDrains(ctx, p, result));
   return cleanupRetiring(ctx, provider, p, result);
+}
+
+/** Whether a serving instance is recorded: a failed edit must leave it alone. */
+function serves(p: ProxyObject): boolean {
+  const s = p.status;
+  return Boolean(s?.providerID && s.address && (s.phase === 'Ready' || s.phase === 'Replacing'));
+}
+
+/** A spec edit failed for good while the old instance serves: no retry at this generation and hash. */
+function heldOnPermanentError(p: ProxyObject, desired: Desired): boolean {
+  const cond = provisionedCondition(p.status);
+  return (
+    serves(p) &&
+    p.status?.instanceName !== desired.request.name &&
+    cond?.status === 'False' &&
+    cond.reason === REASONS.permanent &&
+    cond.observedGeneration === p.metadata.generation &&
+    p.metadata.annotations?.[ANNOTATION_SPEC_HASH] === desired.hash
+  );
 }
 
 /** A permanent failure waits for the spec (or a referenced Secret) to change. */
@@ -112,7 +146,13 @@ async function findStrays(
   p: ProxyObject,
   keepName: string,
 ): Promise<string[]> {
-  const known = new Set([p.status?.providerID, ...(p.status?.retiring ?? [])]);
+  const s = p.status;
+  const known = new Set([
+    s?.providerID,
+    s?.pending?.providerID,
+    ...(s?.draining ?? []).map((d) => d.providerID),
+    ...(s?.retiring ?? []),
+  ]);
   const uid = p.metadata.uid ?? '';
   const all = await provider.listByTag(ctx.call);
   return all
@@ -133,6 +173,7 @@ async function findStrays(
  */
 async function onProviderError(
   ctx: ReconcileContext,
+  provider: Provider,
   p: ProxyObject,
   err: ProviderError,
 ): Promise<ReconcileResult> {
@@ -145,10 +186,26 @@ async function onProviderError(
     throw new RetryAfterError(msg, ctx.options.quotaBackoffMs, { cause: err });
   }
   if (cls === 'Permanent') {
+    if (serves(p)) {
+      // A failed spec edit: the old instance keeps serving (Ready), the condition names the error.
+      const pending = p.status?.pending;
+      ctx.log.warn(
+        { reason: REASONS.permanent, message: msg, providerID: p.status?.providerID },
+        'spec change failed for good; the serving instance stays',
+      );
+      await writeStatus(ctx, p, {
+        ...notProvisioned(REASONS.permanent, msg, 'Ready'),
+        ...(pending ? { pending: null, retiring: [...(p.status?.retiring ?? []), pending.providerID] } : {}),
+      });
+      ctx.surge.release(provider.name, keyOf(p));
+      // A recorded replacement goes to `retiring`; the next pass deletes it.
+      return pending ? { requeueAfter: ctx.options.deletionPollMs } : {};
+    }
     await writeStatus(ctx, p, notProvisioned(REASONS.permanent, msg, 'Failed'));
+    ctx.surge.release(provider.name, keyOf(p));
     return {};
   }
-  if (p.status?.phase !== 'Ready') {
+  if (!serves(p)) {
     await writeStatus(ctx, p, notProvisioned(REASONS.transient, msg, retryPhase));
   }
   throw new ReconcileError(msg, { cause: err });

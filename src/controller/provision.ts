@@ -1,13 +1,19 @@
 /**
  * controller/provision — bring the desired instance up and keep it up: create it when none is
- * recorded, bring a replacement up before switching to it when the spec-hash changed, and
- * follow the recorded one (ready, starting, lost, dead). Status goes through the writer.
+ * recorded; on a spec-hash change, bring a replacement up beside the serving instance (within
+ * the provider's replacement slots), record it as `status.pending` and switch to it only once
+ * the health engine has passed it (`status.replacementHealth`), moving the old one to
+ * `status.draining`; and follow the recorded instance (ready, starting, lost, dead).
+ * Status goes through the writer.
  */
-import type { ProxyObject } from '../api/proxy.ts';
+import { DEFAULT_PROXY_PORT } from '../api/constants.ts';
+import { keyOf } from '../api/meta.ts';
+import { type DrainingInstance, type PendingInstance, type ProxyObject, phaseServes } from '../api/proxy.ts';
 import type { CreateRequest, Instance, Provider } from '../provider/contract.ts';
-import { classify } from '../provider/errors.ts';
+import { classify, ProviderError } from '../provider/errors.ts';
 import { provisionPoll, type ReconcileContext, type ReconcileResult, readyRequeue } from './context.ts';
-import { lostIntent, provisioningIntent, readyIntent } from './status.ts';
+import { dropUnusedGenerations } from './generations.ts';
+import { lostIntent, provisioningIntent, readyIntent, type StatusIntent } from './status.ts';
 import { writeStatus } from './writer.ts';
 
 /** How the reconciler reads an instance the provider returned. */
@@ -25,40 +31,89 @@ export interface Acted {
   result: ReconcileResult;
 }
 
+/** What to run: the create request and the credentials generation it serves. */
+export interface Wanted {
+  request: CreateRequest;
+  generation: number;
+}
+
 /** The state table's instance rows: no providerID, a changed name, or the recorded instance. */
 export function provisionOrReplace(
   ctx: ReconcileContext,
   provider: Provider,
   p: ProxyObject,
-  req: CreateRequest,
+  want: Wanted,
 ): Promise<Acted> {
   const current = p.status?.providerID;
-  if (!current) return createAndRecord(ctx, provider, p, req);
-  if (p.status?.instanceName !== req.name) return replace(ctx, provider, p, req, current);
-  return followInstance(ctx, provider, p, req, current);
+  if (!current) return createAndRecord(ctx, provider, p, want);
+  if (p.status?.instanceName !== want.request.name) return replace(ctx, provider, p, want, current);
+  return followInstance(ctx, provider, p, want, current);
 }
 
 async function createAndRecord(
   ctx: ReconcileContext,
   provider: Provider,
   p: ProxyObject,
-  req: CreateRequest,
+  { request: req, generation }: Wanted,
 ): Promise<Acted> {
   const inst = await provider.create(ctx.call, req);
   if (instanceVerdict(inst) === 'ready') {
-    return { proxy: await writeStatus(ctx, p, readyIntent(p, inst, req.name)), result: readyRequeue(ctx) };
+    return {
+      proxy: await writeStatus(ctx, p, readyIntent(p, inst, req.name, generation)),
+      result: readyRequeue(ctx),
+    };
   }
-  return { proxy: await writeStatus(ctx, p, provisioningIntent(inst, req.name)), result: provisionPoll(ctx) };
+  return {
+    proxy: await writeStatus(ctx, p, provisioningIntent(inst, req.name, generation)),
+    result: provisionPoll(ctx),
+  };
 }
 
-/** Spec changed: bring the new instance up first, then switch, then retire the old one. */
+/** Drops a recorded replacement that is no longer wanted: it goes to `retiring`. */
+async function abandonPending(ctx: ReconcileContext, p: ProxyObject, why: string): Promise<ProxyObject> {
+  const pending = p.status?.pending;
+  if (!pending) return p;
+  ctx.log.info({ providerID: pending.providerID, why }, 'abandoning the replacement instance');
+  const proxy = await writeStatus(ctx, p, {
+    pending: null,
+    retiring: [...(p.status?.retiring ?? []), pending.providerID],
+  });
+  await dropUnusedGenerations(ctx, proxy, [pending.credentialsGeneration]);
+  return proxy;
+}
+
+/** Whether the health engine has passed `providerID` (always, with the gate off). */
+function passed(ctx: ReconcileContext, p: ProxyObject, providerID: string): boolean {
+  if (!ctx.options.healthGate) return true;
+  const rh = p.status?.replacementHealth;
+  return rh?.providerID === providerID && rh.healthy;
+}
+
+/**
+ * Spec changed: take a replacement slot, bring the new instance up beside the serving one,
+ * wait for the health engine to pass it, then switch in one status write (the old instance
+ * goes to `draining`, or straight to `retiring` when it was not serving).
+ */
 async function replace(
   ctx: ReconcileContext,
   provider: Provider,
-  p: ProxyObject,
-  req: CreateRequest,
+  p0: ProxyObject,
+  { request: req, generation }: Wanted,
   current: string,
 ): Promise<Acted> {
+  const key = keyOf(p0);
+  let p = p0;
+  if (p.status?.pending && p.status.pending.instanceName !== req.name) {
+    p = await abandonPending(ctx, p, 'the spec changed again');
+  }
+  if (p.status?.pending) ctx.surge.hold(provider.name, key);
+  else {
+    const slot = ctx.surge.tryAcquire(provider.name, key);
+    if (!slot.granted) {
+      const message = `waiting for a replacement slot (${slot.inUse} of ${slot.limit} replacing on provider "${provider.name}")`;
+      return { proxy: await writeStatus(ctx, p, { message }), result: provisionPoll(ctx) };
+    }
+  }
   const inst = await provider.create(ctx.call, req);
   const verdict = instanceVerdict(inst);
   if (verdict === 'lost') {
@@ -66,42 +121,107 @@ async function replace(
     ctx.log.warn({ providerID: inst.id, state: inst.state }, 'replacement instance is dead; deleting it');
     await provider.delete(ctx.call, inst.id);
   }
-  if (verdict !== 'ready') {
-    const proxy = await writeStatus(ctx, p, {
-      phase: 'Replacing',
-      message: `replacing ${p.status?.instanceName ?? current} with ${req.name} (${inst.state})`,
-    });
-    return { proxy, result: provisionPoll(ctx) };
+  const pending: PendingInstance = {
+    providerID: inst.id,
+    instanceName: req.name,
+    credentialsGeneration: generation,
+  };
+  if (verdict === 'ready' && inst.address) {
+    pending.address = inst.address;
+    pending.port = inst.port ?? p.spec.port ?? DEFAULT_PROXY_PORT;
   }
-  const retiring = [...(p.status?.retiring ?? []), ...(current === inst.id ? [] : [current])];
-  const proxy = await writeStatus(ctx, p, { ...readyIntent(p, inst, req.name), retiring });
+  const from = p.status?.instanceName ?? current;
+  if (verdict !== 'ready' || !passed(ctx, p, inst.id)) {
+    const intent: StatusIntent = {
+      phase: 'Replacing',
+      pending: verdict === 'lost' ? null : pending,
+      message:
+        verdict === 'ready'
+          ? waitingForHealth(p, inst.id, req.name)
+          : `replacing ${from} with ${req.name} (${inst.state})`,
+    };
+    return { proxy: await writeStatus(ctx, p, intent), result: provisionPoll(ctx) };
+  }
+  const proxy = await writeStatus(ctx, p, switchIntent(ctx, p, inst, req.name, generation, current));
+  ctx.surge.release(provider.name, key);
+  ctx.log.info({ providerID: inst.id, previousProviderID: current }, 'replacement passed its health checks');
   return { proxy, result: readyRequeue(ctx) };
+}
+
+function waitingForHealth(p: ProxyObject, providerID: string, name: string): string {
+  const rh = p.status?.replacementHealth;
+  const last =
+    rh?.providerID === providerID && !rh.healthy && rh.lastError ? ` (last probe: ${rh.lastError})` : '';
+  return `waiting for ${name} to pass its health checks${last}`;
+}
+
+/** The switch: the replacement serves; the old instance drains (or retires when it served nothing). */
+function switchIntent(
+  ctx: ReconcileContext,
+  p: ProxyObject,
+  inst: Instance,
+  name: string,
+  generation: number,
+  current: string,
+): StatusIntent {
+  const s = p.status;
+  const intent: StatusIntent = { ...readyIntent(p, inst, name, generation), pending: null };
+  if (current === inst.id) return intent;
+  if (phaseServes(s?.phase) && s?.address) {
+    const d: DrainingInstance = { providerID: current, address: s.address, since: ctx.now() };
+    if (s.port !== undefined) d.port = s.port;
+    if (s.credentialsGeneration) d.credentialsGeneration = s.credentialsGeneration;
+    intent.draining = [...(s.draining ?? []).filter((x) => x.providerID !== current), d];
+  } else {
+    intent.retiring = [...(s?.retiring ?? []), current];
+  }
+  return intent;
 }
 
 /** The recorded instance: ready, still starting, gone (recreate) or dead (delete, then recreate). */
 async function followInstance(
   ctx: ReconcileContext,
   provider: Provider,
-  p: ProxyObject,
-  req: CreateRequest,
+  p0: ProxyObject,
+  want: Wanted,
   current: string,
 ): Promise<Acted> {
+  const req = want.request;
+  // The spec came back to the serving instance: a replacement in flight is not needed.
+  const p = await abandonPending(ctx, p0, 'the spec is the serving instance again');
+  ctx.surge.release(provider.name, keyOf(p));
   let inst: Instance;
   try {
     inst = await provider.get(ctx.call, current);
   } catch (err) {
     if (classify(err) !== 'NotFound') throw err;
-    ctx.countLost(provider.name);
-    ctx.log.warn({ providerID: current }, 'instance lost; creating a new one');
-    return createAndRecord(ctx, provider, p, req);
+    if (neverCreated(err)) {
+      // The provider says the create itself failed (a cloud operation that ended in error after
+      // it answered): not a lost instance, just a create to try again.
+      ctx.log.warn({ providerID: current, err }, 'instance was never created; creating it again');
+    } else {
+      ctx.countLost(provider.name);
+      ctx.log.warn({ providerID: current }, 'instance lost; creating a new one');
+    }
+    // Unserved first: every health engine and lease store forgets the lost instance's verdict,
+    // so the re-created one starts from Unknown even when it reuses the address.
+    const unserved = await writeStatus(
+      ctx,
+      p,
+      lostIntent(`instance ${p.status?.instanceName ?? current} is gone`),
+    );
+    return createAndRecord(ctx, provider, unserved, want);
   }
   const verdict = instanceVerdict(inst);
   if (verdict === 'ready') {
-    return { proxy: await writeStatus(ctx, p, readyIntent(p, inst, req.name)), result: readyRequeue(ctx) };
+    return {
+      proxy: await writeStatus(ctx, p, readyIntent(p, inst, req.name, want.generation)),
+      result: readyRequeue(ctx),
+    };
   }
   if (verdict === 'pending') {
     return {
-      proxy: await writeStatus(ctx, p, provisioningIntent(inst, req.name)),
+      proxy: await writeStatus(ctx, p, provisioningIntent(inst, req.name, want.generation)),
       result: provisionPoll(ctx),
     };
   }
@@ -109,5 +229,13 @@ async function followInstance(
   // it under the same name (creating first would just re-find the dead one).
   ctx.log.warn({ providerID: current, state: inst.state }, 'instance terminated; deleting it to recreate');
   await provider.delete(ctx.call, current);
-  return { proxy: await writeStatus(ctx, p, lostIntent(inst)), result: provisionPoll(ctx) };
+  return {
+    proxy: await writeStatus(ctx, p, lostIntent(`instance ${inst.name} is ${inst.state}`)),
+    result: provisionPoll(ctx),
+  };
+}
+
+/** A NotFound that the provider attributes to the create operation, not to the instance's loss. */
+function neverCreated(err: unknown): boolean {
+  return err instanceof ProviderError && err.op === 'create';
 }

@@ -32,6 +32,7 @@ import {
 import { reconcileDeletion } from './deletion.ts';
 import { reconcileExternal } from './external.ts';
 import { reconcileManaged } from './managed.ts';
+import { DEFAULT_SURGE_LIMIT, type SurgeLimit, SurgeLimiter } from './surge.ts';
 
 export {
   type ProviderLookup,
@@ -40,6 +41,7 @@ export {
   type ReconcilerOptions,
 } from './context.ts';
 export { REASONS } from './status.ts';
+export { DEFAULT_SURGE_LIMIT, parseSurgeLimit, type SurgeLimit } from './surge.ts';
 
 export interface ProxyReconcilerDeps {
   store: ObjectStore;
@@ -57,6 +59,13 @@ export interface ProxyReconcilerDeps {
    */
   installation: string;
   options?: ReconcilerOptions;
+  /** Replacements in flight per provider at once. Default 10 % of its Proxies, at least 1. */
+  maxConcurrentReplacements?: SurgeLimit;
+  /**
+   * Live leases granted on instance `providerID` of Proxy `key` — the lease store of this
+   * process; a drain waits for them. Default: none (a replaced instance drains at once).
+   */
+  leasesOn?: (key: string, providerID: string) => number;
 }
 
 export interface ProxyReconciler {
@@ -77,7 +86,9 @@ export function needsReconcile(event: WatchEvent<ProxyObject>): boolean {
     a.metadata.deletionTimestamp !== b.metadata.deletionTimestamp ||
     !deepEqual(a.metadata.annotations ?? {}, b.metadata.annotations ?? {}) ||
     !deepEqual(a.metadata.finalizers ?? [], b.metadata.finalizers ?? []) ||
-    !deepEqual(a.spec, b.spec)
+    !deepEqual(a.spec, b.spec) ||
+    // The health engine passed (or failed) a replacement: the switch waits for this.
+    !deepEqual(a.status?.replacementHealth ?? null, b.status?.replacementHealth ?? null)
   );
 }
 
@@ -87,7 +98,10 @@ async function reconcileProxy(ctx: ReconcileContext): Promise<ReconcileResult> {
   try {
     p = await ctx.store.proxies.read(ctx.key, { signal: ctx.signal });
   } catch (err) {
-    if (isNotFound(err)) return {}; // Proxy gone: nothing
+    if (isNotFound(err)) {
+      ctx.surge.forget(keyOf({ metadata: { namespace: ctx.key.namespace, name: ctx.key.name } }));
+      return {}; // Proxy gone: nothing
+    }
     throw err;
   }
   if (proxyType(p.spec) === 'External') return reconcileExternal(ctx, p);
@@ -130,6 +144,8 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
   const credentials = deps.credentials ?? createCredentialsResolver(store, { clock });
   const options = resolveOptions(deps.options);
   if (!deps.installation) throw new Error('createProxyReconciler: installation is required');
+  const surge = new SurgeLimiter(store.proxies, deps.maxConcurrentReplacements ?? DEFAULT_SURGE_LIMIT);
+  const leasesOn = deps.leasesOn ?? (() => 0);
 
   function context(key: string, signal: AbortSignal): ReconcileContext {
     const runLog = log.child({ proxy: key });
@@ -144,6 +160,9 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
       installation: deps.installation,
       options,
       now: () => new Date(clock.now()).toISOString(),
+      nowMs: () => clock.now(),
+      surge,
+      leasesOn,
       countLost: (provider) => m.lost.inc({ provider }),
     };
   }
@@ -175,6 +194,7 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
   }
 
   function watchSources(enqueue: (key: string) => void): Unsubscribe {
+    surge.setEnqueue(enqueue);
     const offProxies = store.proxies.watch((ev) => {
       if (ev.type !== 'DELETED' && needsReconcile(ev)) enqueue(keyOf(ev.object));
     });
@@ -183,6 +203,7 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
       for (const p of credentials.proxiesUsingSecret(keyOf(ev.object))) enqueue(keyOf(p));
     });
     return () => {
+      surge.setEnqueue(undefined);
       offProxies();
       offSecrets();
     };

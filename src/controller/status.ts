@@ -8,7 +8,13 @@
 import { setCondition } from '../api/conditions.ts';
 import { CONDITION_PROVISIONED, DEFAULT_PROXY_PORT } from '../api/constants.ts';
 import type { Condition } from '../api/meta.ts';
-import type { ProxyObject, ProxyPhase, ProxyStatus } from '../api/proxy.ts';
+import type {
+  DrainingInstance,
+  PendingInstance,
+  ProxyObject,
+  ProxyPhase,
+  ProxyStatus,
+} from '../api/proxy.ts';
 import { proxyUrl } from '../api/url.ts';
 import type { Instance } from '../provider/contract.ts';
 import { deepEqual } from '../runtime/patch.ts';
@@ -43,6 +49,9 @@ export interface StatusIntent {
   port?: number | null;
   url?: string | null;
   retiring?: string[];
+  credentialsGeneration?: number | null;
+  pending?: PendingInstance | null;
+  draining?: DrainingInstance[];
   message?: string | null;
   provisioned?: ConditionIntent;
 }
@@ -60,13 +69,14 @@ export function notProvisioned(reason: string, message: string, phase?: ProxyPha
 }
 
 /** Serving from instance `inst` (named `name`): Ready, with its address, port and URL. */
-export function readyIntent(p: ProxyObject, inst: Instance, name: string): StatusIntent {
+export function readyIntent(p: ProxyObject, inst: Instance, name: string, generation?: number): StatusIntent {
   const port = inst.port ?? p.spec.port ?? DEFAULT_PROXY_PORT;
   const address = inst.address ?? '';
   return {
     phase: 'Ready',
     providerID: inst.id,
     instanceName: name,
+    ...(generation ? { credentialsGeneration: generation } : {}),
     address,
     port,
     url: proxyUrl(address, port),
@@ -76,11 +86,12 @@ export function readyIntent(p: ProxyObject, inst: Instance, name: string): Statu
 }
 
 /** Instance `inst` exists but does not serve yet: Provisioning, no address. */
-export function provisioningIntent(inst: Instance, name: string): StatusIntent {
+export function provisioningIntent(inst: Instance, name: string, generation?: number): StatusIntent {
   return {
     phase: 'Provisioning',
     providerID: inst.id,
     instanceName: name,
+    ...(generation ? { credentialsGeneration: generation } : {}),
     address: null,
     port: null,
     url: null,
@@ -94,13 +105,13 @@ export function provisioningIntent(inst: Instance, name: string): StatusIntent {
 }
 
 /** The recorded instance died for good and is being deleted to be recreated. */
-export function lostIntent(inst: Instance): StatusIntent {
+export function lostIntent(message: string): StatusIntent {
   return {
     phase: 'Provisioning',
     address: null,
     port: null,
     url: null,
-    provisioned: { status: 'False', reason: REASONS.lost, message: `instance ${inst.name} is ${inst.state}` },
+    provisioned: { status: 'False', reason: REASONS.lost, message },
   };
 }
 
@@ -113,6 +124,9 @@ export const RECONCILER_FIELDS = [
   'port',
   'url',
   'retiring',
+  'credentialsGeneration',
+  'pending',
+  'draining',
   'message',
   'observedGeneration',
   'conditions',
@@ -137,6 +151,12 @@ export function applyIntent(
   set('port', intent.port);
   set('url', intent.url);
   set('message', intent.message);
+  set('credentialsGeneration', intent.credentialsGeneration);
+  set('pending', intent.pending);
+  if (intent.draining !== undefined) {
+    if (intent.draining.length === 0) delete next.draining;
+    else next.draining = intent.draining;
+  }
   if (intent.retiring !== undefined) {
     if (intent.retiring.length === 0) delete next.retiring;
     else next.retiring = [...new Set(intent.retiring)];

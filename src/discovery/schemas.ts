@@ -147,6 +147,20 @@ export const ProxyStatusBody = Type.Object({
       },
     ),
   ),
+  drainingInstances: Type.Optional(
+    Type.Array(
+      Type.Object({
+        host: Type.String(),
+        port: Type.Integer(),
+        since: Type.String({ format: 'date-time', description: 'When it stopped getting new leases.' }),
+        activeLeases: Type.Integer({ description: 'Leases granted on it that are still live.' }),
+      }),
+      {
+        description:
+          'Replaced instances of this proxy that drain: they keep serving the leases granted on them, get no new ones, and are deleted once those end (at the latest --drain-timeout after the switch). Present only while one drains.',
+      },
+    ),
+  ),
 });
 
 export const ProxyListBody = Type.Object({ proxies: Type.Array(ProxyStatusBody) });

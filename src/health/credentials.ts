@@ -2,11 +2,14 @@
  * health/credentials — the credentials each probed proxy is probed with, from the process's
  * one credentials resolver (api/credentials). A read of a Secret outside the cache is reused
  * for at most a lifetime; the resolver forgets it when the Secret changes, and this module
- * makes it forget after a 407. Never log what it returns.
+ * makes it forget after a 407. An instance whose credentials generation is known is probed with
+ * that generation's credentials (api/served-credentials), so a rotation in progress probes each
+ * instance with what it really serves. Never log what it returns.
  */
 
 import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
 import type { ProxyObject } from '../api/proxy.ts';
+import { servedCredentials } from '../api/served-credentials.ts';
 import type { Logger } from '../log/index.ts';
 import type { Credentials } from '../provider/contract.ts';
 import type { Clock } from '../runtime/clock.ts';
@@ -30,8 +33,10 @@ export interface ProbeCredentialsSourceOptions {
 export class ProbeCredentialsSource {
   private readonly opts: ProbeCredentialsSourceOptions;
   private readonly ttlMs: number;
-  /** The probed proxies as last seen by the engine, by `namespace/name`. */
+  /** The probed proxies as last seen by the engine, by target key. */
   private readonly proxies = new Map<string, ProxyObject>();
+  /** The credentials generation each target's instance serves, when known. */
+  private readonly generations = new Map<string, number>();
   private own: CredentialsResolver | undefined;
 
   constructor(opts: ProbeCredentialsSourceOptions) {
@@ -45,13 +50,19 @@ export class ProbeCredentialsSource {
     return this.own;
   }
 
-  /** Follows `proxy` (by `key`): its spec says which Secret holds its credentials. */
-  track(key: string, proxy: ProxyObject): void {
+  /**
+   * Follows `proxy` (by target `key`): probes use the credentials of `generation` — what the
+   * probed instance was created with — else what its spec's Secret holds now.
+   */
+  track(key: string, proxy: ProxyObject, generation?: number): void {
     this.proxies.set(key, proxy);
+    if (generation) this.generations.set(key, generation);
+    else this.generations.delete(key);
   }
 
   forget(key: string): void {
     this.proxies.delete(key);
+    this.generations.delete(key);
   }
 
   /** The proxy answered 407: read again before the next probe. */
@@ -64,6 +75,8 @@ export class ProbeCredentialsSource {
   async get(key: string, signal: AbortSignal): Promise<ProbeCredentials> {
     const proxy = this.proxies.get(key);
     if (!proxy) return null;
+    const served = servedCredentials(this.opts.store.secrets, proxy, this.generations.get(key));
+    if (served) return served;
     try {
       return await this.resolver.credentialsFor(proxy, { signal, maxAgeMs: this.ttlMs });
     } catch (err) {

@@ -1,30 +1,30 @@
 /**
  * health/engine — keeps every serving Proxy probed (see docs/health.md): follows the Proxies
- * (with the credentials the shared resolver finds for them), runs one probe per proxy per slot
- * on the shared scheduler, turns results
- * into threshold verdicts for the listener (the lease store) and the status writer, and holds
+ * (with the credentials their instances serve), and during a replacement also the pending
+ * instance, whose verdict starts Unknown and goes to status.replacementHealth instead of the
+ * lease store; at the switch the passed verdict carries over, any other change of instance
+ * resets it. Runs one probe per target per slot on the shared scheduler, turns results into
+ * threshold verdicts for the listener (the lease store) and the status writer, and holds
  * verdicts while the control probe says the probe URL itself is down. Scheduling, control
- * probes, credentials and status writes live in their own modules beside this one.
+ * probes, credentials, the target table and status writes live in their own modules.
  */
 import { type Span, SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
 import { Registry } from 'prom-client';
+import { DEFAULT_PROXY_PORT } from '../api/constants.ts';
 import type { CredentialsResolver } from '../api/credentials.ts';
 import { keyOf } from '../api/meta.ts';
-import { type ProxyObject, servingEndpoint } from '../api/proxy.ts';
+import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import type { ObjectStore, Unsubscribe, WatchEvent } from '../runtime/store.ts';
-import { ControlProbes, controlKeyOf, REASON_TARGET_DOWN } from './control.ts';
+import { ControlProbes, REASON_TARGET_DOWN } from './control.ts';
 import { ProbeCredentialsSource } from './credentials.ts';
 import { createHealthMetrics, type HealthMetrics } from './metrics.ts';
 import {
   DEFAULT_HEALTH_CHECK,
   type HealthCheckDefaults,
   latencyMovedALot,
-  nextSlot,
-  type ResolvedCheck,
   resolveCheck,
-  scheduleOffset,
   validateDefaults,
 } from './policy.ts';
 import {
@@ -38,7 +38,8 @@ import {
 } from './probe.ts';
 import { SlotScheduler } from './scheduler.ts';
 import { HealthStatusWriter } from './status-writer.ts';
-import { type HealthVerdict, newTarget, recordResult, type Target, verdictOf } from './target.ts';
+import { type HealthVerdict, recordResult, type Target, verdictOf } from './target.ts';
+import { replacementKey, sameInstance, TargetTable } from './targets.ts';
 
 export { REASON_TARGET_DOWN } from './control.ts';
 export { REASON_PROBE_SUCCEEDED } from './policy.ts';
@@ -96,7 +97,9 @@ export class HealthEngine {
   private readonly credentials: ProbeCredentialsSource;
   private readonly writer: HealthStatusWriter;
 
-  private readonly targets = new Map<string, Target>();
+  private readonly targets: TargetTable;
+  /** Proxies whose serving instance changed or went away: the next one starts gated from Unknown. */
+  private readonly renewed = new Set<string>();
   private unsubscribe: Unsubscribe[] = [];
   private abort = new AbortController();
   private running = false;
@@ -136,6 +139,13 @@ export class HealthEngine {
       log: this.log,
       ...(opts.credentials ? { resolver: opts.credentials } : {}),
     });
+    this.targets = new TargetTable({
+      clock: this.clock,
+      scheduler: this.scheduler,
+      controls: this.controls,
+      credentials: this.credentials,
+      metrics: this.metrics,
+    });
     this.writer = new HealthStatusWriter({
       store: this.store,
       clock: this.clock,
@@ -164,7 +174,7 @@ export class HealthEngine {
     this.abort.abort();
     await Promise.all([this.scheduler.stop(), this.controls.stop()]);
     await this.writer.settle();
-    for (const t of [...this.targets.values()]) this.remove(t.key, t.uid);
+    for (const t of [...this.targets.values()]) this.targets.remove(t.key, t.uid);
     this.credentials.close();
   }
 
@@ -210,8 +220,10 @@ export class HealthEngine {
 
   private onProxyEvent(ev: WatchEvent<ProxyObject>): void {
     try {
-      if (ev.type === 'DELETED') this.remove(keyOf(ev.object), ev.object.metadata.uid);
-      else this.upsert(ev.object);
+      if (ev.type === 'DELETED') {
+        this.targets.remove(keyOf(ev.object), ev.object.metadata.uid);
+        this.targets.remove(replacementKey(keyOf(ev.object)), ev.object.metadata.uid);
+      } else this.upsert(ev.object);
     } catch (err) {
       this.log.error({ err }, 'health engine failed to handle a Proxy event');
     }
@@ -220,71 +232,98 @@ export class HealthEngine {
   private upsert(proxy: ProxyObject): void {
     const key = keyOf(proxy);
     const uid = proxy.metadata.uid ?? key;
+    this.upsertServing(proxy, key, uid);
+    this.upsertReplacement(proxy, key, uid);
+  }
+
+  /** The instance at status.address (or an External endpoint): probed, and its verdicts leased by. */
+  private upsertServing(proxy: ProxyObject, key: string, uid: string): void {
     const endpoint = servingEndpoint(proxy);
+    const instance = proxyType(proxy.spec) === 'Managed' ? (proxy.status?.providerID ?? '') : '';
     const existing = this.targets.get(key);
-    if (existing && (!endpoint || existing.uid !== uid)) this.remove(key, existing.uid);
+    if (existing && existing.uid !== uid) this.targets.remove(key, existing.uid);
+    else if (existing && !endpoint) {
+      // Serves nowhere now (a lost instance, a deletion): its verdict must not outlive it.
+      this.targets.remove(key, existing.uid);
+      this.forgetVerdict(existing);
+      this.renewed.add(key);
+    } else if (existing && endpoint && !sameInstance(existing, instance, endpoint)) {
+      // Another instance at this proxy: the replacement it passed, or a re-created one.
+      this.targets.remove(key, existing.uid);
+      const rep = this.targets.get(replacementKey(key));
+      if (rep && sameInstance(rep, instance, endpoint)) {
+        this.promote(proxy, rep, endpoint);
+        return;
+      }
+      this.forgetVerdict(existing);
+      this.renewed.add(key);
+    }
     if (!endpoint) return;
     const check = resolveCheck(this.defaults, proxy);
-    this.credentials.track(key, proxy);
+    const generation = proxy.status?.credentialsGeneration;
+    this.credentials.track(key, proxy, generation);
     const current = this.targets.get(key);
     if (!current) {
-      this.add(proxy, key, uid, endpoint, check);
+      const gated = this.renewed.delete(key);
+      this.targets.add(proxy, { key, role: 'serving', instance, generation, gated }, endpoint, check);
       return;
     }
-    const retime = current.check.intervalMs !== check.intervalMs;
-    const oldControl = current.controlKey;
-    current.host = endpoint.host;
-    current.port = endpoint.port;
-    current.check = check;
-    current.controlKey = controlKeyOf(check);
-    if (oldControl !== current.controlKey) {
-      this.controls.release(oldControl);
-      this.controls.acquire(check);
-    }
-    if (retime) {
-      const offset = scheduleOffset(uid, check.intervalMs);
-      this.scheduler.retime(key, check.intervalMs, nextSlot(this.clock.now(), offset, check.intervalMs));
-    }
+    current.generation = generation;
+    this.targets.refresh(current, uid, endpoint, check);
   }
 
-  private add(
-    proxy: ProxyObject,
-    key: string,
-    uid: string,
-    endpoint: { host: string; port: number },
-    check: ResolvedCheck,
-  ): void {
-    const namespace = proxy.metadata.namespace ?? '';
-    const name = proxy.metadata.name;
-    const t = newTarget({
-      key,
-      uid,
-      namespace,
-      name,
-      host: endpoint.host,
-      port: endpoint.port,
+  /** status.pending: probed with its own credentials; its verdict goes to status.replacementHealth only. */
+  private upsertReplacement(proxy: ProxyObject, key: string, uid: string): void {
+    const rkey = replacementKey(key);
+    const pending = proxy.metadata.deletionTimestamp ? undefined : proxy.status?.pending;
+    const endpoint = pending?.address
+      ? { host: pending.address, port: pending.port ?? proxy.spec.port ?? DEFAULT_PROXY_PORT }
+      : undefined;
+    const existing = this.targets.get(rkey);
+    if (
+      existing &&
+      (!pending || !endpoint || existing.uid !== uid || !sameInstance(existing, pending.providerID, endpoint))
+    ) {
+      this.targets.remove(rkey, existing.uid);
+    }
+    if (!pending || !endpoint) return;
+    const check = resolveCheck(this.defaults, proxy);
+    const generation = pending.credentialsGeneration;
+    this.credentials.track(rkey, proxy, generation);
+    const current = this.targets.get(rkey);
+    if (!current) {
+      const target = { key: rkey, role: 'replacement' as const, instance: pending.providerID, generation };
+      this.targets.add(proxy, { ...target, gated: true }, endpoint, check);
+      return;
+    }
+    this.targets.refresh(current, uid, endpoint, check);
+  }
+
+  /** The switch: the replacement's verdict (it passed) becomes the serving target's. */
+  private promote(proxy: ProxyObject, rep: Target, endpoint: { host: string; port: number }): void {
+    const key = rep.proxyKey;
+    this.targets.remove(rep.key, rep.uid);
+    const check = resolveCheck(this.defaults, proxy);
+    const generation = proxy.status?.credentialsGeneration;
+    this.credentials.track(key, proxy, generation);
+    const t = this.targets.add(
+      proxy,
+      { key, role: 'serving', instance: rep.instance, generation, gated: false },
+      endpoint,
       check,
-      controlKey: controlKeyOf(check),
-      storedLatency: proxy.status?.health?.latencyMillis,
-      histogram: this.metrics.duration.labels({ namespace, proxy: name }),
-    });
-    this.targets.set(key, t);
-    this.controls.acquire(check);
-    const offset = scheduleOffset(uid, check.intervalMs);
-    this.scheduler.add(key, check.intervalMs, nextSlot(this.clock.now(), offset, check.intervalMs));
+    );
+    t.verdict = { ...rep.verdict, gated: false };
+    t.last = { ...rep.last };
+    t.latencyReported = rep.last.latencyMs;
+    // Status must say Healthy for the new instance too (no write when it already does).
+    if (t.verdict.healthy !== undefined) this.writer.verdictChanged(t);
+    this.notify(t);
   }
 
-  private remove(key: string, uid: string | undefined): void {
-    const t = this.targets.get(key);
-    if (!t || (uid !== undefined && t.uid !== uid)) return;
-    this.targets.delete(key);
-    this.scheduler.delete(key);
-    this.credentials.forget(key);
-    this.controls.release(t.controlKey);
-    this.metrics.duration.remove({ namespace: t.namespace, proxy: t.name });
-    for (const reason of t.failureReasons) {
-      this.metrics.failures.remove({ namespace: t.namespace, proxy: t.name, reason });
-    }
+  /** Tells the lease store the instance it knew is no longer vouched for. */
+  private forgetVerdict(t: Target): void {
+    if (t.role !== 'serving' || t.verdict.healthy !== true) return;
+    this.notifyVerdict({ key: t.proxyKey, uid: t.uid, healthy: false, reason: 'InstanceChanged' });
   }
 
   // ---- probing ----
@@ -327,7 +366,16 @@ export class HealthEngine {
     }
     const now = this.clock.now();
     const changed = recordResult(t, r, now);
-    if (changed !== undefined) {
+    if (t.role === 'replacement') {
+      // Not leased: only its transitions matter, for status.replacementHealth.
+      if (changed !== undefined) {
+        this.writer.verdictChanged(t);
+        this.log.info(
+          { proxy: t.proxyKey, providerID: t.instance, reason: t.last.reason, message: t.last.message },
+          changed ? 'replacement passed its health checks' : 'replacement failing its health checks',
+        );
+      }
+    } else if (changed !== undefined) {
       this.writer.verdictChanged(t);
       this.log.info(
         { proxy: t.key, healthy: changed, reason: t.last.reason, message: t.last.message },
@@ -351,11 +399,15 @@ export class HealthEngine {
   }
 
   private notify(t: Target): void {
+    if (t.role === 'serving') this.notifyVerdict(verdictOf(t));
+  }
+
+  private notifyVerdict(v: HealthVerdict): void {
     if (!this.listener) return;
     try {
-      this.listener(verdictOf(t));
+      this.listener(v);
     } catch (err) {
-      this.log.error({ err, proxy: t.key }, 'health verdict listener threw');
+      this.log.error({ err, proxy: v.key }, 'health verdict listener threw');
     }
   }
 }

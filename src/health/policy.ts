@@ -121,6 +121,12 @@ export interface VerdictState {
   healthy: boolean | undefined;
   consecutiveSuccesses: number;
   consecutiveFailures: number;
+  /**
+   * A new instance (a replacement, a re-created lost instance, a new proxy): from Unknown it
+   * needs the thresholds too — successThreshold passes before it is Healthy — instead of the
+   * first result deciding at once.
+   */
+  gated?: boolean;
 }
 
 /**
@@ -140,7 +146,10 @@ export function applyResult(
     s.consecutiveSuccesses = 0;
   }
   let next = s.healthy;
-  if (s.healthy === undefined) next = ok;
+  if (s.healthy === undefined && s.gated) {
+    if (s.consecutiveSuccesses >= check.successThreshold) next = true;
+    else if (s.consecutiveFailures >= check.failureThreshold) next = false;
+  } else if (s.healthy === undefined) next = ok;
   else if (!s.healthy && s.consecutiveSuccesses >= check.successThreshold) next = true;
   else if (s.healthy && s.consecutiveFailures >= check.failureThreshold) next = false;
   if (next === s.healthy) return undefined;

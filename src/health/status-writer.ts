@@ -8,7 +8,7 @@
 import { setCondition } from '../api/conditions.ts';
 import { CONDITION_HEALTHY } from '../api/constants.ts';
 import { type Condition, parseKey } from '../api/meta.ts';
-import type { ProxyObject } from '../api/proxy.ts';
+import type { ProxyObject, ReplacementHealth } from '../api/proxy.ts';
 import type { Logger } from '../log/index.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { retryOnConflict } from '../runtime/retry.ts';
@@ -101,6 +101,35 @@ export class HealthStatusWriter {
     await Promise.allSettled([...this.writing.values()]);
   }
 
+  /** Writes status.replacementHealth, unless the pending instance changed or it says the same already. */
+  private async writeReplacement(
+    t: Target,
+    obj: ProxyObject,
+    healthy: boolean,
+    version: number,
+    now: number,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const key = parseKey(t.proxyKey);
+    const stored = obj.status?.replacementHealth;
+    if (obj.status?.pending?.providerID !== t.instance) {
+      t.status.writtenVersion = version; // switched or abandoned: nothing to say
+      return;
+    }
+    if (stored?.providerID === t.instance && stored.healthy === healthy && (healthy || !t.last.message)) {
+      t.status.writtenVersion = version; // e.g. after a restart: already said
+      return;
+    }
+    const replacementHealth = replacementHealthOf(t, healthy, now);
+    await this.opts.store.proxies.patchStatus(
+      key,
+      { replacementHealth },
+      { resourceVersion: obj.metadata.resourceVersion, signal },
+    );
+    this.count++;
+    t.status.writtenVersion = version;
+  }
+
   private async write(t: Target, signal: AbortSignal): Promise<void> {
     const { store, clock } = this.opts;
     // What is written is the state when the write starts, whatever a retry re-reads.
@@ -109,9 +138,13 @@ export class HealthStatusWriter {
     const healthy = t.verdict.healthy === true;
     const health = healthField(t, healthy);
     const now = clock.now();
-    const key = parseKey(t.key);
+    const key = parseKey(t.proxyKey);
     const attempt = async (obj: ProxyObject | undefined): Promise<void> => {
       if (!obj || obj.metadata.uid !== t.uid || !this.opts.isCurrent(t)) return; // gone or replaced
+      if (t.role === 'replacement') {
+        await this.writeReplacement(t, obj, healthy, version, now, signal);
+        return;
+      }
       const patch: Record<string, unknown> = { health };
       if (verdictWrite) {
         const desired = desiredCondition(t, healthy);
@@ -146,6 +179,18 @@ export class HealthStatusWriter {
       if (!isNotFound(err)) throw err;
     }
   }
+}
+
+/** The verdict on status.pending, as status.replacementHealth (the reconciler switches on it). */
+function replacementHealthOf(t: Target, healthy: boolean, now: number): Record<string, unknown> {
+  const rh: Omit<ReplacementHealth, 'lastError'> & { lastError: string | null } = {
+    providerID: t.instance,
+    healthy,
+    lastProbeTime: new Date(t.last.time ?? now).toISOString(),
+    // A merge patch: null clears the error of an earlier failing verdict.
+    lastError: !healthy && t.last.message ? `${t.last.reason ?? 'ProbeFailed'}: ${t.last.message}` : null,
+  };
+  return rh;
 }
 
 /** status.health as of the last counted probe; nulls clear what no longer applies. */

@@ -27,8 +27,19 @@ export interface LastProbe {
   time?: number;
 }
 
+/** `serving`: the instance at status.address, leased; `replacement`: status.pending, not leased yet. */
+export type TargetRole = 'serving' | 'replacement';
+
 export interface Target {
+  /** The scheduler key: `namespace/name`, or with `#replacement` for the pending instance. */
   readonly key: string;
+  /** `namespace/name` of the Proxy. */
+  readonly proxyKey: string;
+  readonly role: TargetRole;
+  /** providerID of the probed instance ('' for External proxies). */
+  readonly instance: string;
+  /** Credentials generation the instance serves (api/served-credentials), when known. */
+  generation: number | undefined;
   readonly uid: string;
   readonly namespace: string;
   readonly name: string;
@@ -50,6 +61,12 @@ export interface Target {
 
 export interface NewTarget {
   key: string;
+  proxyKey: string;
+  role: TargetRole;
+  instance: string;
+  generation: number | undefined;
+  /** Verdict needs the thresholds from Unknown (see policy VerdictState.gated). */
+  gated: boolean;
   uid: string;
   namespace: string;
   name: string;
@@ -65,6 +82,10 @@ export interface NewTarget {
 export function newTarget(n: NewTarget): Target {
   return {
     key: n.key,
+    proxyKey: n.proxyKey,
+    role: n.role,
+    instance: n.instance,
+    generation: n.generation,
     uid: n.uid,
     namespace: n.namespace,
     name: n.name,
@@ -72,7 +93,7 @@ export function newTarget(n: NewTarget): Target {
     port: n.port,
     check: n.check,
     controlKey: n.controlKey,
-    verdict: { healthy: undefined, consecutiveSuccesses: 0, consecutiveFailures: 0 },
+    verdict: { healthy: undefined, consecutiveSuccesses: 0, consecutiveFailures: 0, gated: n.gated },
     last: {},
     status: newStatusRecord(n.storedLatency),
     histogram: n.histogram,
@@ -96,7 +117,7 @@ export function recordResult(t: Target, r: ProbeResult, now: number): boolean | 
 
 export function verdictOf(t: Target): HealthVerdict {
   const healthy = t.verdict.healthy === true;
-  const v: HealthVerdict = { key: t.key, uid: t.uid, healthy };
+  const v: HealthVerdict = { key: t.proxyKey, uid: t.uid, healthy };
   if (healthy && t.last.latencyMs !== undefined) v.latencyMillis = t.last.latencyMs;
   if (!healthy && t.last.reason) v.reason = t.last.reason;
   return v;

@@ -4,7 +4,13 @@
  * eligible exactly when it names none. Grants, snapshots and the refusal funnel all go by it.
  */
 import { phaseServes } from '../api/proxy.ts';
-import type { NoneLeasableCounts, NotLeasableReason, ProxyInfo, ProxySnapshot } from './types.ts';
+import type {
+  DrainingInstanceInfo,
+  NoneLeasableCounts,
+  NotLeasableReason,
+  ProxyInfo,
+  ProxySnapshot,
+} from './types.ts';
 
 /** One per-target cooldown: kept in its entry's map and in the fleet-wide heap (lease/cooldowns). */
 export interface TargetCooldown {
@@ -16,8 +22,14 @@ export interface TargetCooldown {
 }
 
 /** A proxy's facts (credentials folded into `url`) plus its lease state. */
-export interface Entry extends Omit<ProxyInfo, 'credentials' | 'latencyMillis' | 'problem'> {
+export interface Entry
+  extends Omit<ProxyInfo, 'credentials' | 'latencyMillis' | 'problem' | 'instance' | 'drainingInstances'> {
   problem: ProxyInfo['problem'];
+  /** providerID of the serving instance ('' when unknown, e.g. External proxies). */
+  instance: string;
+  drainingInstances: DrainingInstanceInfo[];
+  /** Live leases per instance they were granted on: what a drain waits for. */
+  activeByInstance: Map<string, number>;
   /** true once the health engine has spoken: its verdicts win over the status condition. */
   healthFromVerdict: boolean;
   url: string;
@@ -53,6 +65,9 @@ export function newEntry(info: Pick<ProxyInfo, 'key' | 'namespace' | 'name' | 'u
     port: 0,
     url: '',
     problem: undefined,
+    instance: '',
+    drainingInstances: [],
+    activeByInstance: new Map(),
     latencyMillis: undefined,
     active: 0,
     lastLeasedSeq: 0,
@@ -63,6 +78,13 @@ export function newEntry(info: Pick<ProxyInfo, 'key' | 'namespace' | 'name' | 'u
     indexed: false,
     removed: false,
   };
+}
+
+/** Counts a lease granted on (delta 1) or released from (delta -1) `instance` of `e`. */
+export function countLease(e: Entry, instance: string, delta: number): void {
+  const n = (e.activeByInstance.get(instance) ?? 0) + delta;
+  if (n > 0) e.activeByInstance.set(instance, n);
+  else e.activeByInstance.delete(instance);
 }
 
 /** Grant order: least recently leased, then lowest latency (unknown last), then name. */
@@ -147,7 +169,7 @@ function iso(ms: number): string {
 /** The public view of `e`; target cooldowns that have ended are left out. */
 export function snapshotOf(e: Entry, target: string | undefined, now: number): ProxySnapshot {
   const reason = notLeasableReason(e, target, now) ?? null;
-  return {
+  const snap: ProxySnapshot = {
     namespace: e.namespace,
     name: e.name,
     phase: e.phase,
@@ -169,4 +191,13 @@ export function snapshotOf(e: Entry, target: string | undefined, now: number): P
     reason,
     problem: e.problem ? { ...e.problem } : null,
   };
+  if (e.drainingInstances.length > 0) {
+    snap.drainingInstances = e.drainingInstances.map((d) => ({
+      host: d.host,
+      port: d.port,
+      since: d.since,
+      activeLeases: e.activeByInstance.get(d.providerID) ?? 0,
+    }));
+  }
+  return snap;
 }

@@ -1,9 +1,10 @@
 /**
  * lease/feed — keeps the lease store in step with the Proxy objects: every Proxy event becomes
  * an upsert/remove of its lease-relevant facts (address, phase, Healthy condition, drain,
- * deletion, maxLeases, labels, a problem only a person can fix) with its credentials resolved; a
- * change to a Secret re-resolves the proxies that use it (api/credentials). Health verdicts come
- * from the health engine directly.
+ * deletion, maxLeases, labels, a problem only a person can fix, the instance it serves from and
+ * the replaced ones draining) with the credentials its serving instance actually has (its
+ * credentials generation, api/served-credentials; else the credentials Secret); a change to a
+ * Secret re-resolves the proxies that use it. Health verdicts come from the health engine.
  */
 
 import { findCondition, isConditionTrue } from '../api/conditions.ts';
@@ -11,6 +12,7 @@ import { CONDITION_HEALTHY, CONDITION_PROVISIONED } from '../api/constants.ts';
 import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
 import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
+import { proxyOfServedSecret, servedCredentials } from '../api/served-credentials.ts';
 import { REASONS } from '../controller/status.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import type { Credentials } from '../provider/contract.ts';
@@ -71,6 +73,17 @@ export function proxyInfo(p: ProxyObject, credentials: Credentials | undefined):
     port: endpoint?.port ?? 0,
   };
   if (credentials) info.credentials = credentials;
+  const s = p.status;
+  if (proxyType(p.spec) === 'Managed' && s?.providerID) info.instance = s.providerID;
+  const draining = (s?.draining ?? []).filter((d) => d.address);
+  if (draining.length > 0 && !info.deleting) {
+    info.drainingInstances = draining.map((d) => ({
+      providerID: d.providerID,
+      host: d.address ?? '',
+      port: d.port ?? endpoint?.port ?? 0,
+      since: d.since,
+    }));
+  }
   const problem = proxyProblem(p);
   if (problem) info.problem = problem;
   const latency = p.status?.health?.latencyMillis;
@@ -117,7 +130,11 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
     const run = (async () => {
       let creds: Credentials | undefined;
       try {
-        creds = await credentials.credentialsFor(p, { signal });
+        // What the serving instance was created with; a rotated Secret is for its replacement.
+        creds =
+          (proxyType(p.spec) === 'Managed'
+            ? servedCredentials(store.secrets, p, p.status?.credentialsGeneration)
+            : undefined) ?? (await credentials.credentialsFor(p, { signal }));
       } catch (err) {
         if (stopped || generation.get(key) !== gen) return;
         // Once per failure streak at warn; the retries every few seconds at debug.
@@ -174,6 +191,9 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
   unsubs.push(
     store.secrets.watch((ev) => {
       for (const p of credentials.proxiesUsingSecret(keyOf(ev.object))) sync(p);
+      const owner = proxyOfServedSecret(ev.object);
+      const p = owner && store.proxies.get(owner);
+      if (p) sync(p);
     }),
   );
   // Watches replay existing objects on most backends; listing too is harmless (upserts are idempotent).

@@ -6,11 +6,10 @@
  * Grants do not scan the fleet. Every eligible proxy (see lease/entry: serving at an address,
  * healthy, not draining/deleting, not in a global cooldown, below maxLeases) sits in a *view*
  * (lease/view): buckets by active-lease count, each a sorted list by (least recently leased,
- * latency, name). A grant walks the lowest bucket from the front and skips only proxies
- * cooling down for the requested target. Views exist per distinct (namespace, selector) a
- * client asks for (LRU-bounded); the unfiltered view always exists. Cost per grant:
- * O(views + log n + skipped), where skipped = proxies in the lowest non-empty buckets that are
- * cooling down for this target. The "why nothing" arithmetic of a refused grant scans the
+ * latency, name). A grant walks the lowest bucket from the front; for a target many proxies cool
+ * down for, the view keeps the proxies not cooling for it (lease/view), so the walk does not
+ * skip them one by one. Views exist per distinct (namespace, selector) a client asks for
+ * (LRU-bounded); the unfiltered view always exists. Cost per grant: O(views + log n). The "why nothing" arithmetic of a refused grant scans the
  * fleet once (O(n)), only on that failure path.
  *
  * Memory is bounded (docs/operations.md): ended cooldowns are purged on the sweep timer, live
@@ -18,7 +17,6 @@
  * capped evicting the soonest-ending first, and ended leases stay reportable for 15 minutes
  * under a count cap. lease/store adds the durable state on top.
  */
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { proxyUrlWithCredentials } from '../api/url.ts';
 import { silentLogger } from '../log/index.ts';
@@ -26,8 +24,9 @@ import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import type { Selector } from '../runtime/selector.ts';
 import { DEFAULT_MAX_TARGET_COOLDOWNS, TargetCooldowns } from './cooldowns.ts';
 import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
-import { type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
+import { countLease, type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
 import { checkNamespace, checkSeconds, toSelector } from './input.ts';
+import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
 import { IndexedHeap } from './ordered.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
 import {
@@ -61,27 +60,6 @@ export {
   type LeaseStoreOptions,
   TooManyLeasesError,
 } from './options.ts';
-
-export interface Lease {
-  id: string;
-  entry: Entry;
-  target: string | undefined;
-  expiresAt: number;
-  /** Position in the expiry heap (-1 when not in it). */
-  heapIndex: number;
-}
-
-/**
- * A random UUID as a flat string: Node assembles `randomUUID()` from many small pieces, and kept
- * as such tree (live and ended leases keep their ids) it costs ~600 bytes instead of ~60.
- */
-function newLeaseId(): string {
-  return Buffer.from(randomUUID(), 'latin1').toString('latin1');
-}
-
-function iso(ms: number): string {
-  return new Date(ms).toISOString();
-}
 
 export class LeaseStoreCore {
   protected readonly clock: Clock;
@@ -196,6 +174,8 @@ export class LeaseStoreCore {
     e.port = info.port;
     e.url = info.host ? proxyUrlWithCredentials(info.host, info.port, info.credentials) : '';
     e.problem = info.problem;
+    e.instance = info.instance ?? '';
+    e.drainingInstances = info.drainingInstances ?? [];
   }
 
   /** Forgets a proxy: no new leases; existing leases stay valid until released or expired. */
@@ -265,9 +245,11 @@ export class LeaseStoreCore {
       id: newLeaseId(),
       entry: e,
       target,
+      instance: e.instance,
       expiresAt: now + (req.ttlSeconds ?? this.defaultTtl) * 1000,
       heapIndex: -1,
     };
+    countLease(e, lease.instance, 1);
     this.leases.set(lease.id, lease);
     this.expiries.push(lease);
     return {
@@ -290,10 +272,12 @@ export class LeaseStoreCore {
     const now = this.clock.now();
     let expiresAt = now + (ttlSeconds ?? this.defaultTtl) * 1000;
     const e = lease.entry;
-    if (e.draining && e.drainingSince > 0) {
-      // A draining proxy is deleted at most the drain timeout after the drain began: no lease on
-      // it outlives that, so the instance is never deleted under a renewed lease.
-      const deadline = e.drainingSince + this.drainTimeoutMs;
+    // A draining proxy, or the replaced instance a lease was granted on, is deleted at most the
+    // drain timeout after the drain began: no lease on it outlives that, so the instance is
+    // never deleted under a renewed lease.
+    const since = drainStart(e, lease.instance);
+    if (since > 0) {
+      const deadline = since + this.drainTimeoutMs;
       if (deadline <= now) {
         this.drop(lease, now);
         return undefined;
@@ -321,6 +305,7 @@ export class LeaseStoreCore {
     this.leases.delete(lease.id);
     this.expiries.remove(lease);
     const e = lease.entry;
+    countLease(e, lease.instance, -1);
     this.update(e, () => {
       e.active--;
     });
@@ -373,6 +358,12 @@ export class LeaseStoreCore {
       e.globalUntil = until;
     });
     this.cooldownEnds.push({ at: until, entry: e, heapIndex: -1 });
+  }
+
+  /** Live leases of proxy `key` granted while it served from `instance` (a drain waits for them). */
+  leasesOn(key: string, instance: string): number {
+    this.tick();
+    return this.proxies.get(key)?.activeByInstance.get(instance) ?? 0;
   }
 
   activeLeases(): number {

@@ -5,8 +5,9 @@
  * or a change of leader.
  */
 import { LEASE_STATE_VERSION, type LeaseState, type ProxyRecord } from './durable.ts';
-import { type Entry, newEntry } from './entry.ts';
-import { type Lease, LeaseStoreCore } from './store-core.ts';
+import { countLease, type Entry, newEntry } from './entry.ts';
+import type { Lease } from './lease.ts';
+import { LeaseStoreCore } from './store-core.ts';
 
 export {
   DEFAULT_DRAIN_TIMEOUT_MS,
@@ -53,7 +54,7 @@ export class LeaseStore extends LeaseStoreCore {
     for (const e of this.restored.values()) record(e);
     const leases: LeaseState['leases'] = [];
     for (const l of this.leases.values()) {
-      leases.push([l.id, l.entry.key, l.entry.uid, l.target ?? null, l.expiresAt]);
+      leases.push([l.id, l.entry.key, l.entry.uid, l.target ?? null, l.expiresAt, l.instance]);
     }
     const ended: LeaseState['ended'] = [];
     for (const [id, x] of this.ended.entries()) {
@@ -83,11 +84,19 @@ export class LeaseStore extends LeaseStoreCore {
       }
     }
     let restoredLeases = 0;
-    for (const [id, key, uid, target, expiresAt] of state.leases) {
+    for (const [id, key, uid, target, expiresAt, instance] of state.leases) {
       if (expiresAt <= now || this.leases.has(id)) continue;
       const e = this.entryFor(key, uid);
       if (!e) continue;
-      const lease: Lease = { id, entry: e, target: target ?? undefined, expiresAt, heapIndex: -1 };
+      const lease: Lease = {
+        id,
+        entry: e,
+        target: target ?? undefined,
+        instance: instance ?? e.instance,
+        expiresAt,
+        heapIndex: -1,
+      };
+      countLease(e, lease.instance, 1);
       this.update(e, () => {
         e.active++;
       });

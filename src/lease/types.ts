@@ -32,6 +32,27 @@ export interface ProxyInfo {
   latencyMillis?: number;
   /** A problem only a person can fix (e.g. a missing credentials Secret), from the Provisioned condition. */
   problem?: ProxyProblem;
+  /** providerID of the instance at host:port; leases remember it so a drain can count them. */
+  instance?: string;
+  /** Replaced instances still serving the leases granted on them, but no new ones. */
+  drainingInstances?: DrainingInstanceInfo[];
+}
+
+export interface DrainingInstanceSnapshot {
+  host: string;
+  port: number;
+  since: string;
+  /** Live leases granted on it. */
+  activeLeases: number;
+}
+
+/** A replaced instance that drains (see docs/api.md). */
+export interface DrainingInstanceInfo {
+  providerID: string;
+  host: string;
+  port: number;
+  /** When it stopped getting new leases (RFC 3339). */
+  since: string;
 }
 
 /** Why the operator cannot make a proxy serve until someone acts (see docs/api.md). */
@@ -114,6 +135,11 @@ export interface ProxySnapshot {
   reason: NotLeasableReason | null;
   /** A problem only a person can fix, or null. */
   problem: ProxyProblem | null;
+  /**
+   * Replaced instances draining: no new leases, deleted once their leases end (or at the drain
+   * timeout). Present only while some instance drains.
+   */
+  drainingInstances?: DrainingInstanceSnapshot[];
 }
 
 export interface SnapshotFilter {

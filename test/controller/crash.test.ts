@@ -74,10 +74,76 @@ class Chaos {
   }
 }
 
+/**
+ * Plays the health engine and the lease store around the reconciler: a pending replacement
+ * with an address is passed (status.replacementHealth) on a coin flip per round, and an
+ * instance that starts draining may hold a lease for a few rounds. Records every broken rule:
+ * a switch to an instance never passed, or an instance deleted while a lease on it is live.
+ */
+class Surroundings {
+  /** Live leases: providerID → rounds left. */
+  readonly leases = new Map<string, number>();
+  readonly passed = new Set<string>();
+  readonly violations: string[] = [];
+  private readonly rnd: () => number;
+  private readonly store: ObjectStore;
+  constructor(seed: number, store: ObjectStore) {
+    this.store = store;
+    this.rnd = mulberry32(seed ^ 0x5eed);
+  }
+  leasesOn = (_key: string, id: string): number => ((this.leases.get(id) ?? 0) > 0 ? 1 : 0);
+  /** One round of the world outside the reconciler. */
+  async tick(): Promise<void> {
+    for (const [id, left] of this.leases) {
+      if (left <= 1) this.leases.delete(id);
+      else this.leases.set(id, left - 1);
+    }
+    for (const p of this.store.proxies.list()) {
+      const pending = p.status?.pending;
+      if (pending?.address && !this.passed.has(pending.providerID) && this.rnd() < 0.5) {
+        this.passed.add(pending.providerID);
+        await this.store.proxies.patchStatus(
+          { namespace: NS, name: p.metadata.name },
+          { replacementHealth: { providerID: pending.providerID, healthy: true } },
+        );
+      }
+    }
+  }
+  /** Watches switches and drains. */
+  follow(): () => void {
+    return this.store.proxies.watch((ev) => {
+      const before = ev.old?.status;
+      const after = ev.object.status;
+      if (after?.providerID && before?.providerID && after.providerID !== before.providerID) {
+        if (!this.passed.has(after.providerID) && before.pending?.providerID === after.providerID) {
+          this.violations.push(`${ev.object.metadata.name} switched to ${after.providerID} before it passed`);
+        }
+      }
+      for (const d of after?.draining ?? []) {
+        if (!(before?.draining ?? []).some((x) => x.providerID === d.providerID) && this.rnd() < 0.5) {
+          this.leases.set(d.providerID, 1 + Math.floor(this.rnd() * 4));
+        }
+      }
+    });
+  }
+  /** Wraps delete: deleting an instance under a live lease (its Proxy not being deleted) is a violation. */
+  guard(provider: Provider, deleting: (id: string) => boolean): Provider {
+    return {
+      ...provider,
+      delete: async (ctx, id) => {
+        if ((this.leases.get(id) ?? 0) > 0 && !deleting(id))
+          this.violations.push(`deleted ${id} under a live lease`);
+        return provider.delete(ctx, id);
+      },
+    };
+  }
+}
+
 interface World {
   store: ObjectStore;
   fake: FakeProvider;
   chaos: Chaos;
+  around: Surroundings;
   reconciler: () => ProxyReconciler;
   restart: () => void;
 }
@@ -86,22 +152,30 @@ async function world(seed: number, backend: Backend = 'memory'): Promise<World> 
   const store = await createTestStore(backend);
   const fake = new FakeProvider({ name: 'fake', pendingGets: 1 });
   const chaos = new Chaos(seed);
-  const providers = new Map([['fake', chaos.wrapProvider(fake)]]);
+  const around = new Surroundings(seed, store);
+  const proxyDeleting = (id: string) =>
+    store.proxies
+      .list()
+      .some((p) => p.metadata.deletionTimestamp && fake.instances.get(id)?.uid === p.metadata.uid);
+  const providers = new Map([['fake', around.guard(chaos.wrapProvider(fake), proxyDeleting)]]);
   const make = () =>
     createProxyReconciler({
       store: chaos.wrapStore(store),
       providers,
-      options: testOptions,
+      // Health-gated switches and drains, as in production.
+      options: { ...testOptions, healthGate: true },
+      leasesOn: around.leasesOn,
       installation: 'crash-test',
     });
   let rec = make();
-  return { store, fake, chaos, reconciler: () => rec, restart: () => (rec = make()) };
+  return { store, fake, chaos, around, reconciler: () => rec, restart: () => (rec = make()) };
 }
 
 /** Reconcile every key until all are quiet; a kill is followed by a "restart" of the reconciler. */
 async function converge(w: World, keys: string[], maxRounds = 200): Promise<void> {
   let pending = new Set(keys);
   for (let round = 0; round < maxRounds && pending.size > 0; round++) {
+    await w.around.tick();
     const next = new Set<string>();
     for (const key of pending) {
       const signal = w.chaos.begin();
@@ -150,6 +224,7 @@ describe('reconciler crash safety', () => {
     '100 Proxies through create, replacement and deletion with random kills, %s store: no leak, no duplicate',
     async (backend) => {
       const w = await world(Number(process.env.CRASH_SEED ?? 20260101), backend);
+      const unfollow = w.around.follow();
       const names = Array.from({ length: 100 }, (_, i) => `p-${i}`);
       const keys = names.map((n) => `${NS}/${n}`);
       for (const name of names) {
@@ -200,6 +275,10 @@ describe('reconciler crash safety', () => {
       expect(w.fake.calls.listByTag).toBeGreaterThan(0);
       // Nothing of ours is left holding anything.
       expect(w.store.proxies.list().some((p) => p.metadata.finalizers?.includes(FINALIZER))).toBe(false);
+      // Every switch waited for its health pass, and no instance went while a lease on it lived.
+      unfollow();
+      expect(w.around.violations).toEqual([]);
+      expect(w.around.passed.size).toBeGreaterThanOrEqual(100);
     },
   );
 

@@ -60,7 +60,12 @@ export async function createTestStore(backend: Backend): Promise<ObjectStore> {
   return store;
 }
 
+/**
+ * Options of the tests of the reconciler alone: no health engine runs, so a replacement
+ * switches as soon as it is Running (test/controller/lifecycle.test.ts keeps the gate on).
+ */
 export const testOptions: ReconcilerOptions = {
+  healthGate: false,
   provisionPollMs: 10_000,
   deletionPollMs: 5_000,
   quotaBackoffMs: 300_000,

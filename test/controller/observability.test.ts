@@ -64,7 +64,8 @@ describe('reconciler observability', () => {
       previousProviderID: first,
     });
 
-    // A permanent error on the next spec change: Failed, at warn, with the reason and message.
+    // A permanent error on the next spec change: the old instance keeps serving (Ready), and
+    // one warn line says why the edit did not happen.
     h.fake.fail('create', { errorClass: 'Permanent', message: 'machine type "huge" does not exist' });
     const p = h.proxy('eu-1')!;
     await h.store.proxies.update({
@@ -72,16 +73,29 @@ describe('reconciler observability', () => {
       spec: { ...p.spec, placement: { zone: 'z2', machineType: 'huge' } },
     });
     await h.reconcile('eu-1');
-    await h.reconcile('eu-1'); // still Failed: no second line
+    await h.reconcile('eu-1'); // held: no second line
+    const held = lines.filter((l) => l.level === 40);
+    expect(held).toHaveLength(1);
+    expect(held[0]).toMatchObject({
+      msg: 'spec change failed for good; the serving instance stays',
+      reason: 'ProvisioningFailed',
+      message: 'machine type "huge" does not exist',
+    });
+
+    // A proxy with nothing serving fails: Failed, at warn, with the reason and message.
+    await h.seed('eu-2', { placement: { machineType: 'huge' } });
+    await h.reconcile('eu-2');
+    await h.reconcile('eu-2'); // still Failed: no second line
     const failed = lines.filter((l) => l.to === 'Failed');
     expect(failed).toHaveLength(1);
     expect(failed[0]).toMatchObject({
       level: 40,
+      proxy: `${NS}/eu-2`,
       reason: 'ProvisioningFailed',
       message: 'machine type "huge" does not exist',
     });
-    // The failure is said once: no separate warn line repeats it.
-    expect(lines.filter((l) => l.level === 40)).toHaveLength(1);
+    // Each failure is said once: no separate warn line repeats it.
+    expect(lines.filter((l) => l.level === 40)).toHaveLength(2);
 
     const info = 30;
     const warn = 40;
@@ -90,7 +104,7 @@ describe('reconciler observability', () => {
       { level: info, from: 'Provisioning', to: 'Ready', proxy: `${NS}/eu-1`, reason: 'InstanceRunning' },
       { level: info, from: 'Ready', to: 'Replacing', proxy: `${NS}/eu-1`, reason: 'InstanceRunning' },
       { level: info, from: 'Replacing', to: 'Ready', proxy: `${NS}/eu-1`, reason: 'InstanceRunning' },
-      { level: warn, from: 'Ready', to: 'Failed', proxy: `${NS}/eu-1`, reason: 'ProvisioningFailed' },
+      { level: warn, from: 'Pending', to: 'Failed', proxy: `${NS}/eu-2`, reason: 'ProvisioningFailed' },
     ]);
   });
 

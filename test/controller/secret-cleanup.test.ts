@@ -58,11 +58,15 @@ describe.each(['memory', 'embedded'] as const)('generated credentials cleanup on
   const secretGone = async (h: Harness) =>
     expect(h.store.secrets.read(AUTH)).rejects.toMatchObject({ reason: 'NotFound' });
 
-  it('deletes the Secret before it releases the finalizer', async () => {
+  it('deletes the Secrets before it releases the finalizer', async () => {
     const order: string[] = [];
     const h = await deletingProxy(new Set(), order);
     await untilQuiet(h, 'eu-1');
-    expect(order).toEqual(['secrets.delete eu-1-auth', 'removeFinalizer eu-1']);
+    expect(order).toEqual([
+      'secrets.delete eu-1-auth',
+      'secrets.delete eu-1-served-credentials-1',
+      'removeFinalizer eu-1',
+    ]);
     expect(h.proxy('eu-1')).toBeUndefined();
     await secretGone(h);
   });

@@ -203,6 +203,9 @@ describe('insert operations', () => {
     expect((await h.attempt('eu-1')).error).toBeUndefined();
     expect(inserts()).toHaveLength(2);
     expect(fake.instances.size).toBe(1);
+    // A create that failed is not an instance lost behind the operator's back.
+    const lost = await h.registry.getSingleMetric('proxy_operator_instances_lost_total')?.get();
+    expect(lost?.values.reduce((n, v) => n + v.value, 0) ?? 0).toBe(0);
   });
 });
 
