@@ -24,7 +24,7 @@ function fails(args: string[]): string {
 describe('lifecycle flags', () => {
   it('default to a 10 minute drain and 10 % of each provider', () => {
     expect(flagsOf([])).toMatchObject({
-      drainTimeoutMs: 600_000,
+      leases: { drainTimeoutMs: 600_000 },
       maxConcurrentReplacements: { percent: 10 },
     });
   });
