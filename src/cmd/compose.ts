@@ -6,35 +6,24 @@
  * provider. One clock and one credentials resolver serve every component.
  */
 
-import type { Tracer } from '@opentelemetry/api';
 import type { Registry } from 'prom-client';
-import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
+import { createCredentialsResolver } from '../api/credentials.ts';
 import { loadProvidersConfig } from '../config/load.ts';
 import type { ProvidersConfig } from '../config/schema.ts';
-import { createProxyReconciler } from '../controller/reconciler.ts';
 import { discoveryTokenFromEnv } from '../discovery/auth.ts';
-import { LeaseAuthority } from '../discovery/authority.ts';
-import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
-import { OrphanGC } from '../gc/gc.ts';
-import { EgressIpChecker } from '../health/egress.ts';
-import { HealthEngine } from '../health/engine.ts';
-import { LeaseCheckpointer } from '../lease/checkpoint.ts';
-import { startLeaseFeed } from '../lease/feed.ts';
-import { leaseEvictionCounter, registerLeaseMetrics } from '../lease/metrics.ts';
-import { LeaseStore } from '../lease/store.ts';
+import type { HealthEngine } from '../health/engine.ts';
+import type { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import { createLogger, type Logger } from '../log/index.ts';
-import { registerProxyPhaseGauge } from '../metrics/fleet.ts';
 import { createMetricsRegistry } from '../metrics/index.ts';
 import { readTlsFiles, type TlsFiles } from '../metrics/listener.ts';
-import { startMetricsServer } from '../metrics/server.ts';
 import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
-import { ProviderHealthMonitor, validateSchedule } from '../providerhealth/monitor.ts';
+import { validateSchedule } from '../providerhealth/monitor.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
-import { Manager, type Runnable } from '../runtime/manager.ts';
+import { Manager } from '../runtime/manager.ts';
 import type { ObjectStore } from '../runtime/store.ts';
-import { WorkQueue } from '../runtime/workqueue.ts';
 import { setupTracing, type Tracing, type TracingOptions } from '../tracing/index.ts';
+import { buildComponents } from './components.ts';
 import type { CommonFlags, ParsedCommand } from './flags.ts';
 import {
   type KubeClientsFactory,
@@ -44,9 +33,8 @@ import {
   resolveStandalonePaths,
   standaloneParts,
 } from './modes.ts';
+import { addRunnables } from './runnables.ts';
 import { StartupError, Teardown } from './startup.ts';
-
-const RECONCILE_WORKERS = 8;
 
 export interface App {
   manager: Manager;
@@ -81,19 +69,6 @@ async function loadConfig(path: string, log: Logger): Promise<ProvidersConfig> {
 }
 
 /** Wraps a start/stop pair as a runnable that lives until the manager stops it. */
-function service(
-  name: string,
-  needLeaderElection: boolean,
-  run: (signal: AbortSignal) => Promise<void>,
-): Runnable {
-  return { name, needLeaderElection, start: run };
-}
-
-function untilAborted(signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((r) => signal.addEventListener('abort', () => r(), { once: true }));
-}
-
 /** Seams for tests: how tracing and the cluster-mode API clients are made, and the clock. */
 export interface ComposeDeps {
   setupTracing: (opts: TracingOptions) => Tracing;
@@ -138,7 +113,7 @@ export async function buildApp(parsed: ServerCommand, opts: BuildOptions = {}): 
 }
 
 /** What the discovery listener needs from outside the flags, checked before anything starts. */
-interface ListenerInputs {
+export interface ListenerInputs {
   token: string | undefined;
   discoveryTls: TlsFiles | undefined;
 }
@@ -228,263 +203,6 @@ async function assemble(
   };
 }
 
-interface Shared {
-  flags: CommonFlags;
-  log: Logger;
-  registry: Registry;
-  tracer: Tracer;
-  clock: Clock;
-  credentials: CredentialsResolver;
-  mode: ModeParts;
-  providers: ProviderRegistry;
-}
-
-interface Components extends Shared {
-  health: HealthEngine;
-  leases: LeaseStore;
-  egress: EgressIpChecker | undefined;
-  authority: LeaseAuthority;
-  checkpointer: LeaseCheckpointer;
-  reconciler: ReturnType<typeof createProxyReconciler>;
-  queue: WorkQueue;
-  gc: OrphanGC;
-  monitor: ProviderHealthMonitor;
-}
-
-/** The control loops and services over the store and providers; nothing runs yet. */
-function buildComponents(shared: Shared): Components {
-  const { flags, log, registry, tracer, clock, credentials, mode, providers } = shared;
-  const { store } = mode;
-  // The health engine and the lease store call each other, each only once running.
-  const health = new HealthEngine({
-    store,
-    clock,
-    credentials,
-    logger: log.child({ component: 'health' }),
-    registry,
-    traceProbes: flags.traceHealthProbes,
-    tracer,
-    listener: (v) => leases.setHealth(v.key, v.uid, { healthy: v.healthy, latencyMillis: v.latencyMillis }),
-  });
-  // Optional (docs/health.md): publishes each proxy's egress IP in status.egressIP (leader only).
-  let egress: EgressIpChecker | undefined;
-  try {
-    egress = flags.egressIpUrl
-      ? new EgressIpChecker({
-          store,
-          clock,
-          credentials,
-          url: flags.egressIpUrl,
-          log: log.child({ component: 'egress-ip' }),
-          registry,
-        })
-      : undefined;
-  } catch (err) {
-    throw new StartupError(errorMessage(err), { cause: err });
-  }
-  const evicted = leaseEvictionCounter(registry);
-  const leases: LeaseStore = new LeaseStore({
-    clock,
-    log: log.child({ component: 'leases' }),
-    requestProbe: (key) => health.requestProbe(key),
-    maxActiveLeases: flags.leases.maxActiveLeases,
-    drainTimeoutMs: flags.leases.drainTimeoutMs,
-    onCooldownEvicted: () => evicted.inc(),
-  });
-  registerLeaseMetrics(registry, leases);
-  registerProxyPhaseGauge(registry, store.proxies);
-
-  const reconciler = createProxyReconciler({
-    store,
-    providers,
-    clock,
-    credentials,
-    log: log.child({ component: 'controller' }),
-    registry,
-    tracer,
-    installation: mode.installationId,
-    options: { drainTimeoutMs: flags.leases.drainTimeoutMs },
-    maxConcurrentReplacements: flags.maxConcurrentReplacements,
-    leasesOn: (key, providerID) => leases.leasesOn(key, providerID),
-  });
-  const queue = new WorkQueue({ name: 'proxy', clock, registry, log: log.child({ component: 'workqueue' }) });
-  const gc = new OrphanGC({
-    store,
-    clock,
-    providers: () => providers.entries(),
-    intervalMs: flags.gcIntervalMs,
-    minAgeMs: flags.gcMinAgeMs,
-    proxyNamespace: mode.proxyNamespace,
-    installation: mode.installationId,
-    log: log.child({ component: 'gc' }),
-    registry,
-    tracer,
-  });
-  const checkers = providers.checkers();
-  const monitor = new ProviderHealthMonitor({
-    store,
-    clock,
-    providers: providers.names().map((name) => ({
-      name,
-      type: providers.type(name) ?? 'unknown',
-      checker: checkers.get(name),
-    })),
-    intervalMs: flags.providerCheckIntervalMs,
-    timeoutMs: flags.providerCheckTimeoutMs,
-    log: log.child({ component: 'providerhealth' }),
-    registry,
-    tracer,
-  });
-
-  // One authority (docs/deployment.md): the leader decides leases, standbys forward to it.
-  const authority = new LeaseAuthority({
-    leaderUrl: () => mode.elector.leaderAddress?.(),
-    isLeader: () => mode.elector.isLeader(),
-  });
-  const checkpointer = new LeaseCheckpointer({
-    leases,
-    storage: mode.leaseCheckpoint,
-    intervalMs: flags.leases.checkpointIntervalMs,
-    clock,
-    log: log.child({ component: 'lease-checkpoint' }),
-    registry,
-  });
-
-  return { ...shared, health, leases, egress, authority, checkpointer, reconciler, queue, gc, monitor };
-}
-
-/** Hands every component to the manager; returns where the discovery API listens once started. */
-function addRunnables(manager: Manager, c: Components, listeners: ListenerInputs): () => string | undefined {
-  const {
-    flags,
-    log,
-    registry,
-    tracer,
-    clock,
-    credentials,
-    mode,
-    leases,
-    health,
-    reconciler,
-    queue,
-    gc,
-    monitor,
-    egress,
-    authority,
-  } = c;
-  const { store } = mode;
-  let discovery: DiscoveryServer | undefined;
-  manager.add(
-    service('discovery', false, async (signal) => {
-      discovery = await startDiscoveryServer({
-        bindAddress: flags.discoveryBindAddress,
-        leases,
-        token: listeners.token,
-        tls: listeners.discoveryTls,
-        limits: flags.discoveryLimits,
-        allowedHosts: flags.discoveryAllowedHosts,
-        log: log.child({ component: 'discovery' }),
-        registry,
-        tracer,
-        authority,
-      });
-      mode.advertiseDiscovery?.(discovery.url);
-      log.info({ url: discovery.url }, 'discovery API listening');
-      await untilAborted(signal);
-      await discovery.close();
-      leases.close();
-    }),
-  );
-  manager.add(
-    service('metrics', false, async (signal) => {
-      const server = await startMetricsServer({
-        bindAddress: flags.metricsBindAddress,
-        registry,
-        log: log.child({ component: 'metrics' }),
-        authorize: mode.metricsAuthorizer,
-        tls: mode.metricsTls,
-        limits: flags.metricsLimits,
-      });
-      if (server) log.info({ address: server.address }, 'metrics endpoint listening');
-      await untilAborted(signal);
-      await server?.close();
-    }),
-  );
-  manager.add(
-    service('lease-feed', false, async (signal) => {
-      const feed = startLeaseFeed({
-        store,
-        leases,
-        clock,
-        credentials,
-        log: log.child({ component: 'lease-feed' }),
-        signal,
-      });
-      await untilAborted(signal);
-      feed.stop();
-    }),
-  );
-  // Probes and Healthy writes on the leader only; a new leader starts from the verdicts in status.
-  manager.add(service('health', true, (signal) => health.run(signal)));
-  manager.add(service('lease-authority', true, (signal) => leadLeases(c, signal)));
-  manager.add(
-    service('proxy-controller', true, async (signal) => {
-      const unsubscribe = reconciler.watchSources((key) => queue.add(key));
-      try {
-        await queue.runWorkers({
-          concurrency: RECONCILE_WORKERS,
-          signal,
-          process: (key) => reconciler.reconcile(key, signal),
-        });
-      } finally {
-        unsubscribe();
-      }
-    }),
-  );
-  manager.add(service('orphan-gc', true, (signal) => gc.start(signal)));
-  manager.add(service('provider-health', true, (signal) => monitor.start(signal)));
-  if (egress) {
-    const checker = egress;
-    manager.add(service('egress-ip', true, (signal) => checker.run(signal)));
-  }
-
-  return () => discovery?.url;
-}
-
-/**
- * The leader's side of the lease authority: restore the checkpoint, then decide leases and
- * checkpoint them every interval; at step-down stop deciding first, then save a last time.
- */
-async function leadLeases(c: Components, signal: AbortSignal): Promise<void> {
-  const { checkpointer, authority, clock, log, mode } = c;
-  for (;;) {
-    try {
-      await checkpointer.restore(signal);
-      break;
-    } catch (err) {
-      if (signal.aborted) return;
-      log.warn({ err }, 'reading the lease checkpoint failed; retrying (lease requests get 503 no_leader)');
-      await new Promise<void>((r) => clock.setTimeout(r, 1000));
-    }
-  }
-  if (signal.aborted) return;
-  authority.startServing();
-  log.info('deciding leases');
-  await checkpointer.run(signal);
-  authority.stopServing();
-  // After a lost election another replica may already decide: only a leader that still holds
-  // the lock (a graceful stop) writes the final checkpoint.
-  if (!mode.elector.isLeader()) return;
-  const timeout = new AbortController();
-  const t = clock.setTimeout(() => timeout.abort(), 10_000);
-  try {
-    if (await checkpointer.save(timeout.signal)) log.info('lease state saved for the next leader');
-  } finally {
-    clock.clearTimeout(t);
-  }
-}
-
-/** Entry for `standalone` and `operator`: runs until SIGTERM/SIGINT; returns the exit code. */
 export async function runServer(
   parsed: Extract<ParsedCommand, { command: 'standalone' | 'operator' }>,
   version: string,

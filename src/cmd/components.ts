@@ -1,0 +1,153 @@
+/**
+ * cmd/components — builds the components of one process (stores' clients, lease store and feed,
+ * health engine, reconciler, GC, provider health, discovery) from what the mode prepared, in
+ * dependency order, each registered for teardown as soon as it exists.
+ */
+import type { Tracer } from '@opentelemetry/api';
+import type { Registry } from 'prom-client';
+import type { CredentialsResolver } from '../api/credentials.ts';
+import { createProxyReconciler } from '../controller/reconciler.ts';
+import { LeaseAuthority } from '../discovery/authority.ts';
+import { OrphanGC } from '../gc/gc.ts';
+import { EgressIpChecker } from '../health/egress.ts';
+import { HealthEngine } from '../health/engine.ts';
+import { LeaseCheckpointer } from '../lease/checkpoint.ts';
+import { leaseEvictionCounter, registerLeaseMetrics } from '../lease/metrics.ts';
+import { LeaseStore } from '../lease/store.ts';
+import { errorMessage } from '../log/errors.ts';
+import type { Logger } from '../log/index.ts';
+import { registerProxyPhaseGauge } from '../metrics/fleet.ts';
+import type { ProviderRegistry } from '../provider/registry.ts';
+import { ProviderHealthMonitor } from '../providerhealth/monitor.ts';
+import type { Clock } from '../runtime/clock.ts';
+import { WorkQueue } from '../runtime/workqueue.ts';
+import type { CommonFlags } from './flags.ts';
+import type { ModeParts } from './modes.ts';
+import { StartupError } from './startup.ts';
+
+export interface Shared {
+  flags: CommonFlags;
+  log: Logger;
+  registry: Registry;
+  tracer: Tracer;
+  clock: Clock;
+  credentials: CredentialsResolver;
+  mode: ModeParts;
+  providers: ProviderRegistry;
+}
+
+export interface Components extends Shared {
+  health: HealthEngine;
+  leases: LeaseStore;
+  egress: EgressIpChecker | undefined;
+  authority: LeaseAuthority;
+  checkpointer: LeaseCheckpointer;
+  reconciler: ReturnType<typeof createProxyReconciler>;
+  queue: WorkQueue;
+  gc: OrphanGC;
+  monitor: ProviderHealthMonitor;
+}
+
+/** The control loops and services over the store and providers; nothing runs yet. */
+export function buildComponents(shared: Shared): Components {
+  const { flags, log, registry, tracer, clock, credentials, mode, providers } = shared;
+  const { store } = mode;
+  // The health engine and the lease store call each other, each only once running.
+  const health = new HealthEngine({
+    store,
+    clock,
+    credentials,
+    logger: log.child({ component: 'health' }),
+    registry,
+    traceProbes: flags.traceHealthProbes,
+    tracer,
+    listener: (v) => leases.setHealth(v.key, v.uid, { healthy: v.healthy, latencyMillis: v.latencyMillis }),
+  });
+  // Optional (docs/health.md): publishes each proxy's egress IP in status.egressIP (leader only).
+  let egress: EgressIpChecker | undefined;
+  try {
+    egress = flags.egressIpUrl
+      ? new EgressIpChecker({
+          store,
+          clock,
+          credentials,
+          url: flags.egressIpUrl,
+          log: log.child({ component: 'egress-ip' }),
+          registry,
+        })
+      : undefined;
+  } catch (err) {
+    throw new StartupError(errorMessage(err), { cause: err });
+  }
+  const evicted = leaseEvictionCounter(registry);
+  const leases: LeaseStore = new LeaseStore({
+    clock,
+    log: log.child({ component: 'leases' }),
+    requestProbe: (key) => health.requestProbe(key),
+    maxActiveLeases: flags.leases.maxActiveLeases,
+    drainTimeoutMs: flags.leases.drainTimeoutMs,
+    onCooldownEvicted: () => evicted.inc(),
+  });
+  registerLeaseMetrics(registry, leases);
+  registerProxyPhaseGauge(registry, store.proxies);
+
+  const reconciler = createProxyReconciler({
+    store,
+    providers,
+    clock,
+    credentials,
+    log: log.child({ component: 'controller' }),
+    registry,
+    tracer,
+    installation: mode.installationId,
+    options: { drainTimeoutMs: flags.leases.drainTimeoutMs },
+    maxConcurrentReplacements: flags.maxConcurrentReplacements,
+    leasesOn: (key, providerID) => leases.leasesOn(key, providerID),
+  });
+  const queue = new WorkQueue({ name: 'proxy', clock, registry, log: log.child({ component: 'workqueue' }) });
+  const gc = new OrphanGC({
+    store,
+    clock,
+    providers: () => providers.entries(),
+    intervalMs: flags.gcIntervalMs,
+    minAgeMs: flags.gcMinAgeMs,
+    proxyNamespace: mode.proxyNamespace,
+    installation: mode.installationId,
+    log: log.child({ component: 'gc' }),
+    registry,
+    tracer,
+  });
+  const checkers = providers.checkers();
+  const monitor = new ProviderHealthMonitor({
+    store,
+    clock,
+    providers: providers.names().map((name) => ({
+      name,
+      type: providers.type(name) ?? 'unknown',
+      checker: checkers.get(name),
+    })),
+    intervalMs: flags.providerCheckIntervalMs,
+    timeoutMs: flags.providerCheckTimeoutMs,
+    log: log.child({ component: 'providerhealth' }),
+    registry,
+    tracer,
+  });
+
+  // One authority (docs/deployment.md): the leader decides leases, standbys forward to it.
+  const authority = new LeaseAuthority({
+    leaderUrl: () => mode.elector.leaderAddress?.(),
+    isLeader: () => mode.elector.isLeader(),
+  });
+  const checkpointer = new LeaseCheckpointer({
+    leases,
+    storage: mode.leaseCheckpoint,
+    intervalMs: flags.leases.checkpointIntervalMs,
+    clock,
+    log: log.child({ component: 'lease-checkpoint' }),
+    registry,
+  });
+
+  return { ...shared, health, leases, egress, authority, checkpointer, reconciler, queue, gc, monitor };
+}
+
+/** Hands every component to the manager; returns where the discovery API listens once started. */

@@ -1,0 +1,158 @@
+import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
+import { startLeaseFeed } from '../lease/feed.ts';
+import { startMetricsServer } from '../metrics/server.ts';
+import type { Manager, Runnable } from '../runtime/manager.ts';
+import type { Components } from './components.ts';
+import type { ListenerInputs } from './compose.ts';
+
+/** Reconcile workers: enough to overlap slow provider calls, few enough to stay under quotas. */
+const RECONCILE_WORKERS = 8;
+
+function service(
+  name: string,
+  needLeaderElection: boolean,
+  run: (signal: AbortSignal) => Promise<void>,
+): Runnable {
+  return { name, needLeaderElection, start: run };
+}
+
+function untilAborted(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((r) => signal.addEventListener('abort', () => r(), { once: true }));
+}
+
+export function addRunnables(
+  manager: Manager,
+  c: Components,
+  listeners: ListenerInputs,
+): () => string | undefined {
+  const {
+    flags,
+    log,
+    registry,
+    tracer,
+    clock,
+    credentials,
+    mode,
+    leases,
+    health,
+    reconciler,
+    queue,
+    gc,
+    monitor,
+    egress,
+    authority,
+  } = c;
+  const { store } = mode;
+  let discovery: DiscoveryServer | undefined;
+  manager.add(
+    service('discovery', false, async (signal) => {
+      discovery = await startDiscoveryServer({
+        bindAddress: flags.discoveryBindAddress,
+        leases,
+        token: listeners.token,
+        tls: listeners.discoveryTls,
+        limits: flags.discoveryLimits,
+        allowedHosts: flags.discoveryAllowedHosts,
+        log: log.child({ component: 'discovery' }),
+        registry,
+        tracer,
+        authority,
+      });
+      mode.advertiseDiscovery?.(discovery.url);
+      log.info({ url: discovery.url }, 'discovery API listening');
+      await untilAborted(signal);
+      await discovery.close();
+      leases.close();
+    }),
+  );
+  manager.add(
+    service('metrics', false, async (signal) => {
+      const server = await startMetricsServer({
+        bindAddress: flags.metricsBindAddress,
+        registry,
+        log: log.child({ component: 'metrics' }),
+        authorize: mode.metricsAuthorizer,
+        tls: mode.metricsTls,
+        limits: flags.metricsLimits,
+      });
+      if (server) log.info({ address: server.address }, 'metrics endpoint listening');
+      await untilAborted(signal);
+      await server?.close();
+    }),
+  );
+  manager.add(
+    service('lease-feed', false, async (signal) => {
+      const feed = startLeaseFeed({
+        store,
+        leases,
+        clock,
+        credentials,
+        log: log.child({ component: 'lease-feed' }),
+        signal,
+      });
+      await untilAborted(signal);
+      feed.stop();
+    }),
+  );
+  // Probes and Healthy writes on the leader only; a new leader starts from the verdicts in status.
+  manager.add(service('health', true, (signal) => health.run(signal)));
+  manager.add(service('lease-authority', true, (signal) => leadLeases(c, signal)));
+  manager.add(
+    service('proxy-controller', true, async (signal) => {
+      const unsubscribe = reconciler.watchSources((key) => queue.add(key));
+      try {
+        await queue.runWorkers({
+          concurrency: RECONCILE_WORKERS,
+          signal,
+          process: (key) => reconciler.reconcile(key, signal),
+        });
+      } finally {
+        unsubscribe();
+      }
+    }),
+  );
+  manager.add(service('orphan-gc', true, (signal) => gc.start(signal)));
+  manager.add(service('provider-health', true, (signal) => monitor.start(signal)));
+  if (egress) {
+    const checker = egress;
+    manager.add(service('egress-ip', true, (signal) => checker.run(signal)));
+  }
+
+  return () => discovery?.url;
+}
+
+/**
+ * The leader's side of the lease authority: restore the checkpoint, then decide leases and
+ * checkpoint them every interval; at step-down stop deciding first, then save a last time.
+ */
+async function leadLeases(c: Components, signal: AbortSignal): Promise<void> {
+  const { checkpointer, authority, clock, log, mode } = c;
+  for (;;) {
+    try {
+      await checkpointer.restore(signal);
+      break;
+    } catch (err) {
+      if (signal.aborted) return;
+      log.warn({ err }, 'reading the lease checkpoint failed; retrying (lease requests get 503 no_leader)');
+      await new Promise<void>((r) => clock.setTimeout(r, 1000));
+    }
+  }
+  if (signal.aborted) return;
+  authority.startServing();
+  log.info('deciding leases');
+  await checkpointer.run(signal);
+  authority.stopServing();
+  // After a lost election another replica may already decide: only a leader that still holds
+  // the lock (a graceful stop) writes the final checkpoint.
+  if (!mode.elector.isLeader()) return;
+  const timeout = new AbortController();
+  const t = clock.setTimeout(() => timeout.abort(), 10_000);
+  try {
+    if (await checkpointer.save(timeout.signal)) log.info('lease state saved for the next leader');
+  } finally {
+    clock.clearTimeout(t);
+  }
+}
+
+/** Entry for `standalone` and `operator`: runs until SIGTERM/SIGINT; returns the exit code. */
