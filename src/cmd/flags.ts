@@ -2,7 +2,6 @@
  * cmd/flags — command-line parsing and validation, pure: argv in, a typed configuration or
  * one precise error out. Nothing starts until every flag has been checked.
  */
-import { parseArgs } from 'node:util';
 import { parseSurgeLimit, type SurgeLimit } from '../controller/surge.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
 import {
@@ -11,6 +10,7 @@ import {
   type ListenerLimits,
 } from '../metrics/listener.ts';
 import { installationIdProblem } from '../provider/installation.ts';
+import { FlagError, parse, type Values } from './argv.ts';
 
 export interface CommonFlags {
   discoveryBindAddress: string;
@@ -87,13 +87,6 @@ export type ParsedCommand =
   | { command: 'help'; topic?: string }
   | { command: 'version' };
 
-export class FlagError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'FlagError';
-  }
-}
-
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
 /** Go-style durations as used by the flags: `90s`, `10m`, `1h30m`, `500ms`, `0`. */
@@ -152,8 +145,6 @@ const COMMON_OPTIONS = {
   'max-active-leases': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
-
-type Values = Record<string, string | boolean | undefined>;
 
 /** A positive whole number of connections. */
 function parseCount(flag: string, text: string): number {
@@ -304,73 +295,6 @@ function surgeFlag(text: string): SurgeLimit {
   }
 }
 
-/** What `--flag=<value>` may say for a boolean flag: exactly what Go's flag package accepts. */
-const BOOL_VALUES: Record<string, boolean> = {
-  true: true,
-  True: true,
-  TRUE: true,
-  t: true,
-  T: true,
-  '1': true,
-  false: false,
-  False: false,
-  FALSE: false,
-  f: false,
-  F: false,
-  '0': false,
-};
-
-type OptionTable = Record<string, { type: 'string' | 'boolean'; short?: string }>;
-
-/**
- * Node's parseArgs refuses `--flag=value` for a boolean, but Go-style command lines (copied
- * from controller-runtime deployments) say `--leader-elect=true`. Every boolean `--flag=value`
- * is taken out of argv here and its value checked; bare `--flag` counts as true, and the last
- * mention wins, as in Go. Arguments after `--` are left alone (and rejected as positionals).
- */
-function takeBooleans(
-  args: string[],
-  options: OptionTable,
-): { rest: string[]; bools: Record<string, boolean> } {
-  const rest: string[] = [];
-  const bools: Record<string, boolean> = {};
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i] as string;
-    if (arg === '--') {
-      rest.push(...args.slice(i));
-      break;
-    }
-    const m = /^--([^=]+)(?:=(.*))?$/s.exec(arg);
-    const name = m?.[1];
-    if (!m || name === undefined || options[name]?.type !== 'boolean') {
-      rest.push(arg);
-      continue;
-    }
-    const text = m[2];
-    if (text === undefined) {
-      bools[name] = true;
-      continue;
-    }
-    const value = BOOL_VALUES[text];
-    if (value === undefined) {
-      throw new FlagError(`--${name}: ${JSON.stringify(text)} is not a boolean (use true or false)`);
-    }
-    bools[name] = value;
-  }
-  return { rest, bools };
-}
-
-function parse(args: string[], options: OptionTable) {
-  const { rest, bools } = takeBooleans(args, options);
-  try {
-    const parsed = parseArgs({ args: rest, options, allowPositionals: false, strict: true });
-    return { values: { ...(parsed.values as Values), ...bools } };
-  } catch (err) {
-    const msg = err instanceof Error ? err.message : String(err);
-    throw new FlagError(msg.replace(/^Unknown option '(.+?)'.*$/s, 'unknown flag $1 (see --help)'));
-  }
-}
-
 export function parseCommandLine(argv: string[]): ParsedCommand {
   const [first, ...rest] = argv;
   if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
@@ -450,4 +374,5 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
   }
 }
 
+export { FlagError } from './argv.ts';
 export { helpText } from './help.ts';
