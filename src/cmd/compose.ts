@@ -28,6 +28,7 @@ import { registerProxyPhaseGauge } from '../metrics/fleet.ts';
 import { createMetricsRegistry } from '../metrics/index.ts';
 import { readTlsFiles, type TlsFiles } from '../metrics/listener.ts';
 import { startMetricsServer } from '../metrics/server.ts';
+import { LOCAL_ID_PREFIX } from '../provider/local/index.ts';
 import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor, validateSchedule } from '../providerhealth/monitor.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
@@ -189,18 +190,27 @@ async function assemble(
   teardown.add('credentials resolver', () => credentials.close());
 
   let providers: ProviderRegistry;
+  // Local proxies check per-lease credentials against the lease store built below.
+  let leaseStore: LeaseStore | undefined;
+  const leaseCredentials = (id: string, user: string, pass: string) =>
+    leaseStore?.acceptsLeaseCredentials(id, user, pass) ?? false;
   try {
-    providers = await buildProviders(config, providerFactories(mode.kubernetesProvider, flags), {
-      log: log.child({ component: 'provider' }),
-      registry,
-      tracer,
-    });
+    providers = await buildProviders(
+      config,
+      providerFactories(mode.kubernetesProvider, flags, leaseCredentials),
+      {
+        log: log.child({ component: 'provider' }),
+        registry,
+        tracer,
+      },
+    );
   } catch (err) {
     throw new StartupError(errorMessage(err), { cause: err });
   }
   teardown.add('providers', () => providers.close());
 
   const parts = buildComponents({ flags, log, registry, tracer, clock, credentials, mode, providers });
+  leaseStore = parts.leases;
   const manager = new Manager({
     store,
     clock,
@@ -290,6 +300,7 @@ function buildComponents(shared: Shared): Components {
     maxActiveLeases: flags.leases.maxActiveLeases,
     drainTimeoutMs: flags.leases.drainTimeoutMs,
     onCooldownEvicted: () => evicted.inc(),
+    perLeaseCredentials: (id) => id.startsWith(LOCAL_ID_PREFIX),
   });
   registerLeaseMetrics(registry, leases);
   registerProxyPhaseGauge(registry, store.proxies);
