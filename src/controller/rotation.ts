@@ -42,11 +42,17 @@ export async function rotateCredentials(ctx: ReconcileContext, p: ProxyObject): 
 }
 
 /** `result`, asking to come back no later than the next rotation is due. */
-export function untilNextRotation(ctx: ReconcileContext, p: ProxyObject, result: ReconcileResult): ReconcileResult {
+export function untilNextRotation(
+  ctx: ReconcileContext,
+  p: ProxyObject,
+  result: ReconcileResult,
+): ReconcileResult {
   const every = intervalMs(p);
   const last = lastRotation(p);
   if (every === undefined || last === undefined) return result;
   // A due rotation waiting for a pending replacement is retried with the replacement's polls.
   const due = Math.max(1000, last + every - ctx.nowMs());
-  return result.requeueAfter !== undefined && result.requeueAfter <= due ? result : { ...result, requeueAfter: due };
+  return result.requeueAfter !== undefined && result.requeueAfter <= due
+    ? result
+    : { ...result, requeueAfter: due };
 }

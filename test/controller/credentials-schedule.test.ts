@@ -101,7 +101,10 @@ describe('spec.credentialsRotation', () => {
     const p1 = password(h, 'eu-3');
     clock.advance(10 * DAY_MS);
     const p = h.proxy('eu-3')!;
-    await h.store.proxies.update({ ...p, spec: { ...p.spec, credentialsRotation: { intervalSeconds: 86_400 } } });
+    await h.store.proxies.update({
+      ...p,
+      spec: { ...p.spec, credentialsRotation: { intervalSeconds: 86_400 } },
+    });
     await h.reconcile('eu-3');
     expect(password(h, 'eu-3')).toBe(p1);
     clock.advance(DAY_MS + 1000);
