@@ -140,6 +140,23 @@ export const ProxySpecSchema = Type.Object(
     credentialsSecretRef: Type.Optional(
       Type.Object({ name: Name('Secret with keys username and password.') }, { additionalProperties: false }),
     ),
+    credentialsRotation: Type.Optional(
+      Type.Object(
+        {
+          intervalSeconds: Type.Integer({
+            minimum: 3600,
+            maximum: 31_536_000,
+            description:
+              'Seconds between rotations of the generated credentials (1 h to 365 days); each one replaces the instance through the health gate.',
+          }),
+        },
+        {
+          additionalProperties: false,
+          description:
+            'Managed, generated credentials only: replace the <proxy>-auth credentials on a schedule.',
+        },
+      ),
+    ),
     maxLeases: Type.Optional(Type.Integer({ minimum: 0, description: 'Concurrent leases; 0 = unlimited.' })),
     drain: Type.Optional(Type.Boolean({ description: 'true: keep running, stop handing out.' })),
     healthCheck: Type.Optional(HealthCheckSchema),
@@ -225,6 +242,13 @@ export const ProxyStatusSchema = Type.Object(
       Generation(
         'Credentials generation the current instance serves (the reconciler keeps each generation in use in the <proxy>-served-credentials Secret).',
       ),
+    ),
+    credentialsRotatedAt: Type.Optional(
+      Type.String({
+        format: 'date-time',
+        description:
+          'When spec.credentialsRotation last replaced the generated credentials (or started counting).',
+      }),
     ),
     pending: Type.Optional(PendingInstanceSchema),
     replacementHealth: Type.Optional(ReplacementHealthSchema),

@@ -31,6 +31,8 @@ interface SpecView {
   placement?: unknown;
   cloudInit?: unknown;
   healthCheck?: unknown;
+  credentialsSecretRef?: unknown;
+  credentialsRotation?: unknown;
 }
 interface CloudInitView {
   inline?: string;
@@ -89,6 +91,22 @@ export const SPEC_RULES: readonly CelRule<SpecView>[] = [
     fieldPath: '.cloudInit',
     reason: 'FieldValueForbidden',
     holds: (s) => !isExternal(s) || !has(s.cloudInit),
+  },
+  {
+    rule: `!${EXTERNAL} || !has(self.credentialsRotation)`,
+    message: 'credentialsRotation is only allowed when type is Managed',
+    fieldPath: '.credentialsRotation',
+    reason: 'FieldValueForbidden',
+    holds: (s) => !isExternal(s) || !has(s.credentialsRotation),
+  },
+  {
+    // The operator only rotates credentials it generated; a referenced Secret is the user's.
+    rule: '!has(self.credentialsRotation) || !has(self.credentialsSecretRef)',
+    message:
+      'credentialsRotation applies to generated credentials only; rotate the Secret named by credentialsSecretRef yourself (the proxy is replaced when it changes)',
+    fieldPath: '.credentialsRotation',
+    reason: 'FieldValueForbidden',
+    holds: (s) => !has(s.credentialsRotation) || !has(s.credentialsSecretRef),
   },
 ];
 

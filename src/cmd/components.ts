@@ -17,6 +17,7 @@ import { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
 import { registerProxyPhaseGauge } from '../metrics/fleet.ts';
+import { LOCAL_ID_PREFIX } from '../provider/local/index.ts';
 import type { ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor } from '../providerhealth/monitor.ts';
 import type { Clock } from '../runtime/clock.ts';
@@ -87,6 +88,7 @@ export function buildComponents(shared: Shared): Components {
     maxActiveLeases: flags.leases.maxActiveLeases,
     drainTimeoutMs: flags.leases.drainTimeoutMs,
     onCooldownEvicted: () => evicted.inc(),
+    perLeaseCredentials: (id) => id.startsWith(LOCAL_ID_PREFIX),
   });
   registerLeaseMetrics(registry, leases);
   registerProxyPhaseGauge(registry, store.proxies);

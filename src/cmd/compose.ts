@@ -164,18 +164,27 @@ async function assemble(
   teardown.add('credentials resolver', () => credentials.close());
 
   let providers: ProviderRegistry;
+  // Local proxies check per-lease credentials against the lease store built below.
+  let leaseStore: LeaseStore | undefined;
+  const leaseCredentials = (id: string, user: string, pass: string) =>
+    leaseStore?.acceptsLeaseCredentials(id, user, pass) ?? false;
   try {
-    providers = await buildProviders(config, providerFactories(mode.kubernetesProvider, flags), {
-      log: log.child({ component: 'provider' }),
-      registry,
-      tracer,
-    });
+    providers = await buildProviders(
+      config,
+      providerFactories(mode.kubernetesProvider, flags, leaseCredentials),
+      {
+        log: log.child({ component: 'provider' }),
+        registry,
+        tracer,
+      },
+    );
   } catch (err) {
     throw new StartupError(errorMessage(err), { cause: err });
   }
   teardown.add('providers', () => providers.close());
 
   const parts = buildComponents({ flags, log, registry, tracer, clock, credentials, mode, providers });
+  leaseStore = parts.leases;
   const manager = new Manager({
     store,
     clock,

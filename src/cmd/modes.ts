@@ -119,12 +119,17 @@ export function operatorPorts(
   };
 }
 
+/**
+ * `leaseCredentials` is the lease store's per-lease check for local proxies; the store is built
+ * after the providers, so it is passed as a late-bound callback.
+ */
 export function providerFactories(
   kubernetes: ProviderFactory | undefined,
   flags: Pick<
     CommonFlags,
     'gcpWireFullPayloads' | 'discoveryBindAddress' | 'metricsBindAddress' | 'healthProbeBindAddress'
   >,
+  leaseCredentials?: (providerID: string, username: string, password: string) => boolean,
 ): Record<string, ProviderFactory> {
   return {
     local: (entry, deps) =>
@@ -134,6 +139,7 @@ export function providerFactories(
         log: deps.log,
         registry: deps.registry,
         operator: operatorPorts(flags),
+        ...(leaseCredentials ? { leaseCredentials } : {}),
       }),
     kubernetes:
       kubernetes ??

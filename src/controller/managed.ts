@@ -20,6 +20,7 @@ import { ensureGeneration } from './generations.ts';
 import { type Desired, resolveDesired } from './inputs.ts';
 import { lookupProvider } from './providers.ts';
 import { provisionOrReplace } from './provision.ts';
+import { rotateCredentials, untilNextRotation } from './rotation.ts';
 import { notProvisioned, provisionedCondition, REASONS } from './status.ts';
 import { writeStatus } from './writer.ts';
 
@@ -34,6 +35,7 @@ export async function reconcileManaged(ctx: ReconcileContext, p0: ProxyObject): 
   const uid = p.metadata.uid;
   if (!uid) throw new ReconcileError('Proxy has no metadata.uid');
 
+  p = await rotateCredentials(ctx, p);
   const desired = await resolveDesired(ctx, p, uid);
   if ('reason' in desired) {
     // The labelled-Secret watch requeues the Proxy once the Secret is fixed.
@@ -67,7 +69,7 @@ export async function reconcileManaged(ctx: ReconcileContext, p0: ProxyObject): 
     return onProviderError(ctx, provider, p, err);
   }
   ({ proxy: p, result } = await advanceDrains(ctx, p, result));
-  return cleanupRetiring(ctx, provider, p, result);
+  return untilNextRotation(ctx, p, await cleanupRetiring(ctx, provider, p, result));
 }
 
 /** Whether a serving instance is recorded: a failed edit must leave it alone. */

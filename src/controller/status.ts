@@ -50,6 +50,8 @@ export interface StatusIntent {
   url?: string | null;
   retiring?: string[];
   credentialsGeneration?: number | null;
+  /** When the generated credentials were last rotated (spec.credentialsRotation), RFC 3339. */
+  credentialsRotatedAt?: string | null;
   pending?: PendingInstance | null;
   draining?: DrainingInstance[];
   message?: string | null;
@@ -125,6 +127,7 @@ export const RECONCILER_FIELDS = [
   'url',
   'retiring',
   'credentialsGeneration',
+  'credentialsRotatedAt',
   'pending',
   'draining',
   'message',
@@ -152,6 +155,7 @@ export function applyIntent(
   set('url', intent.url);
   set('message', intent.message);
   set('credentialsGeneration', intent.credentialsGeneration);
+  set('credentialsRotatedAt', intent.credentialsRotatedAt);
   set('pending', intent.pending);
   if (intent.draining !== undefined) {
     if (intent.draining.length === 0) delete next.draining;

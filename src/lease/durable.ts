@@ -9,9 +9,10 @@ export const LEASE_STATE_VERSION = 1;
 
 /**
  * [id, proxy key, proxy uid, target or null, expiresAt ms, instance (providerID) it was granted
- * on — absent in checkpoints written before drains counted leases per instance].
+ * on — absent in checkpoints written before drains counted leases per instance, digest of the
+ * lease's own password — only for leases on proxies that check credentials per lease].
  */
-export type LeaseRecord = [string, string, string, string | null, number, string?];
+export type LeaseRecord = [string, string, string, string | null, number, string?, string?];
 /** [proxy key, proxy uid, global cooldown end ms (0 = none), draining since ms (0 = not), [[target, until ms], …]]. */
 export type ProxyRecord = [string, string, number, number, [string, number][]];
 /** [id, proxy key, proxy uid, target or null, ended at ms]. */
@@ -39,7 +40,9 @@ const isTime = (v: unknown): v is number => typeof v === 'number' && Number.isFi
 function checkLeaseLike(r: unknown, where: string): void {
   if (
     !Array.isArray(r) ||
-    (r.length !== 5 && !(r.length === 6 && isStr(r[5]))) ||
+    r.length < 5 ||
+    r.length > 7 ||
+    !r.slice(5).every(isStr) ||
     !isStr(r[0]) ||
     !isStr(r[1]) ||
     !isStr(r[2]) ||

@@ -12,6 +12,11 @@ export interface Lease {
   /** The instance (providerID) the proxy served from at the grant: a drain waits for it. */
   instance: string;
   expiresAt: number;
+  /**
+   * Digest of the lease's own password (lease/lease-credentials) when its proxy is served per
+   * lease; absent when the grant handed out the proxy's credentials.
+   */
+  secret?: string;
   /** Position in the expiry heap (-1 when not in it). */
   heapIndex: number;
 }

@@ -46,4 +46,10 @@ export interface LeaseStoreOptions {
   drainTimeoutMs?: number;
   /** How long a released or expired lease id stays reportable. Default 15 min. */
   reportableAfterEndMs?: number;
+  /**
+   * Whether the instance (providerID) a proxy serves from checks credentials per lease (the
+   * local provider, through LeaseStore.acceptsLeaseCredentials): grants on it then carry
+   * credentials of their own instead of the proxy's. Default: none does.
+   */
+  perLeaseCredentials?: (instance: string) => boolean;
 }

@@ -27,6 +27,7 @@ import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
 import { countLease, type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
 import { checkNamespace, checkSeconds, toSelector } from './input.ts';
 import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
+import { issueLeaseCredentials } from './lease-credentials.ts';
 import { IndexedHeap } from './ordered.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
 import {
@@ -72,6 +73,7 @@ export class LeaseStoreCore {
   protected readonly sweepIntervalMs: number;
   protected readonly maxActive: number;
   protected readonly drainTimeoutMs: number;
+  protected readonly perLease: ((instance: string) => boolean) | undefined;
 
   protected readonly proxies = new Map<string, Entry>();
   protected readonly leases = new Map<string, Lease>();
@@ -102,6 +104,7 @@ export class LeaseStoreCore {
     this.views = new ViewSet(opts.maxViews ?? 64, opts.hotTargetSkips);
     this.maxActive = Math.max(1, opts.maxActiveLeases ?? DEFAULT_MAX_ACTIVE_LEASES);
     this.drainTimeoutMs = opts.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS;
+    this.perLease = opts.perLeaseCredentials;
     this.targetCooldowns = new TargetCooldowns(
       opts.maxTargetCooldowns ?? DEFAULT_MAX_TARGET_COOLDOWNS,
       opts.onCooldownEvicted ?? (() => {}),
@@ -249,6 +252,14 @@ export class LeaseStoreCore {
       expiresAt: now + (req.ttlSeconds ?? this.defaultTtl) * 1000,
       heapIndex: -1,
     };
+    let url = e.url;
+    if (e.instance !== '' && this.perLease?.(e.instance)) {
+      // The proxy checks this lease's own credentials (and stops accepting them when it ends);
+      // the proxy's credentials stay with the operator's probes.
+      const own = issueLeaseCredentials(lease.id);
+      lease.secret = own.digest;
+      url = proxyUrlWithCredentials(e.host, e.port, own);
+    }
     countLease(e, lease.instance, 1);
     this.leases.set(lease.id, lease);
     this.expiries.push(lease);
@@ -256,7 +267,7 @@ export class LeaseStoreCore {
       granted: true,
       grant: {
         id: lease.id,
-        proxy: { namespace: e.namespace, name: e.name, url: e.url, host: e.host, port: e.port },
+        proxy: { namespace: e.namespace, name: e.name, url, host: e.host, port: e.port },
         target: target ?? null,
         expiresAt: iso(lease.expiresAt),
       },

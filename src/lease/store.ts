@@ -2,11 +2,13 @@
  * lease/store — the lease store the discovery API serves from (lease/store-core: grants,
  * cooldowns, bounds) plus its durable state: `exportState`/`restoreState` (lease/durable) carry
  * live leases, cooldowns, drain start times and still-reportable ended leases across a restart
- * or a change of leader.
+ * or a change of leader — per-lease credentials included (as digests) — and
+ * `acceptsLeaseCredentials`, the check a proxy that enforces leases makes.
  */
 import { LEASE_STATE_VERSION, type LeaseState, type ProxyRecord } from './durable.ts';
 import { countLease, type Entry, newEntry } from './entry.ts';
 import type { Lease } from './lease.ts';
+import { leaseIdOfUser, passwordMatches } from './lease-credentials.ts';
 import { LeaseStoreCore } from './store-core.ts';
 
 export {
@@ -35,6 +37,19 @@ export {
 } from './types.ts';
 
 export class LeaseStore extends LeaseStoreCore {
+  /**
+   * Whether `username`/`password` are the credentials of a live lease granted on `instance`
+   * (asked by a proxy that enforces leases on every request and CONNECT).
+   */
+  acceptsLeaseCredentials(instance: string, username: string, password: string): boolean {
+    const id = leaseIdOfUser(username);
+    if (id === undefined) return false;
+    this.tick();
+    const lease = this.leases.get(id);
+    if (!lease?.secret || lease.instance !== instance) return false;
+    return passwordMatches(password, lease.secret);
+  }
+
   /** Everything a restart or a new leader must not forget, as of now. */
   exportState(): LeaseState {
     this.tick();
@@ -54,7 +69,16 @@ export class LeaseStore extends LeaseStoreCore {
     for (const e of this.restored.values()) record(e);
     const leases: LeaseState['leases'] = [];
     for (const l of this.leases.values()) {
-      leases.push([l.id, l.entry.key, l.entry.uid, l.target ?? null, l.expiresAt, l.instance]);
+      const r: LeaseState['leases'][number] = [
+        l.id,
+        l.entry.key,
+        l.entry.uid,
+        l.target ?? null,
+        l.expiresAt,
+        l.instance,
+      ];
+      if (l.secret) r.push(l.secret);
+      leases.push(r);
     }
     const ended: LeaseState['ended'] = [];
     for (const [id, x] of this.ended.entries()) {
@@ -84,7 +108,7 @@ export class LeaseStore extends LeaseStoreCore {
       }
     }
     let restoredLeases = 0;
-    for (const [id, key, uid, target, expiresAt, instance] of state.leases) {
+    for (const [id, key, uid, target, expiresAt, instance, secret] of state.leases) {
       if (expiresAt <= now || this.leases.has(id)) continue;
       const e = this.entryFor(key, uid);
       if (!e) continue;
@@ -95,6 +119,7 @@ export class LeaseStore extends LeaseStoreCore {
         instance: instance ?? e.instance,
         expiresAt,
         heapIndex: -1,
+        ...(secret ? { secret } : {}),
       };
       countLease(e, lease.instance, 1);
       this.update(e, () => {

@@ -108,6 +108,36 @@ export const PROXY_CASES: ProxyCase[] = [
   },
   { name: 'managed with placement', obj: managed({ placement: { zone: 'z' } }), errors: [] },
 
+  // credentialsRotation: generated credentials of a Managed proxy only, 1 h to 365 days.
+  {
+    name: 'managed with credentialsRotation',
+    obj: managed({ credentialsRotation: { intervalSeconds: 86_400 } }),
+    errors: [],
+  },
+  {
+    name: 'credentialsRotation with credentialsSecretRef',
+    obj: managed({
+      credentialsRotation: { intervalSeconds: 86_400 },
+      credentialsSecretRef: { name: 'mine' },
+    }),
+    errors: ['spec.credentialsRotation'],
+  },
+  {
+    name: 'external with credentialsRotation',
+    obj: external({ credentialsRotation: { intervalSeconds: 86_400 } }),
+    errors: ['spec.credentialsRotation'],
+  },
+  {
+    name: 'credentialsRotation below an hour',
+    obj: managed({ credentialsRotation: { intervalSeconds: 60 } }),
+    errors: ['spec.credentialsRotation.intervalSeconds'],
+  },
+  {
+    name: 'credentialsRotation without an interval',
+    obj: managed({ credentialsRotation: {} }),
+    errors: ['spec.credentialsRotation.intervalSeconds'],
+  },
+
   // cloudInit: exactly one source.
   { name: 'cloudInit inline', obj: managed({ cloudInit: { inline: '#cloud-config\n' } }), errors: [] },
   {

@@ -215,12 +215,15 @@ describe('standalone CLI: per-target cooldowns', () => {
 
 describe('standalone CLI: secrets stay out of the logs', () => {
   it('never writes a proxy password to stdout or stderr', async () => {
+    const before = passwords.size;
     for (let i = 0; i < 3; i++) {
       const g = await client.lease({ ttlSeconds: 30 });
+      expect(decodeURIComponent(new URL(g.proxy.url).username)).toBe(`lease-${g.id}`);
       passwords.add(decodeURIComponent(new URL(g.proxy.url).password));
     }
     await client.listProxies();
-    expect(passwords.size).toBe(3);
+    // Local proxies hand out credentials per lease: three grants, three new passwords.
+    expect(passwords.size).toBe(before + 3);
     expect(proc.logs.length).toBeGreaterThan(10);
     for (const pw of passwords) {
       expect(proc.stdout).not.toContain(pw);

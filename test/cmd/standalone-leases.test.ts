@@ -12,6 +12,7 @@ import {
   cleanupCli,
   clientFor,
   createWorkspace,
+  httpViaProxy,
   startStandalone,
   type Workspace,
   waitFor,
@@ -44,7 +45,12 @@ async function decide(client: DiscoveryClient): Promise<Decisions> {
 }
 
 /** After the restart: both cooldowns hold, the live lease renews, and a late report still counts. */
-async function expectRemembered(ws: Workspace, proc: CliProcess, d: Decisions): Promise<void> {
+async function expectRemembered(
+  ws: Workspace,
+  proc: CliProcess,
+  d: Decisions,
+  origin: string,
+): Promise<void> {
   const client = clientFor(ws);
   const snap = await waitFor(
     async () => {
@@ -66,6 +72,20 @@ async function expectRemembered(ws: Workspace, proc: CliProcess, d: Decisions): 
   expect(renewed.id).toBe(d.live.id);
   // The blocked lease was released before the restart and is still reportable.
   expect((await client.report(d.blocked.id, { result: 'blocked' })).id).toBe(d.blocked.id);
+  // Local proxies check credentials per lease: the live lease's still open its proxy (once the
+  // instance is back), the released lease's get 407.
+  const at = (g: LeaseGrant, port: number) => g.proxy.url.replace(/@.*$/, `@127.0.0.1:${port}`);
+  const livePort = by[d.live.proxy.name]?.port as number;
+  await waitFor(
+    async () =>
+      (await httpViaProxy(at(d.live, livePort), `${origin}/status/200`, true).catch(() => undefined))
+        ?.status === 200,
+    'the live lease to tunnel after the restart',
+    30_000,
+    proc,
+  );
+  const blockedPort = by[d.blocked.proxy.name]?.port as number;
+  expect((await httpViaProxy(at(d.blocked, blockedPort), `${origin}/status/200`, true)).status).toBe(407);
 }
 
 describe('standalone CLI: lease state across restarts', () => {
@@ -81,7 +101,7 @@ describe('standalone CLI: lease state across restarts', () => {
     expect(exit.code).toBe(0);
 
     const second = startStandalone(ws, ARGS);
-    await expectRemembered(ws, second, d);
+    await expectRemembered(ws, second, d, origin.baseUrl);
   });
 
   it('kill -9 then start: what was checkpointed is back', async () => {
@@ -96,6 +116,8 @@ describe('standalone CLI: lease state across restarts', () => {
       () => {
         try {
           const text = readFileSync(checkpoint, 'utf8');
+          if (text.includes(new URL(d.live.proxy.url).password))
+            throw new Error('a lease password in the checkpoint');
           return text.includes(d.live.id) && text.includes('shop.example') && text.includes(d.blocked.id);
         } catch {
           return false;
@@ -109,6 +131,6 @@ describe('standalone CLI: lease state across restarts', () => {
     expect(killed.signal).toBe('SIGKILL');
 
     const second = startStandalone(ws, ARGS);
-    await expectRemembered(ws, second, d);
+    await expectRemembered(ws, second, d, origin.baseUrl);
   });
 });

@@ -1,6 +1,7 @@
 /**
  * provider/local/auth — HTTP Basic proxy authentication for the local forward proxy: builds the
- * expected credential once and compares what a client sends in constant time.
+ * expected credential once and compares what a client sends in constant time; with a lease
+ * check, a live lease's own credentials pass too.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Credentials } from '../contract.ts';
@@ -9,6 +10,28 @@ export const PROXY_AUTH_REALM = 'egress-proxies-operator';
 
 /** The `Proxy-Authenticate` challenge sent with every 407. */
 export const PROXY_AUTHENTICATE = `Basic realm="${PROXY_AUTH_REALM}"`;
+
+/** Asks whether `user:pass` belong to a live lease on this listener's instance (lease store). */
+export type LeaseCredentialsCheck = (username: string, password: string) => boolean;
+
+/**
+ * The proxy's own credentials (the operator's probes use them) or, when `lease` is given, the
+ * credentials of a live lease granted on this instance.
+ */
+export function proxyAuthChecker(
+  creds: Credentials,
+  lease: LeaseCredentialsCheck | undefined,
+): (header: string | undefined) => boolean {
+  const own = basicAuthChecker(creds);
+  if (!lease) return own;
+  return (header) => {
+    if (own(header)) return true;
+    const presented = decodeBasic(header);
+    if (presented === undefined) return false;
+    const colon = presented.indexOf(':');
+    return lease(presented.slice(0, colon), presented.slice(colon + 1));
+  };
+}
 
 /**
  * A checker bound to one set of credentials. Only a digest of the expected `user:pass` is kept,

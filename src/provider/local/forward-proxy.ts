@@ -10,7 +10,7 @@ import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import type { Credentials } from '../contract.ts';
-import { basicAuthChecker, PROXY_AUTHENTICATE } from './auth.ts';
+import { type LeaseCredentialsCheck, PROXY_AUTHENTICATE, proxyAuthChecker } from './auth.ts';
 import { type DenialReason, EgressGuard } from './egress.ts';
 
 /** Timeouts and the connection cap of one listener (docs/providers/local.md). */
@@ -34,6 +34,11 @@ export const DEFAULT_PROXY_LIMITS: ProxyLimits = {
 
 export interface ForwardProxyOptions {
   credentials: Credentials;
+  /**
+   * Per-lease credentials: asked on every request and CONNECT, so a lease that ended is refused
+   * with 407 from the next one on (a tunnel already open may finish).
+   */
+  leaseCredentials?: LeaseCredentialsCheck;
   log: Logger;
   /** Give up on an origin that has not accepted the TCP connection after this long. */
   connectTimeoutMs?: number;
@@ -80,7 +85,7 @@ export class ForwardProxy {
   private closed = false;
 
   constructor(opts: ForwardProxyOptions) {
-    this.authorized = basicAuthChecker(opts.credentials);
+    this.authorized = proxyAuthChecker(opts.credentials, opts.leaseCredentials);
     this.log = opts.log;
     this.connectTimeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.dial = opts.dial ?? ((host, port) => net.connect({ host, port, allowHalfOpen: true }));

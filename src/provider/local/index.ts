@@ -43,6 +43,12 @@ export interface LocalProviderOptions {
   operator?: { ports: readonly number[]; probePort?: number };
   /** Timeouts and connection cap of every listener; defaults in DEFAULT_PROXY_LIMITS. */
   limits?: Partial<ProxyLimits>;
+  /**
+   * Per-lease credentials: whether `username`/`password` belong to a live lease granted on the
+   * instance `providerID` (the lease store answers; wired in cmd). The instance's own
+   * credentials are accepted too — the health engine probes with them.
+   */
+  leaseCredentials?: (providerID: string, username: string, password: string) => boolean;
   /** Opens origin connections (tests); default net.connect. */
   dial?: (host: string, port: number) => net.Socket;
 }
@@ -89,6 +95,7 @@ class LocalProxyProvider implements Provider, Checker {
   private readonly egress: EgressGuard;
   private readonly limits: Partial<ProxyLimits> | undefined;
   private readonly dial: LocalProviderOptions['dial'];
+  private readonly leaseCredentials: LocalProviderOptions['leaseCredentials'];
   private readonly deniedTotal: Counter<'provider' | 'reason'> | undefined;
   private readonly droppedTotal: Counter<'provider'> | undefined;
   private readonly instances = new Map<string, Entry>();
@@ -137,6 +144,7 @@ class LocalProxyProvider implements Provider, Checker {
     });
     this.limits = opts.limits;
     this.dial = opts.dial;
+    this.leaseCredentials = opts.leaseCredentials;
     if (opts.registry) {
       this.deniedTotal = counter(opts.registry, {
         name: 'proxy_operator_local_egress_denied_total',
@@ -250,8 +258,11 @@ class LocalProxyProvider implements Provider, Checker {
     const taken = new Set([...this.instances.values()].map((e) => e.port));
     for (const port of this.candidates(req, taken)) {
       this.throwIfAborted(ctx, 'create', req.name);
+      const id = `${LOCAL_ID_PREFIX}${req.name}`;
+      const check = this.leaseCredentials;
       const proxy = new ForwardProxy({
         credentials: req.credentials,
+        ...(check ? { leaseCredentials: (u: string, p: string) => check(id, u, p) } : {}),
         log: this.log.child({ instance: req.name }),
         ...(this.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: this.connectTimeoutMs }),
         ...(this.dial ? { dial: this.dial } : {}),
