@@ -1,9 +1,3 @@
-/**
- * controller/generations — the credentials generation of each instance (api/served-credentials):
- * which generation the desired credentials are (creating its immutable Secret before any status
- * field names it), and dropping the Secrets of generations no instance serves any more.
- */
-import { API_VERSION, LABEL_CREDENTIALS_FOR, PROXY_KIND } from '../api/constants.ts';
 import { credentialsFromSecret } from '../api/credentials.ts';
 import type { Secret } from '../api/meta.ts';
 import type { ProxyObject } from '../api/proxy.ts';
@@ -11,6 +5,7 @@ import { generationsInUse, ownsServedSecret, servedCredentialsKey } from '../api
 import type { Credentials } from '../provider/contract.ts';
 import { isAlreadyExists, isNotFound } from '../runtime/store.ts';
 import type { ReconcileContext } from './context.ts';
+import { ownedCredentialsSecret } from './inputs.ts';
 
 async function readGeneration(ctx: ReconcileContext, p: ProxyObject, g: number): Promise<Secret | undefined> {
   const key = servedCredentialsKey(p, g);
@@ -28,31 +23,7 @@ const same = (a: Credentials | undefined, b: Credentials) =>
   a !== undefined && a.username === b.username && a.password === b.password;
 
 function generationSecret(p: ProxyObject, g: number, creds: Credentials): Secret {
-  const key = servedCredentialsKey(p, g);
-  return {
-    apiVersion: 'v1',
-    kind: 'Secret',
-    type: 'Opaque',
-    metadata: {
-      name: key.name,
-      ...(key.namespace ? { namespace: key.namespace } : {}),
-      labels: { [LABEL_CREDENTIALS_FOR]: p.metadata.name },
-      ownerReferences: [
-        {
-          apiVersion: API_VERSION,
-          kind: PROXY_KIND,
-          name: p.metadata.name,
-          uid: p.metadata.uid ?? '',
-          controller: true,
-          blockOwnerDeletion: true,
-        },
-      ],
-    },
-    data: {
-      username: Buffer.from(creds.username).toString('base64'),
-      password: Buffer.from(creds.password).toString('base64'),
-    },
-  };
+  return ownedCredentialsSecret(p, servedCredentialsKey(p, g), creds);
 }
 
 /**

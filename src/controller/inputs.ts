@@ -117,11 +117,12 @@ export async function labelReferencedSecret(ctx: ReconcileContext, secret: Secre
   }
 }
 
-/** A fresh `<proxy>-auth` Secret owned by the Proxy (192-bit password); an existing one wins. */
-async function generateCredentials(ctx: ReconcileContext, p: ProxyObject, key: ObjectKey): Promise<Secret> {
-  const username = `px-${randomBytes(6).toString('hex')}`;
-  const password = randomBytes(24).toString('base64url');
-  const secret: Secret = {
+/**
+ * A Secret holding `creds`, labelled for the Proxy and owned by it (deleted with it in a
+ * cluster): the generated `<proxy>-auth` and each served-credentials generation.
+ */
+export function ownedCredentialsSecret(p: ProxyObject, key: ObjectKey, creds: Credentials): Secret {
+  return {
     apiVersion: 'v1',
     kind: 'Secret',
     type: 'Opaque',
@@ -141,10 +142,17 @@ async function generateCredentials(ctx: ReconcileContext, p: ProxyObject, key: O
       ],
     },
     data: {
-      [CREDENTIALS_USERNAME_KEY]: Buffer.from(username).toString('base64'),
-      [CREDENTIALS_PASSWORD_KEY]: Buffer.from(password).toString('base64'),
+      [CREDENTIALS_USERNAME_KEY]: Buffer.from(creds.username).toString('base64'),
+      [CREDENTIALS_PASSWORD_KEY]: Buffer.from(creds.password).toString('base64'),
     },
   };
+}
+
+/** A fresh `<proxy>-auth` Secret owned by the Proxy (192-bit password); an existing one wins. */
+async function generateCredentials(ctx: ReconcileContext, p: ProxyObject, key: ObjectKey): Promise<Secret> {
+  const username = `px-${randomBytes(6).toString('hex')}`;
+  const password = randomBytes(24).toString('base64url');
+  const secret = ownedCredentialsSecret(p, key, { username, password });
   try {
     const out = await ctx.store.secrets.create(secret, { signal: ctx.signal });
     ctx.log.info({ secret: key.name }, 'generated proxy credentials');

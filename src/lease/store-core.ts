@@ -24,7 +24,7 @@ import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import type { Selector } from '../runtime/selector.ts';
 import { DEFAULT_MAX_TARGET_COOLDOWNS, TargetCooldowns } from './cooldowns.ts';
 import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
-import { countLease, type Entry, isEligible, newEntry, refusalCounts, snapshotOf } from './entry.ts';
+import { countLease, type Entry, isEligible, newEntry, refusalCounts } from './entry.ts';
 import { checkNamespace, checkSeconds, toSelector } from './input.ts';
 import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
 import { issueLeaseCredentials } from './lease-credentials.ts';
@@ -40,9 +40,7 @@ import {
   MAX_TTL_SECONDS,
   type NoneLeasableCounts,
   type ProxyInfo,
-  type ProxySnapshot,
   type ReportRequest,
-  type SnapshotFilter,
 } from './types.ts';
 import { matchesFilter, ViewSet } from './view.ts';
 
@@ -380,22 +378,6 @@ export class LeaseStoreCore {
   activeLeases(): number {
     this.tick();
     return this.leases.size;
-  }
-
-  snapshot(filter: SnapshotFilter = {}): ProxySnapshot[] {
-    const target = normalizeTarget(filter.target);
-    const selector = toSelector(filter.selector);
-    checkNamespace(filter.namespace);
-    const namespace = filter.namespace === '' ? undefined : filter.namespace;
-    this.tick();
-    const now = this.clock.now();
-    const out: ProxySnapshot[] = [];
-    for (const e of this.proxies.values()) {
-      if (matchesFilter(e, namespace, selector)) out.push(snapshotOf(e, target, now));
-    }
-    return out.sort((a, b) =>
-      a.namespace === b.namespace ? (a.name < b.name ? -1 : 1) : a.namespace < b.namespace ? -1 : 1,
-    );
   }
 
   // ---- internals ----

@@ -6,10 +6,14 @@
  * `acceptsLeaseCredentials`, the check a proxy that enforces leases makes.
  */
 import { LEASE_STATE_VERSION, type LeaseState, type ProxyRecord } from './durable.ts';
-import { countLease, type Entry, newEntry } from './entry.ts';
+import { countLease, type Entry, newEntry, snapshotOf } from './entry.ts';
+import { checkNamespace, toSelector } from './input.ts';
 import type { Lease } from './lease.ts';
 import { leaseIdOfUser, passwordMatches } from './lease-credentials.ts';
 import { LeaseStoreCore } from './store-core.ts';
+import { normalizeTarget } from './target.ts';
+import type { ProxySnapshot, SnapshotFilter } from './types.ts';
+import { matchesFilter } from './view.ts';
 
 export {
   DEFAULT_DRAIN_TIMEOUT_MS,
@@ -37,6 +41,23 @@ export {
 } from './types.ts';
 
 export class LeaseStore extends LeaseStoreCore {
+  /** What the store knows about every proxy matching the filter, for `GET /v1/proxies`. */
+  snapshot(filter: SnapshotFilter = {}): ProxySnapshot[] {
+    const target = normalizeTarget(filter.target);
+    const selector = toSelector(filter.selector);
+    checkNamespace(filter.namespace);
+    const namespace = filter.namespace === '' ? undefined : filter.namespace;
+    this.tick();
+    const now = this.clock.now();
+    const out: ProxySnapshot[] = [];
+    for (const e of this.proxies.values()) {
+      if (matchesFilter(e, namespace, selector)) out.push(snapshotOf(e, target, now));
+    }
+    return out.sort((a, b) =>
+      a.namespace === b.namespace ? (a.name < b.name ? -1 : 1) : a.namespace < b.namespace ? -1 : 1,
+    );
+  }
+
   /**
    * Whether `username`/`password` are the credentials of a live lease granted on `instance`
    * (asked by a proxy that enforces leases on every request and CONNECT).

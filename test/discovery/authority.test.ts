@@ -10,25 +10,11 @@ import { LeaseAuthority } from '../../src/discovery/authority.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../../src/discovery/server.ts';
 import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
 import { FakeClock } from '../support/clock.ts';
+import { proxyInfo } from '../support/lease.ts';
 
 const TOKEN = 'authority-token-0123456789';
 
-function info(name: string): ProxyInfo {
-  return {
-    key: `crawl/${name}`,
-    namespace: 'crawl',
-    name,
-    uid: `uid-${name}`,
-    labels: {},
-    phase: 'Ready',
-    healthy: true,
-    draining: false,
-    deleting: false,
-    maxLeases: 1,
-    host: '127.0.0.1',
-    port: 3128,
-  };
-}
+const info = (name: string): ProxyInfo => proxyInfo(name, { maxLeases: 1, host: '127.0.0.1' });
 
 const closers: (() => Promise<void> | void)[] = [];
 afterEach(async () => {

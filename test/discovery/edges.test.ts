@@ -9,30 +9,15 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { type DiscoveryServer, startDiscoveryServer } from '../../src/discovery/server.ts';
 import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
 import { FakeClock } from '../support/clock.ts';
+import { proxyInfo } from '../support/lease.ts';
 import { exchange, send } from '../support/listeners.ts';
 
 const TOKEN = 'edge-token-0123456789';
 const AUTH = { authorization: `Bearer ${TOKEN}` };
 const LONG = 'x'.repeat(10_000);
 
-function info(name: string, over: Partial<ProxyInfo> = {}): ProxyInfo {
-  return {
-    key: `crawl/${name}`,
-    namespace: 'crawl',
-    name,
-    uid: `uid-${name}`,
-    labels: {},
-    phase: 'Ready',
-    healthy: true,
-    draining: false,
-    deleting: false,
-    maxLeases: 0,
-    host: '127.0.0.1',
-    port: 3128,
-    credentials: { username: 'user', password: 'hunter2' },
-    ...over,
-  };
-}
+const info = (name: string, over: Partial<ProxyInfo> = {}): ProxyInfo =>
+  proxyInfo(name, { host: '127.0.0.1', credentials: { username: 'user', password: 'hunter2' }, ...over });
 
 const closers: (() => Promise<void> | void)[] = [];
 afterEach(async () => {

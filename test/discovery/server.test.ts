@@ -15,27 +15,17 @@ import {
 import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
 import { createLogger } from '../../src/log/index.ts';
 import { FakeClock } from '../support/clock.ts';
+import { proxyInfo } from '../support/lease.ts';
 
 const TOKEN = 'test-token-0123456789';
 
-function info(name: string, over: Partial<ProxyInfo> = {}): ProxyInfo {
-  return {
-    key: `crawl/${name}`,
-    namespace: 'crawl',
-    name,
-    uid: `uid-${name}`,
+const info = (name: string, over: Partial<ProxyInfo> = {}): ProxyInfo =>
+  proxyInfo(name, {
     labels: { pool: 'eu' },
-    phase: 'Ready',
-    healthy: true,
-    draining: false,
-    deleting: false,
-    maxLeases: 0,
     host: '127.0.0.1',
-    port: 3128,
     credentials: { username: 'user', password: 'hunter2' },
     ...over,
-  };
-}
+  });
 
 const closers: (() => Promise<void> | void)[] = [];
 afterEach(async () => {

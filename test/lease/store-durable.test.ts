@@ -11,28 +11,12 @@ import {
   type LeaseGrant,
   LeaseStore,
   type LeaseStoreOptions,
-  type ProxyInfo,
   TooManyLeasesError,
 } from '../../src/lease/store.ts';
 import { FakeClock } from '../support/clock.ts';
+import { proxyInfo } from '../support/lease.ts';
 
-function info(name: string, over: Partial<ProxyInfo> = {}): ProxyInfo {
-  return {
-    key: `crawl/${name}`,
-    namespace: 'crawl',
-    name,
-    uid: `uid-${name}`,
-    labels: {},
-    phase: 'Ready',
-    healthy: true,
-    draining: false,
-    deleting: false,
-    maxLeases: 0,
-    host: '10.0.0.1',
-    port: 3128,
-    ...over,
-  };
-}
+const info = proxyInfo;
 
 const stores: LeaseStore[] = [];
 function store(clock: FakeClock, opts: LeaseStoreOptions = {}): LeaseStore {

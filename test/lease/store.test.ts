@@ -1,26 +1,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { type LeaseGrant, LeaseInputError, LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
+import { type LeaseGrant, LeaseInputError, LeaseStore } from '../../src/lease/store.ts';
 import { normalizeTarget } from '../../src/lease/target.ts';
 import { FakeClock } from '../support/clock.ts';
+import { proxyInfo } from '../support/lease.ts';
 
-function info(name: string, over: Partial<ProxyInfo> = {}): ProxyInfo {
-  const namespace = over.namespace ?? 'crawl';
-  return {
-    key: `${namespace}/${name}`,
-    namespace,
-    name,
-    uid: `uid-${name}`,
-    labels: {},
-    phase: 'Ready',
-    healthy: true,
-    draining: false,
-    deleting: false,
-    maxLeases: 0,
-    host: '10.0.0.1',
-    port: 3128,
-    ...over,
-  };
-}
+const info = proxyInfo;
 
 const stores: LeaseStore[] = [];
 function setup(opts: { probes?: string[] } = {}) {
