@@ -91,6 +91,70 @@ export function proxyInfo(p: ProxyObject, credentials: Credentials | undefined):
   return info;
 }
 
+/**
+ * What the feed logs about a proxy, each thing once: a Proxy event repeats the same facts many
+ * times, the log should not.
+ */
+class FeedLog {
+  private readonly warnedNoCredentials = new Set<string>();
+  private readonly readFailing = new Set<string>();
+  /** The problem last logged per proxy. */
+  private readonly loggedProblem = new Map<string, string>();
+
+  private readonly log: Logger;
+
+  constructor(log: Logger) {
+    this.log = log;
+  }
+
+  /** Once per failure streak at warn; the retries every few seconds at debug. */
+  readFailed(key: string, err: unknown): void {
+    if (this.readFailing.has(key))
+      this.log.debug({ proxy: key, err }, 'reading proxy credentials failed again');
+    else this.log.warn({ proxy: key, err }, 'reading proxy credentials failed; retrying');
+    this.readFailing.add(key);
+  }
+
+  credentialsRead(key: string, p: ProxyObject, creds: Credentials | undefined): void {
+    this.readFailing.delete(key);
+    if (creds) {
+      this.warnedNoCredentials.delete(key);
+      return;
+    }
+    if (proxyType(p.spec) !== 'Managed') return;
+    // A new proxy has no Secret until the reconciler generates it: normal, not worth a warning
+    // until the proxy serves (then its lease URLs would really go out without credentials).
+    if (!servingEndpoint(p)) this.log.debug({ proxy: key }, 'managed proxy has no credentials Secret yet');
+    else if (!this.warnedNoCredentials.has(key)) {
+      this.warnedNoCredentials.add(key);
+      this.log.warn(
+        { proxy: key },
+        'managed proxy serves but has no credentials Secret; its lease URLs carry no credentials',
+      );
+    }
+  }
+
+  problem(key: string, problem: ProxyProblem | undefined): void {
+    const said = this.loggedProblem.get(key);
+    if (!problem) {
+      if (said === undefined) return;
+      this.loggedProblem.delete(key);
+      this.log.info({ proxy: key }, 'proxy problem resolved');
+      return;
+    }
+    const text = `${problem.reason}: ${problem.message}`;
+    if (said === text) return;
+    this.loggedProblem.set(key, text);
+    this.log.warn({ proxy: key, reason: problem.reason, message: problem.message }, 'proxy needs attention');
+  }
+
+  forget(key: string): void {
+    this.warnedNoCredentials.delete(key);
+    this.loggedProblem.delete(key);
+    this.readFailing.delete(key);
+  }
+}
+
 export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
   const { store, leases, signal } = opts;
   const log = opts.log ?? silentLogger();
@@ -102,25 +166,8 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
   const generation = new Map<string, number>();
   const inflight = new Set<Promise<void>>();
   const timers = new Set<TimerHandle>();
-  const warnedNoCredentials = new Set<string>();
-  const readFailing = new Set<string>();
-  /** The problem last logged per proxy: a Proxy event repeats it, the log says it once. */
-  const loggedProblem = new Map<string, string>();
+  const said = new FeedLog(log);
   let stopped = false;
-
-  const logProblem = (key: string, problem: ProxyProblem | undefined): void => {
-    const said = loggedProblem.get(key);
-    if (!problem) {
-      if (said === undefined) return;
-      loggedProblem.delete(key);
-      log.info({ proxy: key }, 'proxy problem resolved');
-      return;
-    }
-    const text = `${problem.reason}: ${problem.message}`;
-    if (said === text) return;
-    loggedProblem.set(key, text);
-    log.warn({ proxy: key, reason: problem.reason, message: problem.message }, 'proxy needs attention');
-  };
 
   const sync = (p: ProxyObject): void => {
     if (stopped) return;
@@ -137,10 +184,7 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
             : undefined) ?? (await credentials.credentialsFor(p, { signal }));
       } catch (err) {
         if (stopped || generation.get(key) !== gen) return;
-        // Once per failure streak at warn; the retries every few seconds at debug.
-        if (readFailing.has(key)) log.debug({ proxy: key, err }, 'reading proxy credentials failed again');
-        else log.warn({ proxy: key, err }, 'reading proxy credentials failed; retrying');
-        readFailing.add(key);
+        said.readFailed(key, err);
         const t = clock.setTimeout(() => {
           timers.delete(t);
           const latest = store.proxies.get(parseKey(key));
@@ -150,22 +194,9 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
         return;
       }
       if (stopped || generation.get(key) !== gen) return;
-      readFailing.delete(key);
-      if (creds) warnedNoCredentials.delete(key);
-      else if (proxyType(p.spec) === 'Managed') {
-        // A new proxy has no Secret until the reconciler generates it: normal, not worth a warning
-        // until the proxy serves (then its lease URLs would really go out without credentials).
-        if (!servingEndpoint(p)) log.debug({ proxy: key }, 'managed proxy has no credentials Secret yet');
-        else if (!warnedNoCredentials.has(key)) {
-          warnedNoCredentials.add(key);
-          log.warn(
-            { proxy: key },
-            'managed proxy serves but has no credentials Secret; its lease URLs carry no credentials',
-          );
-        }
-      }
+      said.credentialsRead(key, p, creds);
       const info = proxyInfo(p, creds);
-      logProblem(key, info.problem);
+      said.problem(key, info.problem);
       leases.upsertProxy(info);
     })();
     inflight.add(run);
@@ -175,9 +206,7 @@ export function startLeaseFeed(opts: LeaseFeedOptions): LeaseFeed {
   const remove = (p: ProxyObject): void => {
     const key = keyOf(p);
     generation.set(key, (generation.get(key) ?? 0) + 1);
-    warnedNoCredentials.delete(key);
-    loggedProblem.delete(key);
-    readFailing.delete(key);
+    said.forget(key);
     leases.removeProxy(key);
   };
 
