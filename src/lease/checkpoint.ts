@@ -73,14 +73,21 @@ export class LeaseCheckpointer {
       return { leases: 0, proxies: 0 };
     }
     let restored: { leases: number; proxies: number };
+    let asOf: number;
     try {
-      restored = leases.restoreState(parseLeaseState(text));
+      const state = parseLeaseState(text);
+      asOf = state.at;
+      restored = leases.restoreState(state);
     } catch (err) {
       log.error({ err, where: storage.where }, 'lease checkpoint unreadable; starting without it');
       return { leases: 0, proxies: 0 };
     }
     this.savedAt = leases.changes;
-    log.info({ where: storage.where, ...restored }, 'restored leases and cooldowns from the checkpoint');
+    // `asOf` says what a crash may have lost: decisions made after it.
+    log.info(
+      { where: storage.where, ...restored, asOf: new Date(asOf).toISOString() },
+      'restored leases and cooldowns from the checkpoint',
+    );
     return restored;
   }
 

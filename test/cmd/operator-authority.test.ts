@@ -131,8 +131,13 @@ describe('one lease authority across replicas', () => {
       expect(firstGrantAfter - killedAt).toBeLessThan(TAKEOVER_MS + 5_000);
       const restored = b.logs.find((l) => l.msg === 'restored leases and cooldowns from the checkpoint');
       expect(restored?.proxies).toBeGreaterThan(0);
+      // A crash loses at most the decisions after the last checkpoint, taken every 500 ms.
+      const asOf = Date.parse(String(restored?.asOf));
+      expect(killedAt - asOf).toBeLessThan(5_000);
       await load.stop();
       expect(load.stats.violations).toEqual([]);
+      // Blocks acknowledged before that checkpoint hold on the new leader.
+      expect(load.stats.crashWindow.filter((v) => v.acked < asOf).map((v) => v.what)).toEqual([]);
       expect(load.stats.renewals).toBeGreaterThan(0);
       expect(load.stats.releases).toBeGreaterThan(0);
 
