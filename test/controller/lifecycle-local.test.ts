@@ -74,6 +74,8 @@ describe('replacement on the local provider', () => {
     expect(w.leases.snapshot()[0]!.drainingInstances).toBeUndefined();
     expect(w.leases.leasesOn(keyOfName('eu-1'), old.providerID!)).toBe(0);
 
+    const atDelete = loop.grants();
+    await until('load on the new instance', () => loop.grants() > Math.max(atDelete + 10, 20), 10_000);
     const { grants, failures, endpoints } = await loop.stop();
     expect(failures).toEqual([]);
     expect(grants).toBeGreaterThan(20);
@@ -135,6 +137,10 @@ describe('replacement on the local provider', () => {
     expect(r).toMatchObject({ ok: true });
     w.leases.release(held.grant.id);
     await until('drained', () => ['eu-1', 'eu-2'].every((n) => !w.proxy(n)!.status?.draining), 10_000);
+    // Enough traffic through the new instances too, however fast this machine ran the switch.
+    const sum = () => loops.reduce((n, l) => n + l.grants(), 0);
+    const atSwitch = sum();
+    await until('load on the new instances', () => sum() > Math.max(atSwitch + 10, 30), 10_000);
 
     const results = await Promise.all(loops.map((l) => l.stop()));
     expect(results.flatMap((x) => x.failures)).toEqual([]);

@@ -131,6 +131,8 @@ export function leaseLoop(
   w: LifecycleWorld,
   opts: { selector?: string } = {},
 ): {
+  /** Grants so far. */
+  grants(): number;
   stop(): Promise<{ grants: number; failures: string[]; endpoints: string[] }>;
 } {
   let running = true;
@@ -153,6 +155,7 @@ export function leaseLoop(
     }
   })();
   return {
+    grants: () => grants,
     async stop() {
       running = false;
       await run;
