@@ -111,6 +111,9 @@ describe('one lease authority across replicas', () => {
       await a.exited;
       const before = load.stats.grants;
       await until('b to lead', () => leaseSpec().holderIdentity === b.identity(), TAKEOVER_MS);
+      // Until b leads, every acknowledgement came from a, even one that arrived after the kill
+      // (the answer was on its way): such a block is only as durable as a's last checkpoint.
+      load.honourBefore = { at: Date.now(), from: killedAt };
       await until('grants again, from b', () => load.stats.grants > before + 100, TAKEOVER_MS + 30_000).catch(
         async (e) => {
           console.log(JSON.stringify({ ...load.stats, grantTimes: undefined, blockedAt: undefined }));
