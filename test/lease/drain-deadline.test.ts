@@ -1,27 +1,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
 import { FakeClock } from '../support/clock.ts';
+import { proxyInfo } from '../support/lease.ts';
 
 const DRAIN_MS = 60_000;
 
-function info(over: Partial<ProxyInfo> = {}): ProxyInfo {
-  return {
-    key: 'crawl/px-1',
-    namespace: 'crawl',
-    name: 'px-1',
-    uid: 'uid-1',
-    labels: {},
-    phase: 'Ready',
-    healthy: true,
-    draining: false,
-    deleting: false,
-    maxLeases: 0,
-    host: '10.0.0.1',
-    port: 3128,
-    instance: 'vm-old',
-    ...over,
-  };
-}
+const info = (over: Partial<ProxyInfo> = {}): ProxyInfo => proxyInfo('px-1', { instance: 'vm-old', ...over });
 
 const stores: LeaseStore[] = [];
 afterEach(() => {

@@ -10,6 +10,7 @@ import { type LeaseGrant, LeaseStore, type ProxyInfo } from '../../src/lease/sto
 import { createLocalProvider, LOCAL_ID_PREFIX, type LocalProvider } from '../../src/provider/local/index.ts';
 import { basicAuth } from '../support/cli.ts';
 import { FakeClock } from '../support/clock.ts';
+import { proxyInfo } from '../support/lease.ts';
 import { captureLog } from '../support/log.ts';
 import { type Origin, startHttpOrigin } from '../support/origins.ts';
 import { freePortRange } from '../support/ports.ts';
@@ -177,22 +178,9 @@ describe('local provider: per-lease credentials', () => {
     const clock = new FakeClock();
     const leases = new LeaseStore({ clock, perLeaseCredentials: perLease });
     stores.push(leases);
-    leases.upsertProxy({
-      key: 'crawl/s',
-      namespace: 'crawl',
-      name: 's',
-      uid: 'uid-s',
-      labels: {},
-      phase: 'Ready',
-      healthy: true,
-      draining: false,
-      deleting: false,
-      maxLeases: 0,
-      host: '10.0.0.1',
-      port: 3128,
-      credentials: { username: 'u', password: 'p' },
-      instance: 'k8s/pod-1',
-    });
+    leases.upsertProxy(
+      proxyInfo('s', { credentials: { username: 'u', password: 'p' }, instance: 'k8s/pod-1' }),
+    );
     const out = leases.lease();
     expect(out.granted && out.grant.proxy.url).toBe('http://u:p@10.0.0.1:3128');
   });
