@@ -87,7 +87,10 @@ export async function startSquid(opts: SquidOptions = {}): Promise<Squid> {
   const dir = mkdtempSync(join(tmpdir(), 'squid-'));
   const port = await closedPort();
   const passwd = Object.entries(users)
-    .map(([u, p]) => `${u}:${execFileSync('openssl', ['passwd', '-1', p]).toString().trim()}`)
+    .map(
+      ([u, p]) =>
+        `${u}:${execFileSync('openssl', ['passwd', '-1', '-stdin'], { input: p }).toString().trim()}`,
+    )
     .join('\n');
   writeFileSync(join(dir, 'passwd'), `${passwd}\n`, { mode: 0o644 });
   writeFileSync(
