@@ -5,7 +5,8 @@
  * load generator that runs in its own process (bench/loadgen.ts), so each server's CPU is its
  * own. The medians of the rounds give the throughput and p99 ratios; the server CPU per request
  * is a second view. Then the store alone: selection cost at 100 vs 10,000 proxies, plain, with
- * a selector, and with 90 % of the fleet cooling down for the requested target. Exits non-zero
+ * a selector, with 90 % of the fleet cooling down for the requested target, and a refused grant
+ * (409 and its counts) when the rest of the fleet is at capacity. Exits non-zero
  * when a target is missed.
  */
 import { spawn } from 'node:child_process';
@@ -54,6 +55,8 @@ export interface LeaseBenchResult {
   store: Growth;
   storeSelector: Growth;
   storeCooling: Growth;
+  /** A 409 with its counts: 90 % cooling for the target, the rest at capacity. */
+  storeRefusal: Growth;
   misses: string[];
 }
 
@@ -198,17 +201,20 @@ async function benchServers(
   return { bare: figures(bareRounds), api: figures(apiRounds) };
 }
 
-function filledStore(proxies: number, coolingFraction: number): LeaseStore {
+function filledStore(proxies: number, coolingFraction: number, refusing = false): LeaseStore {
   const leases = new LeaseStore();
-  for (let i = 0; i < proxies; i++) leases.upsertProxy(proxy(i));
+  for (let i = 0; i < proxies; i++) leases.upsertProxy({ ...proxy(i), maxLeases: refusing ? 1 : 0 });
   // Cool the requested target down on a share of the fleet (blocked there for an hour).
   const cooling = Math.floor(proxies * coolingFraction);
   for (let i = 0; i < cooling; i++) {
     const out = leases.lease({ target: 'shop.example' });
     if (out.granted) leases.report(out.grant.id, { result: 'blocked', cooldownSeconds: 3600 });
   }
-  // Hold a quarter of the fleet so buckets above zero are populated too.
-  for (let i = 0; i < proxies / 4; i++) leases.lease({});
+  // Hold a quarter of the fleet so buckets above zero are populated too; when refusing, hold
+  // every proxy not cooling (one lease each fills it): every grant for the target is a 409.
+  const held = refusing ? proxies - cooling : proxies / 4;
+  for (let i = 0; i < held; i++) leases.lease({});
+  if (refusing && leases.lease({ target: 'shop.example' }).granted) throw new Error('bench store not full');
   return leases;
 }
 
@@ -223,9 +229,15 @@ function storeRound(leases: LeaseStore, selector: string | undefined, ops: numbe
 }
 
 /** ns per grant+release in the store alone at two fleet sizes: rounds interleaved, best of each. */
-function storeCost(selector: string | undefined, coolingFraction = 0, ops = 50_000, rounds = 7): Growth {
-  const small = filledStore(100, coolingFraction);
-  const large = filledStore(10_000, coolingFraction);
+function storeCost(
+  selector: string | undefined,
+  coolingFraction = 0,
+  refusing = false,
+  ops = 50_000,
+  rounds = 7,
+): Growth {
+  const small = filledStore(100, coolingFraction, refusing);
+  const large = filledStore(10_000, coolingFraction, refusing);
   let smallNs = Number.POSITIVE_INFINITY;
   let largeNs = Number.POSITIVE_INFINITY;
   for (let r = 0; r < rounds; r++) {
@@ -249,6 +261,7 @@ export async function runLeaseBench(options: LeaseBenchOptions = {}): Promise<Le
   const store = storeCost(undefined);
   const storeSelector = storeCost('pool=even');
   const storeCooling = storeCost(undefined, 0.9);
+  const storeRefusal = storeCost(undefined, 0.9, true);
   const { bare, api } = await benchServers(o);
   const r: LeaseBenchResult = {
     bare,
@@ -259,6 +272,7 @@ export async function runLeaseBench(options: LeaseBenchOptions = {}): Promise<Le
     store,
     storeSelector,
     storeCooling,
+    storeRefusal,
     misses: [],
   };
   if (r.ratio < TARGETS.ratio) r.misses.push(`API ÷ bare req/s ${r.ratio.toFixed(2)} < ${TARGETS.ratio}`);
@@ -269,6 +283,7 @@ export async function runLeaseBench(options: LeaseBenchOptions = {}): Promise<Le
     ['store', store],
     ['store with selector', storeSelector],
     ['store, 90 % cooling for the target', storeCooling],
+    ['store refusal (409 counts)', storeRefusal],
   ] as const) {
     if (g.growth > TARGETS.storeGrowth)
       r.misses.push(`${what}: ×${g.growth.toFixed(2)} > ×${TARGETS.storeGrowth}`);
@@ -307,6 +322,11 @@ function printTable(r: LeaseBenchResult, o: Required<LeaseBenchOptions>): void {
       'same, 90 % cooling down for the target',
       growth(r.storeCooling),
       `×${f(r.storeCooling.growth, 2)} ${ok(r.storeCooling.growth <= 2)}`,
+    ],
+    [
+      '409 with counts: 90 % cooling, the rest full',
+      growth(r.storeRefusal),
+      `×${f(r.storeRefusal.growth, 2)} ${ok(r.storeRefusal.growth <= 2)}`,
     ],
   ];
   const w0 = Math.max(...rows.map((x) => x[0].length));

@@ -10,14 +10,19 @@ import { IndexedHeap } from './ordered.ts';
 
 export const DEFAULT_MAX_TARGET_COOLDOWNS = 200_000;
 
+export type CooldownObserver = (e: Entry, target: string, sign: 1 | -1) => void;
+
 export class TargetCooldowns {
   private readonly heap = new IndexedHeap<TargetCooldown>((a, b) => a.at < b.at);
   private readonly max: number;
   private readonly onEvict: () => void;
+  private readonly onChange: CooldownObserver;
 
-  constructor(max: number, onEvict: () => void) {
+  /** `onChange` hears of every cooldown that begins (1) or is forgotten (-1), whoever set it. */
+  constructor(max: number, onEvict: () => void, onChange: CooldownObserver = () => {}) {
     this.max = Math.max(1, max);
     this.onEvict = onEvict;
+    this.onChange = onChange;
   }
 
   get size(): number {
@@ -36,6 +41,7 @@ export class TargetCooldowns {
     const fresh: TargetCooldown = { at: until, target, entry: e, heapIndex: -1 };
     e.targetUntil.set(target, fresh);
     this.heap.push(fresh);
+    this.onChange(e, target, 1);
     while (this.heap.size > this.max) {
       const victim = this.heap.peek();
       if (!victim) break;
@@ -51,6 +57,8 @@ export class TargetCooldowns {
 
   private forget(c: TargetCooldown): void {
     this.heap.remove(c);
-    if (c.entry.targetUntil.get(c.target) === c) c.entry.targetUntil.delete(c.target);
+    if (c.entry.targetUntil.get(c.target) !== c) return;
+    c.entry.targetUntil.delete(c.target);
+    this.onChange(c.entry, c.target, -1);
   }
 }

@@ -1,16 +1,12 @@
 /**
  * lease/entry — one proxy as the lease store holds it, and the one rule that decides whether it
  * may be leased now: `notLeasableReason` names the first rule a proxy fails, and a proxy is
- * eligible exactly when it names none. Grants, snapshots and the refusal funnel all go by it.
+ * eligible exactly when it names none. Grants, snapshots and the refusal funnel (lease/census)
+ * all go by it.
  */
 import { phaseServes } from '../api/proxy.ts';
-import type {
-  DrainingInstanceInfo,
-  NoneLeasableCounts,
-  NotLeasableReason,
-  ProxyInfo,
-  ProxySnapshot,
-} from './types.ts';
+import type { Standing } from './census.ts';
+import type { DrainingInstanceInfo, NotLeasableReason, ProxyInfo, ProxySnapshot } from './types.ts';
 
 /** One per-target cooldown: kept in its entry's map and in the fleet-wide heap (lease/cooldowns). */
 export interface TargetCooldown {
@@ -45,6 +41,8 @@ export interface Entry
   drainingSince: number;
   /** In the store's views (eligible when last updated). */
   indexed: boolean;
+  /** Where the views' censuses count it (lease/census); undefined while uncounted. */
+  standing: Standing | undefined;
   removed: boolean;
 }
 
@@ -76,6 +74,7 @@ export function newEntry(info: Pick<ProxyInfo, 'key' | 'namespace' | 'name' | 'u
     targetUntil: new Map(),
     drainingSince: 0,
     indexed: false,
+    standing: undefined,
     removed: false,
   };
 }
@@ -122,44 +121,6 @@ export function notLeasableReason(
   if (target !== undefined && coolingFor(e, target, now)) return 'CoolingDownForTarget';
   if (e.maxLeases > 0 && e.active >= e.maxLeases) return 'AtCapacity';
   return undefined;
-}
-
-/**
- * Whether `e` belongs in the store's views: leasable for some target. Target cooldowns are
- * checked per grant, so they do not take a proxy out of the views.
- */
-export function isEligible(e: Entry, now: number): boolean {
-  return !e.removed && notLeasableReason(e, undefined, now) === undefined;
-}
-
-/** Why nothing among `entries` was leasable for `target`, as the funnel NoneLeasableCounts describes. */
-export function refusalCounts(
-  entries: Iterable<Entry>,
-  target: string | undefined,
-  now: number,
-): NoneLeasableCounts {
-  const c: NoneLeasableCounts = {
-    matching: 0,
-    ready: 0,
-    healthy: 0,
-    draining: 0,
-    coolingDown: 0,
-    coolingDownForTarget: 0,
-    atCapacity: 0,
-  };
-  for (const e of entries) {
-    c.matching++;
-    const reason = notLeasableReason(e, target, now);
-    if (reason === 'NotReady' || reason === 'Deleting') continue;
-    c.ready++;
-    if (reason === 'Unhealthy') continue;
-    c.healthy++;
-    if (reason === 'Draining') c.draining++;
-    else if (reason === 'CoolingDown') c.coolingDown++;
-    else if (reason === 'CoolingDownForTarget') c.coolingDownForTarget++;
-    else if (reason === 'AtCapacity') c.atCapacity++;
-  }
-  return c;
 }
 
 function iso(ms: number): string {

@@ -9,8 +9,9 @@
  * latency, name). A grant walks the lowest bucket from the front; for a target many proxies cool
  * down for, the view keeps the proxies not cooling for it (lease/view), so the walk does not
  * skip them one by one. Views exist per distinct (namespace, selector) a client asks for
- * (LRU-bounded); the unfiltered view always exists. Cost per grant: O(views + log n). The "why nothing" arithmetic of a refused grant scans the
- * fleet once (O(n)), only on that failure path.
+ * (LRU-bounded); the unfiltered view always exists. Cost per grant: O(views + log n). A refused
+ * grant's "why nothing" counts come from each view's census (lease/census), kept as proxies
+ * change: O(1), after one walk the first time a view is refused for a target.
  *
  * Memory is bounded (docs/operations.md): ended cooldowns are purged on the sweep timer, live
  * leases are capped (`maxActiveLeases`, then TooManyLeasesError), per-target cooldowns are
@@ -21,10 +22,10 @@ import type { Logger } from 'pino';
 import { proxyUrlWithCredentials } from '../api/url.ts';
 import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
-import type { Selector } from '../runtime/selector.ts';
+import { standingOf } from './census.ts';
 import { DEFAULT_MAX_TARGET_COOLDOWNS, TargetCooldowns } from './cooldowns.ts';
 import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
-import { countLease, type Entry, isEligible, newEntry, refusalCounts } from './entry.ts';
+import { countLease, type Entry, newEntry } from './entry.ts';
 import { checkNamespace, checkSeconds, toSelector } from './input.ts';
 import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
 import { issueLeaseCredentials } from './lease-credentials.ts';
@@ -38,11 +39,10 @@ import {
   type LeaseRequest,
   MAX_COOLDOWN_SECONDS,
   MAX_TTL_SECONDS,
-  type NoneLeasableCounts,
   type ProxyInfo,
   type ReportRequest,
 } from './types.ts';
-import { matchesFilter, ViewSet } from './view.ts';
+import { ViewSet } from './view.ts';
 
 export { LeaseInputError } from './target.ts';
 
@@ -106,6 +106,7 @@ export class LeaseStoreCore {
     this.targetCooldowns = new TargetCooldowns(
       opts.maxTargetCooldowns ?? DEFAULT_MAX_TARGET_COOLDOWNS,
       opts.onCooldownEvicted ?? (() => {}),
+      (e, target, sign) => this.views.cooling(e, target, sign),
     );
     // As many recently ended leases as live ones: one lease's worth of memory each.
     this.ended = new EndedLeases(opts.reportableAfterEndMs ?? REPORTABLE_AFTER_END_MS, this.maxActive);
@@ -234,7 +235,7 @@ export class LeaseStoreCore {
     const now = this.clock.now();
     const view = this.views.get(namespace, selector, this.proxies.values());
     const e = view.pick(target, now);
-    if (!e) return { granted: false, counts: this.explain(namespace, selector, target, now) };
+    if (!e) return { granted: false, counts: view.refusal(target, this.proxies.values()) };
     this.grantSeq++;
     this.changeCount++;
     this.update(e, () => {
@@ -407,27 +408,28 @@ export class LeaseStoreCore {
     }
   }
 
-  /** Takes `e` out of every view, applies the change, and puts it back where it now belongs. */
+  /**
+   * Takes `e` out of every view and census, applies the change, and puts it back where it now
+   * belongs. While `mutate` runs `e` is uncounted, so cooldowns set inside it are counted once,
+   * afterwards.
+   */
   protected update(e: Entry, mutate: () => void): void {
     if (e.indexed) {
       this.views.remove(e);
       e.indexed = false;
     }
+    if (e.standing !== undefined) {
+      this.views.count(e, e.standing, -1);
+      e.standing = undefined;
+    }
     mutate();
-    if (isEligible(e, this.clock.now())) {
+    const standing = standingOf(e, this.clock.now());
+    if (standing === undefined) return;
+    e.standing = standing;
+    this.views.count(e, standing, 1);
+    if (standing === 'leasable') {
       this.views.add(e);
       e.indexed = true;
     }
-  }
-
-  /** The refusal funnel: scans the fleet, but only on the failure path. */
-  protected explain(
-    namespace: string | undefined,
-    selector: Selector | undefined,
-    target: string | undefined,
-    now: number,
-  ): NoneLeasableCounts {
-    const matching = [...this.proxies.values()].filter((e) => matchesFilter(e, namespace, selector));
-    return refusalCounts(matching, target, now);
   }
 }

@@ -3,10 +3,14 @@
  * active-lease count, each bucket sorted in grant order: a grant walks the lowest bucket from
  * the front instead of scanning the fleet. For a target that many proxies cool down for, a view
  * also keeps the proxies not cooling for it, so a grant does not walk past the cooling ones.
+ * Each view also keeps the census of every proxy it matches, eligible or not (lease/census):
+ * the counts a refused grant answers with.
  */
 import { matchesSelector, type Selector } from '../runtime/selector.ts';
+import { Census, reachesTargetRule, type Standing } from './census.ts';
 import { compareEntries, coolingFor, type Entry } from './entry.ts';
 import { IndexedHeap, SortedList } from './ordered.ts';
+import type { NoneLeasableCounts } from './types.ts';
 
 /** Entries bucketed by active-lease count, each bucket in grant order. */
 class Buckets {
@@ -77,6 +81,7 @@ const MAX_TARGET_VIEWS = 8;
 export class View {
   readonly namespace: string | undefined;
   readonly selector: Selector | undefined;
+  readonly census = new Census();
   private readonly all = new Buckets();
   private readonly members = new Set<Entry>();
   /** Per-target views, in LRU order (oldest first). */
@@ -120,6 +125,15 @@ export class View {
       }
       // A waiting entry stays in the heap; when it comes due it is dropped unless it is back.
     }
+  }
+
+  /** Why nothing in this view is leasable for `target`; `fleet` is every entry of the store. */
+  refusal(target: string | undefined, fleet: Iterable<Entry>): NoneLeasableCounts {
+    return this.census.funnel(target, () => this.counted(fleet));
+  }
+
+  private *counted(fleet: Iterable<Entry>): Iterable<[Entry, Standing]> {
+    for (const e of fleet) if (e.standing !== undefined && this.matches(e)) yield [e, e.standing];
   }
 
   /** The next entry to grant, in grant order, skipping entries cooling down for `target`. */
@@ -232,7 +246,21 @@ export class ViewSet {
     for (const v of this.filtered.values()) if (v.matches(e)) v.remove(e);
   }
 
-  /** The view for a filter, built from the indexed `entries` when first asked for. */
+  /** Counts `e` in (1) or out (-1) of the census of every view it matches. */
+  count(e: Entry, s: Standing, sign: 1 | -1): void {
+    this.base.census.count(e, s, sign);
+    for (const v of this.filtered.values()) if (v.matches(e)) v.census.count(e, s, sign);
+  }
+
+  /** A target cooldown of `e` began (1) or ended (-1): the tallies of its views follow. */
+  cooling(e: Entry, target: string, sign: 1 | -1): void {
+    if (!reachesTargetRule(e.standing)) return;
+    const full = e.standing === 'atCapacity';
+    this.base.census.tallyOne(target, full, sign);
+    for (const v of this.filtered.values()) if (v.matches(e)) v.census.tallyOne(target, full, sign);
+  }
+
+  /** The view for a filter, built from the counted and indexed `entries` when first asked for. */
   get(namespace: string | undefined, selector: Selector | undefined, entries: Iterable<Entry>): View {
     if (namespace === undefined && selector === undefined) return this.base;
     const key = `${namespace ?? ''}\u0000${selector?.canonical ?? ''}`;
@@ -243,7 +271,11 @@ export class ViewSet {
       return view;
     }
     view = new View(namespace, selector, this.hotSkips);
-    for (const e of entries) if (e.indexed && view.matches(e)) view.add(e);
+    for (const e of entries) {
+      if (e.standing === undefined || !view.matches(e)) continue;
+      view.census.count(e, e.standing, 1);
+      if (e.indexed) view.add(e);
+    }
     this.filtered.set(key, view);
     if (this.filtered.size > this.maxViews) {
       const oldest = this.filtered.keys().next().value;
