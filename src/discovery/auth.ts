@@ -2,7 +2,7 @@
  * discovery/auth — the optional bearer token: refused when blank (never silently open), compared
  * in constant time, and not required on the public routes (liveness and the probe target).
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { hash as oneShotHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { errorBody } from './errors.ts';
 import { ROUTES } from './schemas.ts';
@@ -11,7 +11,18 @@ import { ROUTES } from './schemas.ts';
 const PUBLIC_ROUTES = new Set(ROUTES.filter((r) => !r.auth).map((r) => r.url));
 
 function hash(s: string): Buffer {
-  return createHash('sha256').update(s).digest();
+  return oneShotHash('sha256', s, 'buffer');
+}
+
+/** The token of an `Authorization: Bearer <token>` header (scheme case-insensitive), if any. */
+function bearerToken(header: string | undefined): string | undefined {
+  if (header === undefined || header.length < 7) return undefined;
+  const scheme = header.slice(0, 6);
+  if (scheme !== 'Bearer' && scheme.toLowerCase() !== 'bearer') return undefined;
+  const rest = header.slice(6);
+  // The scheme must be followed by whitespace: "Bearerabc" carries no bearer token.
+  if (rest.trimStart().length === rest.length) return undefined;
+  return rest.trim();
 }
 
 /**
@@ -49,8 +60,7 @@ export function installBearerAuth(app: FastifyInstance, tokenHash: Buffer): void
   app.addHook('onRequest', (req, reply, done) => {
     const route = req.routeOptions.url;
     if (route !== undefined && PUBLIC_ROUTES.has(route)) return done();
-    const header = req.headers.authorization;
-    const given = header && /^bearer\s+/i.test(header) ? header.replace(/^bearer\s+/i, '').trim() : undefined;
+    const given = bearerToken(req.headers.authorization);
     if (given !== undefined && timingSafeEqual(hash(given), tokenHash)) return done();
     reply
       .code(401)

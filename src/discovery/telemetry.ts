@@ -7,6 +7,7 @@ import {
   type Context,
   context,
   defaultTextMapGetter,
+  INVALID_TRACEID,
   ROOT_CONTEXT,
   type Span,
   SpanKind,
@@ -41,6 +42,33 @@ export function leaseResult(status: number): string {
 }
 
 /**
+ * Whether `tracer` makes spans that go anywhere. The API's no-op tracer (tracing off) answers
+ * spans with an invalid trace id; then the hooks skip span work on every request. A sampler
+ * that drops spans still yields valid ids, which callers' trace context must keep flowing.
+ */
+function tracerIsLive(tracer: Tracer): boolean {
+  const span = tracer.startSpan('discovery tracer check', {}, ROOT_CONTEXT);
+  const live = span.spanContext().traceId !== INVALID_TRACEID;
+  span.end();
+  return live;
+}
+
+/** `counter.labels(...)` children cached by label values: no label hashing per request. */
+function boundChildren<T>(bind: (...values: string[]) => T): (...values: string[]) => T {
+  const cache = new Map<string, T>();
+  return (...values) => {
+    const key = values.join('\u0000');
+    let child = cache.get(key);
+    if (child === undefined) {
+      child = bind(...values);
+      // Routes and methods are a fixed set; status codes a handful: the cache stays small.
+      cache.set(key, child);
+    }
+    return child;
+  };
+}
+
+/**
  * Installs the span, metric and log hooks. Must be installed before auth, so a refused request
  * is traced and counted too.
  */
@@ -60,6 +88,41 @@ export function installTelemetry(
     labelNames: ['method', 'route', 'code'],
   });
 
+  const requestsBy = boundChildren((method, route, code) => requests.labels(method, route, code));
+  const leaseRequestsBy = boundChildren((result) => leaseRequests.labels(result));
+
+  if (tracerIsLive(tracer)) installSpans(app, tracer, propagator);
+  app.addHook('onResponse', (req, reply, done) => {
+    const route = req.routeOptions.url ?? 'unmatched';
+    const status = reply.statusCode;
+    requestsBy(req.method, route, String(status)).inc();
+    if (route === '/v1/leases' && req.method === 'POST') leaseRequestsBy(leaseResult(status)).inc();
+    const otel = req.otel;
+    if (otel) {
+      otel.span.setAttribute('http.response.status_code', status);
+      if (status >= 500) otel.span.setStatus({ code: SpanStatusCode.ERROR });
+      otel.span.end();
+    }
+    if (status >= 500 || log.isLevelEnabled('debug')) {
+      const fields = {
+        method: req.method,
+        route,
+        status,
+        ...(otel ? { ms: Math.round(performance.now() - otel.start) } : {}),
+      };
+      const write = () =>
+        status >= 500
+          ? log.error(fields, 'discovery request failed')
+          : log.debug(fields, 'discovery request');
+      if (otel) context.with(otel.ctx, write);
+      else write();
+    }
+    done();
+  });
+}
+
+/** One server span per request, continuing the caller's W3C trace context. */
+function installSpans(app: FastifyInstance, tracer: Tracer, propagator: W3CTraceContextPropagator): void {
   app.addHook('onRequest', (req, _reply, done) => {
     const route = req.routeOptions.url;
     const parent = propagator.extract(ROOT_CONTEXT, req.headers, defaultTextMapGetter);
@@ -72,28 +135,6 @@ export function installTelemetry(
       parent,
     );
     req.otel = { span, ctx: trace.setSpan(parent, span), start: performance.now() };
-    done();
-  });
-
-  app.addHook('onResponse', (req, reply, done) => {
-    const route = req.routeOptions.url ?? 'unmatched';
-    const status = reply.statusCode;
-    requests.inc({ method: req.method, route, code: String(status) });
-    if (route === '/v1/leases' && req.method === 'POST') leaseRequests.inc({ result: leaseResult(status) });
-    const otel = req.otel;
-    if (otel) {
-      otel.span.setAttribute('http.response.status_code', status);
-      if (status >= 500) otel.span.setStatus({ code: SpanStatusCode.ERROR });
-      otel.span.end();
-      if (status >= 500 || log.isLevelEnabled('debug')) {
-        const fields = { method: req.method, route, status, ms: Math.round(performance.now() - otel.start) };
-        context.with(otel.ctx, () =>
-          status >= 500
-            ? log.error(fields, 'discovery request failed')
-            : log.debug(fields, 'discovery request'),
-        );
-      }
-    }
     done();
   });
 
