@@ -144,6 +144,23 @@ export class DiscoveryClient {
     };
   }
 
+  /**
+   * Reports how proxy `namespace/name` did for `target` without a lease id (for a lease shared by
+   * several requests, or one that ended long ago). Idempotent; releases nothing.
+   */
+  async reportProxy(
+    proxy: { namespace: string; name: string },
+    params: { target?: string; result: ReportResult; cooldownSeconds?: number },
+    opts: CallOptions = {},
+  ): Promise<{ proxy: { namespace: string; name: string }; target: string | null; result: string }> {
+    const body = { proxy: { namespace: proxy.namespace, name: proxy.name }, ...params };
+    return (await this.call('POST', '/v1/reports', body, opts)) as {
+      proxy: { namespace: string; name: string };
+      target: string | null;
+      result: string;
+    };
+  }
+
   private async call(method: string, path: string, body: unknown, opts: CallOptions): Promise<unknown> {
     const headers: Record<string, string> = { accept: 'application/json' };
     if (this.token) headers.authorization = `Bearer ${this.token}`;

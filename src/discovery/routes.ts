@@ -5,6 +5,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Static, TSchema } from 'typebox';
 import type { LeaseStore } from '../lease/store.ts';
+import { normalizeTarget } from '../lease/target.ts';
 import type { NoneLeasableCounts } from '../lease/types.ts';
 import { errorBody } from './errors.ts';
 import { buildOpenApi } from './openapi.ts';
@@ -12,6 +13,7 @@ import {
   type LeaseIdParams,
   type LeaseRequestBody,
   type ProxyListQuery,
+  type ProxyReportRequestBody,
   type RenewRequestBody,
   type ReportRequestBody,
   ROUTES,
@@ -49,7 +51,7 @@ function handlers(leases: LeaseStore): Record<string, Handler> {
           return reply.code(201).send(out.grant);
         }
         return reply.code(409).send({
-          ...errorBody('none_leasable', describeRefusal(out.counts, body.target)),
+          ...errorBody('none_leasable', describeRefusal(out.counts, normalizeTarget(body.target))),
           ...out.counts,
         });
       }),
@@ -73,6 +75,14 @@ function handlers(leases: LeaseStore): Record<string, Handler> {
         if (!leases.report(id, body))
           return reply.code(404).send(errorBody('not_found', 'lease not found or expired'));
         return reply.send({ id, released: body.release !== false });
+      }),
+    reportProxy: (req, reply) =>
+      within(req, () => {
+        const body = req.body as Static<typeof ProxyReportRequestBody>;
+        const { proxy, ...rest } = body;
+        if (!leases.reportProxy({ ...proxy, ...rest }))
+          return reply.code(404).send(errorBody('not_found', 'no such proxy'));
+        return reply.send({ proxy, target: normalizeTarget(body.target) ?? null, result: body.result });
       }),
   };
 }

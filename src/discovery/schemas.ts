@@ -109,6 +109,34 @@ export const ReportResponseBody = Type.Object({
   released: Type.Boolean(),
 });
 
+const ProxyRef = Type.Object(
+  {
+    namespace: Type.String({ minLength: 1, maxLength: 63 }),
+    name: Type.String({ minLength: 1, maxLength: 253 }),
+  },
+  { additionalProperties: false, description: 'The proxy as a grant names it (`proxy.namespace`, `proxy.name`).' },
+);
+
+export const ProxyReportRequestBody = Type.Object(
+  {
+    proxy: ProxyRef,
+    target: Type.Optional(Target),
+    result: ReportRequestBody.properties.result,
+    cooldownSeconds: ReportRequestBody.properties.cooldownSeconds,
+  },
+  {
+    additionalProperties: false,
+    description:
+      'A report about a proxy for a target, without a lease id: for a lease shared by several requests or long ended. `blocked` needs `target`.',
+  },
+);
+
+export const ProxyReportResponseBody = Type.Object({
+  proxy: Type.Object({ namespace: Type.String(), name: Type.String() }),
+  target: Type.Union([Type.String(), Type.Null()], { description: 'Normalised target, or null.' }),
+  result: Type.String(),
+});
+
 const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 
 export const ProxyStatusBody = Type.Object({
@@ -190,6 +218,8 @@ export const NAMED_SCHEMAS: Record<string, TSchema> = {
   RenewResponse: RenewResponseBody,
   ReportRequest: ReportRequestBody,
   ReportResponse: ReportResponseBody,
+  ProxyReportRequest: ProxyReportRequestBody,
+  ProxyReportResponse: ProxyReportResponseBody,
   ProxyStatus: ProxyStatusBody,
   ProxyList: ProxyListBody,
   Health: HealthBody,
@@ -308,6 +338,19 @@ export const ROUTES: RouteDef[] = [
       params: LeaseIdParams,
       body: ReportRequestBody,
       response: { 200: ReportResponseBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
+    },
+  },
+  {
+    method: 'POST',
+    url: '/v1/reports',
+    operationId: 'reportProxy',
+    summary:
+      'Report how a proxy did for a target, by proxy instead of lease id; nothing is released. Idempotent: cooldowns only lengthen.',
+    auth: true,
+    statuses: { 200: 'Recorded.', 404: 'No such proxy.', ...common },
+    schema: {
+      body: ProxyReportRequestBody,
+      response: { 200: ProxyReportResponseBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
     },
   },
 ];

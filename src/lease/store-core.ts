@@ -25,7 +25,7 @@ import type { Selector } from '../runtime/selector.ts';
 import { DEFAULT_MAX_TARGET_COOLDOWNS, TargetCooldowns } from './cooldowns.ts';
 import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
 import { countLease, type Entry, isEligible, newEntry, refusalCounts } from './entry.ts';
-import { checkNamespace, checkSeconds, toSelector } from './input.ts';
+import { checkNamespace, checkReport, checkSeconds, toSelector } from './input.ts';
 import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
 import { issueLeaseCredentials } from './lease-credentials.ts';
 import { IndexedHeap } from './ordered.ts';
@@ -36,7 +36,6 @@ import {
   DEFAULT_TTL_SECONDS,
   type LeaseOutcome,
   type LeaseRequest,
-  MAX_COOLDOWN_SECONDS,
   MAX_TTL_SECONDS,
   type NoneLeasableCounts,
   type ProxyInfo,
@@ -328,25 +327,31 @@ export class LeaseStoreCore {
    * unknown.
    */
   report(id: string, req: ReportRequest): boolean {
-    checkSeconds('cooldownSeconds', req.cooldownSeconds, MAX_COOLDOWN_SECONDS);
-    if (req.result === 'success' && req.cooldownSeconds !== undefined) {
-      throw new LeaseInputError('cooldownSeconds', 'cooldownSeconds applies only to blocked and failed');
-    }
+    checkReport(req);
     this.tick();
     const now = this.clock.now();
     const lease = this.leases.get(id);
     const used = lease ?? this.ended.get(id, now);
     if (!used) return false;
-    const e = used.entry;
-    if (req.result === 'blocked') {
-      if (used.target === undefined) {
-        throw new LeaseInputError(
-          'result',
-          'result "blocked" needs a lease granted for a target; report "failed" for a proxy-wide problem',
-        );
-      }
+    if (req.result === 'blocked' && used.target === undefined) {
+      throw new LeaseInputError(
+        'result',
+        'result "blocked" needs a lease granted for a target; report "failed" for a proxy-wide problem',
+      );
+    }
+    this.applyReport(used.entry, used.target, req, now);
+    if (lease && req.release !== false) this.drop(lease, now);
+    return true;
+  }
+
+  /**
+   * What a report does to a proxy: `blocked` cools it down for `target`, `failed` for everyone
+   * plus a re-probe. Cooldowns only ever lengthen, so a repeated report changes nothing more.
+   */
+  protected applyReport(e: Entry, target: string | undefined, req: ReportRequest, now: number): void {
+    if (req.result === 'blocked' && target !== undefined) {
       const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
-      this.targetCooldowns.set(e, used.target, until);
+      this.targetCooldowns.set(e, target, until);
       this.changeCount++;
     } else if (req.result === 'failed') {
       this.coolDown(e, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);
@@ -356,8 +361,6 @@ export class LeaseStoreCore {
         this.log.warn({ err, proxy: e.key }, 'requestProbe hook failed');
       }
     }
-    if (lease && req.release !== false) this.drop(lease, now);
-    return true;
   }
 
   protected coolDown(e: Entry, until: number): void {

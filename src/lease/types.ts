@@ -106,6 +106,15 @@ export interface ReportRequest {
   release?: boolean;
 }
 
+/** A report naming the proxy (and the target) instead of a lease. */
+export interface ProxyReportRequest {
+  namespace: string;
+  name: string;
+  target?: string;
+  result: ReportResult;
+  cooldownSeconds?: number;
+}
+
 export type NotLeasableReason =
   | 'NotReady'
   | 'Deleting'
