@@ -349,6 +349,12 @@ export class LeaseStoreCore {
    * plus a re-probe. Cooldowns only ever lengthen, so a repeated report changes nothing more.
    */
   protected applyReport(e: Entry, target: string | undefined, req: ReportRequest, now: number): void {
+    if (req.result !== 'success') {
+      // Which site refuses which proxy, and which proxies fail: worth a line each (never the lease id).
+      const cooldownSeconds =
+        req.cooldownSeconds ?? (req.result === 'blocked' ? this.blockedCooldown : this.failedCooldown);
+      this.log.info({ proxy: e.key, target, result: req.result, cooldownSeconds }, 'proxy reported');
+    }
     if (req.result === 'blocked' && target !== undefined) {
       const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
       this.targetCooldowns.set(e, target, until);

@@ -134,7 +134,7 @@ class LeasedProxyMiddleware:
 
     def spider_opened(self, spider):
         self.pool.start()
-        reactor.addSystemEventTrigger("during", "shutdown", self.pool.stop)
+        reactor.addSystemEventTrigger("during", "shutdown", self._stop_pool)
 
     def spider_idle(self, spider):
         # Requests waiting for a proxy sit in the downloader, but say so explicitly: the crawl
@@ -142,8 +142,12 @@ class LeasedProxyMiddleware:
         if self.waiting > 0:
             raise DontCloseSpider("requests are waiting for a leasable proxy")
 
-    @defer.inlineCallbacks
     def spider_closed(self, spider):
+        """Releases every lease the slots hold; the crawl ends once that is done."""
+        return self._release_all()
+
+    @defer.inlineCallbacks
+    def _release_all(self):
         held, self.held = list(self.held.values()), {}
         results = yield defer.DeferredList([self._api(self.client.release, h.lease.id) for h in held], consumeErrors=True)
         for ok, failure in results:
@@ -151,7 +155,11 @@ class LeasedProxyMiddleware:
                 self.stats.inc_value("egress/release")
             else:
                 logger.error("egress: could not release a lease at close: %s", failure.getErrorMessage())
-        self.pool.stop()
+        self._stop_pool()
+
+    def _stop_pool(self):
+        if self.pool.started and not self.pool.joined:
+            self.pool.stop()
 
     # ---- the lease API, off the reactor thread ----
 
