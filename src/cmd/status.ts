@@ -88,7 +88,9 @@ export async function runStatus(flags: StatusFlags): Promise<number> {
     if (flags.output === 'json') process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
     else {
       const target = flags.target ? normalizeTarget(flags.target) : undefined;
-      process.stdout.write(`${rows.length === 0 ? 'no proxies' : formatStatusTable(rows, Date.now(), target)}\n`);
+      process.stdout.write(
+        `${rows.length === 0 ? 'no proxies' : formatStatusTable(rows, Date.now(), target)}\n`,
+      );
     }
     return 0;
   } catch (err) {

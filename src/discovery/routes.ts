@@ -31,6 +31,15 @@ function describeRefusal(c: NoneLeasableCounts, target: string | undefined): str
   );
 }
 
+/** Retry-After without a retryAt: nothing ends by itself, but health and the fleet change. */
+export const POLL_AFTER_SECONDS = 30;
+
+/** Whole seconds until `retryAt` (at least 1), or the polling hint when there is none. */
+export function retryAfterSeconds(retryAt: number | undefined, now: number): number {
+  if (retryAt === undefined) return POLL_AFTER_SECONDS;
+  return Math.max(1, Math.ceil((retryAt - now) / 1000));
+}
+
 function handlers(leases: LeaseStore): Record<string, Handler> {
   return {
     healthz: (_req, reply) => reply.send({ status: 'ok' }),
@@ -50,10 +59,14 @@ function handlers(leases: LeaseStore): Record<string, Handler> {
           req.otel?.span.setAttribute('lease.proxy', `${out.grant.proxy.namespace}/${out.grant.proxy.name}`);
           return reply.code(201).send(out.grant);
         }
-        return reply.code(409).send({
-          ...errorBody('none_leasable', describeRefusal(out.counts, normalizeTarget(body.target))),
-          ...out.counts,
-        });
+        return reply
+          .code(409)
+          .header('retry-after', String(retryAfterSeconds(out.retryAt, leases.now())))
+          .send({
+            ...errorBody('none_leasable', describeRefusal(out.counts, normalizeTarget(body.target))),
+            ...out.counts,
+            retryAt: out.retryAt === undefined ? null : new Date(out.retryAt).toISOString(),
+          });
       }),
     renew: (req, reply) =>
       within(req, () => {

@@ -72,6 +72,10 @@ export const NoneLeasableBody = Type.Object(
     coolingDown: count('…of the healthy, non-draining ones, in a global cooldown.'),
     coolingDownForTarget: count('…of the rest, cooling down for the requested target.'),
     atCapacity: count('…of the rest, holding maxLeases leases.'),
+    retryAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+      description:
+        'Earliest time a matching proxy may become leasable for the target (a cooldown ends, a lease at a full proxy expires); null when none will by itself (nothing matches, or only unready, unhealthy or draining proxies). The `Retry-After` header says the same in seconds (30 when null).',
+    }),
   },
   { description: 'Nothing leasable: the funnel that explains why.' },
 );
@@ -114,7 +118,10 @@ const ProxyRef = Type.Object(
     namespace: Type.String({ minLength: 1, maxLength: 63 }),
     name: Type.String({ minLength: 1, maxLength: 253 }),
   },
-  { additionalProperties: false, description: 'The proxy as a grant names it (`proxy.namespace`, `proxy.name`).' },
+  {
+    additionalProperties: false,
+    description: 'The proxy as a grant names it (`proxy.namespace`, `proxy.name`).',
+  },
 );
 
 export const ProxyReportRequestBody = Type.Object(
@@ -287,7 +294,7 @@ export const ROUTES: RouteDef[] = [
     auth: true,
     statuses: {
       201: 'Granted.',
-      409: 'Nothing leasable; the body explains why.',
+      409: 'Nothing leasable; the body explains why and `retryAt` says when to ask again (also as `Retry-After`).',
       ...common,
       413: 'Body larger than 16 KiB.',
       415: 'Content type is not application/json.',

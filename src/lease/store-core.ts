@@ -9,8 +9,8 @@
  * latency, name). A grant walks the lowest bucket from the front; for a target many proxies cool
  * down for, the view keeps the proxies not cooling for it (lease/view), so the walk does not
  * skip them one by one. Views exist per distinct (namespace, selector) a client asks for
- * (LRU-bounded); the unfiltered view always exists. Cost per grant: O(views + log n). The "why nothing" arithmetic of a refused grant scans the
- * fleet once (O(n)), only on that failure path.
+ * (LRU-bounded); the unfiltered view always exists. Cost per grant: O(views + log n). A refused
+ * grant's arithmetic and its retryAt scan the fleet (O(n)), only on that failure path.
  *
  * Memory is bounded (docs/operations.md): ended cooldowns are purged on the sweep timer, live
  * leases are capped (`maxActiveLeases`, then TooManyLeasesError), per-target cooldowns are
@@ -29,6 +29,7 @@ import { checkNamespace, checkReport, checkSeconds, toSelector } from './input.t
 import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
 import { issueLeaseCredentials } from './lease-credentials.ts';
 import { IndexedHeap } from './ordered.ts';
+import { earliestLeaseEnds, retryAt } from './retry-at.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
 import {
   DEFAULT_BLOCKED_COOLDOWN_SECONDS,
@@ -109,6 +110,11 @@ export class LeaseStoreCore {
     // As many recently ended leases as live ones: one lease's worth of memory each.
     this.ended = new EndedLeases(opts.reportableAfterEndMs ?? REPORTABLE_AFTER_END_MS, this.maxActive);
     this.schedule();
+  }
+
+  /** The store's clock reading: the time its answers (expiresAt, retryAt) are measured in. */
+  now(): number {
+    return this.clock.now();
   }
 
   get maxTtlSeconds(): number {
@@ -233,7 +239,10 @@ export class LeaseStoreCore {
     const now = this.clock.now();
     const view = this.views.get(namespace, selector, this.proxies.values());
     const e = view.pick(target, now);
-    if (!e) return { granted: false, counts: this.explain(namespace, selector, target, now) };
+    if (!e) {
+      const counts = this.explain(namespace, selector, target, now);
+      return { granted: false, counts, retryAt: this.retryAt(namespace, selector, target, now) };
+    }
     this.grantSeq++;
     this.changeCount++;
     this.update(e, () => {
@@ -427,6 +436,17 @@ export class LeaseStoreCore {
       this.views.add(e);
       e.indexed = true;
     }
+  }
+
+  /** When to ask again after a refusal (lease/retry-at); like explain, only on the failure path. */
+  protected retryAt(
+    namespace: string | undefined,
+    selector: Selector | undefined,
+    target: string | undefined,
+    now: number,
+  ): number | undefined {
+    const matching = [...this.proxies.values()].filter((e) => matchesFilter(e, namespace, selector));
+    return retryAt(matching, target, now, earliestLeaseEnds(this.leases.values()));
   }
 
   /** The refusal funnel: scans the fleet, but only on the failure path. */

@@ -95,7 +95,12 @@ export interface NoneLeasableCounts {
 
 export type LeaseOutcome =
   | { granted: true; grant: LeaseGrant }
-  | { granted: false; counts: NoneLeasableCounts };
+  | {
+      granted: false;
+      counts: NoneLeasableCounts;
+      /** Earliest time (ms) a matching proxy may be leasable for the target; undefined: none by itself. */
+      retryAt: number | undefined;
+    };
 
 export type ReportResult = 'success' | 'blocked' | 'failed';
 

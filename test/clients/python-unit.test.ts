@@ -8,7 +8,9 @@ import { PYTHON_CLIENT, requirePython, runPython } from '../support/python.ts';
 describe('clients/python unit tests', () => {
   it('pass under python3 -m unittest', async () => {
     requirePython();
-    const run = await runPython(['-m', 'unittest', 'discover', '-s', 'tests', '-t', '.'], { cwd: PYTHON_CLIENT });
+    const run = await runPython(['-m', 'unittest', 'discover', '-s', 'tests', '-t', '.'], {
+      cwd: PYTHON_CLIENT,
+    });
     expect(run.code, run.output).toBe(0);
     expect(run.output).toMatch(/Ran [1-9]\d* tests/);
   }, 60_000);

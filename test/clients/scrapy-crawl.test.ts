@@ -102,12 +102,18 @@ async function startCrawlOrigin(host: string, tls: boolean, gateFrom = Number.PO
 async function workspaceFor(ports: number[], count: number): Promise<{ ws: Workspace; names: string[] }> {
   const ws = await createWorkspace({ openPorts: ports });
   const providers = readFileSync(ws.providersFile, 'utf8');
-  writeFileSync(ws.providersFile, providers.replace(/^(\s+egressPolicy: \{allowCIDRs: )\["127\.0\.0\.1\/32"\]/m, '$1["127.0.0.0/29"]'));
+  writeFileSync(
+    ws.providersFile,
+    providers.replace(/^(\s+egressPolicy: \{allowCIDRs: )\["127\.0\.0\.1\/32"\]/m, '$1["127.0.0.0/29"]'),
+  );
   const names = ['local-1', 'local-2', 'local-3'];
   const template = readFileSync(join(ws.proxiesDir, 'local-1.yaml'), 'utf8');
   for (let i = 4; i <= count; i++) {
     names.push(`local-${i}`);
-    writeFileSync(join(ws.proxiesDir, `local-${i}.yaml`), template.replace('name: local-1', `name: local-${i}`));
+    writeFileSync(
+      join(ws.proxiesDir, `local-${i}.yaml`),
+      template.replace('name: local-1', `name: local-${i}`),
+    );
   }
   return { ws, names };
 }
@@ -197,7 +203,11 @@ async function crawlAndCheck(opts: { proxies: number; pages: number; restart: bo
 
   if (opts.restart) {
     // Restart while requests are in flight through the proxies (held at the origins).
-    await waitFor(() => plain.origin.held + secure.origin.held >= 4, 'requests in flight at the origins', 120_000);
+    await waitFor(
+      () => plain.origin.held + secure.origin.held >= 4,
+      'requests in flight at the origins',
+      120_000,
+    );
     const first = procs[0] as CliProcess;
     first.signal('SIGTERM');
     expect((await waitFor(() => first.hasExited && first.exited, 'exit after SIGTERM', 60_000)).code).toBe(0);

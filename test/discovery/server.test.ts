@@ -232,11 +232,20 @@ describe('routes', () => {
     const s = await setup({ proxies: [info('a')] });
     const g = await s.call('POST', '/v1/leases', { body: { target: 'shop.example' } });
     await s.call('POST', `/v1/leases/${g.body.id}/report`, { body: { result: 'blocked' } });
-    const res = await s.call('POST', '/v1/leases', { body: { target: 'https://Shop.Example:8443/cart?x=1' } });
+    const res = await s.call('POST', '/v1/leases', {
+      body: { target: 'https://Shop.Example:8443/cart?x=1' },
+    });
     expect(res.status).toBe(409);
     const message = (res.body.error as { message: string }).message;
     expect(message).toContain('1 cooling down for "shop.example"');
     expect(message).not.toContain('cart');
+    // When to come back: the end of that cooldown (600 s by default), in the body and the header.
+    expect(res.body.retryAt).toBe(new Date(s.clock.now() + 600_000).toISOString());
+    expect(res.headers.get('retry-after')).toBe('600');
+    // Nothing would ever match: no retryAt, a polling hint in Retry-After.
+    const none = await s.call('POST', '/v1/leases', { body: { selector: 'pool=asia' } });
+    expect(none.body.retryAt).toBeNull();
+    expect(none.headers.get('retry-after')).toBe('30');
   });
 
   it('a lease shared by several requests takes every sibling report, also after its release', async () => {

@@ -363,7 +363,11 @@ export function forwardHeaders(raw: string[]): [string, string][] {
  * Why the proxy answered instead of the origin: anything but `egress-denied` says the origin
  * failed while the proxy works, so a crawler must not report the proxy `failed` (docs/api.md).
  */
-export type ProxyErrorKind = 'origin-unreachable' | 'origin-unresolvable' | 'origin-timeout' | 'egress-denied';
+export type ProxyErrorKind =
+  | 'origin-unreachable'
+  | 'origin-unresolvable'
+  | 'origin-timeout'
+  | 'egress-denied';
 export const PROXY_ERROR_HEADER = 'X-Proxy-Error';
 
 function marker(kind: ProxyErrorKind): string {
