@@ -77,6 +77,8 @@ export interface OperatorFlags extends CommonFlags {
 export interface StatusFlags {
   server: string;
   token?: string;
+  /** `--target`: leasability and cooldowns for this site. */
+  target?: string;
   output: 'table' | 'json';
 }
 
@@ -355,6 +357,7 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
         server: { type: 'string', short: 's' },
         token: { type: 'string' },
         output: { type: 'string', short: 'o' },
+        target: { type: 'string', short: 't' },
         help: { type: 'boolean', short: 'h' },
       });
       if (values.help) return { command: 'help', topic: 'status' };
@@ -367,7 +370,11 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
         throw new FlagError(`--server: "${server}" must be an http(s) URL`);
       const token = (values.token as string | undefined) ?? process.env.DISCOVERY_TOKEN;
       // A token read from a Secret file usually ends in a newline.
-      return { command: 'status', flags: { server, output, token: token?.trim() || undefined } };
+      const target = (values.target as string | undefined)?.trim() || undefined;
+      return {
+        command: 'status',
+        flags: { server, output, token: token?.trim() || undefined, ...(target ? { target } : {}) },
+      };
     }
     default:
       throw new FlagError(`unknown command "${first}": use standalone, operator or status (see --help)`);

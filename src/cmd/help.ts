@@ -10,7 +10,7 @@ leased to crawlers.
 Usage:
   egress-proxies-operator standalone --config <dir|file> [--state <file>] [flags]
   egress-proxies-operator operator --providers-config <file> [flags]
-  egress-proxies-operator status [--server http://127.0.0.1:8090] [-o table|json]
+  egress-proxies-operator status [--server http://127.0.0.1:8090] [-o table|json] [--target HOST]
   egress-proxies-operator --version
 
 Commands:
@@ -48,7 +48,9 @@ ${'COMMON'}`,
 
   -s, --server <url>     Discovery API of the running operator (default http://127.0.0.1:8090).
       --token <token>    Bearer token (default: $DISCOVERY_TOKEN).
-  -o, --output <fmt>     table (default) or json.`,
+  -o, --output <fmt>     table (default) or json.
+  -t, --target <host>    Leasable or not for this site (host, host:port or URL), and only its
+                         cooldowns; ends with how many proxies it can get now.`,
   common: `Common flags:
       --discovery-bind-address <addr>     Lease / discovery API (standalone 127.0.0.1:8090, operator :8090).
       --metrics-bind-address <addr>       Prometheus /metrics; 0 = off (default 0).

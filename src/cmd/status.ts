@@ -4,6 +4,7 @@
  */
 import { DiscoveryClient } from '../discovery/client.ts';
 import type { ProxySnapshot } from '../lease/store.ts';
+import { normalizeTarget } from '../lease/target.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { StatusFlags } from './flags.ts';
 
@@ -23,8 +24,19 @@ function problemLines(rows: ProxySnapshot[]): string[] {
   return lines.length === 0 ? [] : ['', 'NEEDS ATTENTION', ...lines];
 }
 
-/** Pure: snapshot rows → aligned text table, then the proxies that need attention. */
-export function formatStatusTable(rows: ProxySnapshot[], now = Date.now()): string {
+/** The closing line of `status --target`: what a crawler of that site can get right now. */
+function targetLine(rows: ProxySnapshot[], target: string): string[] {
+  const leasable = rows.filter((r) => r.leasable).length;
+  const cooling = rows.filter((r) => r.reason === 'CoolingDownForTarget').length;
+  return ['', `TARGET ${target}: ${leasable} of ${rows.length} leasable now, ${cooling} cooling down for it`];
+}
+
+/**
+ * Pure: snapshot rows → aligned text table, then the proxies that need attention. With `target`
+ * (normalised, as the API answers it) LEASABLE is for that site, COOLDOWNS shows only its own and
+ * the global ones, and a last line sums up.
+ */
+export function formatStatusTable(rows: ProxySnapshot[], now = Date.now(), target?: string): string {
   const header = [
     'NAMESPACE',
     'NAME',
@@ -39,7 +51,9 @@ export function formatStatusTable(rows: ProxySnapshot[], now = Date.now()): stri
   const lines = rows.map((r) => {
     const cooldowns = [
       ...(r.cooldownUntil ? [`all ${ago(r.cooldownUntil, now)}`] : []),
-      ...r.targetCooldowns.map((c) => `${c.target} ${ago(c.until, now)}`),
+      ...r.targetCooldowns
+        .filter((c) => target === undefined || c.target === target)
+        .map((c) => `${c.target} ${ago(c.until, now)}`),
     ];
     return [
       r.namespace,
@@ -61,7 +75,7 @@ export function formatStatusTable(rows: ProxySnapshot[], now = Date.now()): stri
       .join('  ')
       .trimEnd(),
   );
-  return [...table, ...problemLines(rows)].join('\n');
+  return [...table, ...problemLines(rows), ...(target ? targetLine(rows, target) : [])].join('\n');
 }
 
 export async function runStatus(flags: StatusFlags): Promise<number> {
@@ -70,9 +84,14 @@ export async function runStatus(flags: StatusFlags): Promise<number> {
     ...(flags.token ? { token: flags.token } : {}),
   });
   try {
-    const rows = await client.listProxies();
+    const rows = await client.listProxies(flags.target ? { target: flags.target } : {});
     if (flags.output === 'json') process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
-    else process.stdout.write(`${rows.length === 0 ? 'no proxies' : formatStatusTable(rows)}\n`);
+    else {
+      const target = flags.target ? normalizeTarget(flags.target) : undefined;
+      process.stdout.write(
+        `${rows.length === 0 ? 'no proxies' : formatStatusTable(rows, Date.now(), target)}\n`,
+      );
+    }
     return 0;
   } catch (err) {
     process.stderr.write(`egress-proxies-operator status: ${flags.server}: ${errorMessage(err)}\n`);

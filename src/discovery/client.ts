@@ -55,10 +55,13 @@ export class DiscoveryError extends Error {
 /** 409: nothing matched the request right now; `counts` says why. Retry later or widen the selector. */
 export class NoneLeasableError extends DiscoveryError {
   readonly counts: NoneLeasableCounts;
-  constructor(message: string, counts: NoneLeasableCounts) {
+  /** When something matching may be leasable for the target (RFC 3339); null: nothing will by itself. */
+  readonly retryAt: string | null;
+  constructor(message: string, counts: NoneLeasableCounts, retryAt: string | null = null) {
     super(409, 'none_leasable', message);
     this.name = 'NoneLeasableError';
     this.counts = counts;
+    this.retryAt = retryAt;
   }
 }
 
@@ -144,6 +147,23 @@ export class DiscoveryClient {
     };
   }
 
+  /**
+   * Reports how proxy `namespace/name` did for `target` without a lease id (for a lease shared by
+   * several requests, or one that ended long ago). Idempotent; releases nothing.
+   */
+  async reportProxy(
+    proxy: { namespace: string; name: string },
+    params: { target?: string; result: ReportResult; cooldownSeconds?: number },
+    opts: CallOptions = {},
+  ): Promise<{ proxy: { namespace: string; name: string }; target: string | null; result: string }> {
+    const body = { proxy: { namespace: proxy.namespace, name: proxy.name }, ...params };
+    return (await this.call('POST', '/v1/reports', body, opts)) as {
+      proxy: { namespace: string; name: string };
+      target: string | null;
+      result: string;
+    };
+  }
+
   private async call(method: string, path: string, body: unknown, opts: CallOptions): Promise<unknown> {
     const headers: Record<string, string> = { accept: 'application/json' };
     if (this.token) headers.authorization = `Bearer ${this.token}`;
@@ -172,7 +192,7 @@ export class DiscoveryClient {
       const counts = Object.fromEntries(
         COUNT_KEYS.map((k) => [k, Number(p[k] ?? 0)]),
       ) as unknown as NoneLeasableCounts;
-      throw new NoneLeasableError(message, counts);
+      throw new NoneLeasableError(message, counts, typeof p.retryAt === 'string' ? p.retryAt : null);
     }
     if (res.status === 404 && err?.code === 'not_found' && path.startsWith('/v1/leases/')) {
       throw new LeaseNotFoundError(message);

@@ -5,6 +5,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Static, TSchema } from 'typebox';
 import type { LeaseStore } from '../lease/store.ts';
+import { normalizeTarget } from '../lease/target.ts';
 import type { NoneLeasableCounts } from '../lease/types.ts';
 import { errorBody } from './errors.ts';
 import { buildOpenApi } from './openapi.ts';
@@ -12,6 +13,7 @@ import {
   type LeaseIdParams,
   type LeaseRequestBody,
   type ProxyListQuery,
+  type ProxyReportRequestBody,
   type RenewRequestBody,
   type ReportRequestBody,
   ROUTES,
@@ -27,6 +29,15 @@ function describeRefusal(c: NoneLeasableCounts, target: string | undefined): str
     `${c.draining} draining, ${c.coolingDown} cooling down, ${c.coolingDownForTarget} cooling down for ` +
     `${target ? `"${target}"` : 'the target'}, ${c.atCapacity} at capacity`
   );
+}
+
+/** Retry-After without a retryAt: nothing ends by itself, but health and the fleet change. */
+export const POLL_AFTER_SECONDS = 30;
+
+/** Whole seconds until `retryAt` (at least 1), or the polling hint when there is none. */
+export function retryAfterSeconds(retryAt: number | undefined, now: number): number {
+  if (retryAt === undefined) return POLL_AFTER_SECONDS;
+  return Math.max(1, Math.ceil((retryAt - now) / 1000));
 }
 
 function handlers(leases: LeaseStore): Record<string, Handler> {
@@ -48,10 +59,14 @@ function handlers(leases: LeaseStore): Record<string, Handler> {
           req.otel?.span.setAttribute('lease.proxy', `${out.grant.proxy.namespace}/${out.grant.proxy.name}`);
           return reply.code(201).send(out.grant);
         }
-        return reply.code(409).send({
-          ...errorBody('none_leasable', describeRefusal(out.counts, body.target)),
-          ...out.counts,
-        });
+        return reply
+          .code(409)
+          .header('retry-after', String(retryAfterSeconds(out.retryAt, leases.now())))
+          .send({
+            ...errorBody('none_leasable', describeRefusal(out.counts, normalizeTarget(body.target))),
+            ...out.counts,
+            retryAt: out.retryAt === undefined ? null : new Date(out.retryAt).toISOString(),
+          });
       }),
     renew: (req, reply) =>
       within(req, () => {
@@ -73,6 +88,14 @@ function handlers(leases: LeaseStore): Record<string, Handler> {
         if (!leases.report(id, body))
           return reply.code(404).send(errorBody('not_found', 'lease not found or expired'));
         return reply.send({ id, released: body.release !== false });
+      }),
+    reportProxy: (req, reply) =>
+      within(req, () => {
+        const body = req.body as Static<typeof ProxyReportRequestBody>;
+        const { proxy, ...rest } = body;
+        if (!leases.reportProxy({ ...proxy, ...rest }))
+          return reply.code(404).send(errorBody('not_found', 'no such proxy'));
+        return reply.send({ proxy, target: normalizeTarget(body.target) ?? null, result: body.result });
       }),
   };
 }

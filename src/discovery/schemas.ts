@@ -72,6 +72,10 @@ export const NoneLeasableBody = Type.Object(
     coolingDown: count('…of the healthy, non-draining ones, in a global cooldown.'),
     coolingDownForTarget: count('…of the rest, cooling down for the requested target.'),
     atCapacity: count('…of the rest, holding maxLeases leases.'),
+    retryAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+      description:
+        'Earliest time a matching proxy may become leasable for the target (a cooldown ends, a lease at a full proxy expires); null when none will by itself (nothing matches, or only unready, unhealthy or draining proxies). The `Retry-After` header says the same in seconds (30 when null).',
+    }),
   },
   { description: 'Nothing leasable: the funnel that explains why.' },
 );
@@ -107,6 +111,37 @@ export const ReportRequestBody = Type.Object(
 export const ReportResponseBody = Type.Object({
   id: Type.String(),
   released: Type.Boolean(),
+});
+
+const ProxyRef = Type.Object(
+  {
+    namespace: Type.String({ minLength: 1, maxLength: 63 }),
+    name: Type.String({ minLength: 1, maxLength: 253 }),
+  },
+  {
+    additionalProperties: false,
+    description: 'The proxy as a grant names it (`proxy.namespace`, `proxy.name`).',
+  },
+);
+
+export const ProxyReportRequestBody = Type.Object(
+  {
+    proxy: ProxyRef,
+    target: Type.Optional(Target),
+    result: ReportRequestBody.properties.result,
+    cooldownSeconds: ReportRequestBody.properties.cooldownSeconds,
+  },
+  {
+    additionalProperties: false,
+    description:
+      'A report about a proxy for a target, without a lease id: for a lease shared by several requests or long ended. `blocked` needs `target`.',
+  },
+);
+
+export const ProxyReportResponseBody = Type.Object({
+  proxy: Type.Object({ namespace: Type.String(), name: Type.String() }),
+  target: Type.Union([Type.String(), Type.Null()], { description: 'Normalised target, or null.' }),
+  result: Type.String(),
 });
 
 const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
@@ -190,6 +225,8 @@ export const NAMED_SCHEMAS: Record<string, TSchema> = {
   RenewResponse: RenewResponseBody,
   ReportRequest: ReportRequestBody,
   ReportResponse: ReportResponseBody,
+  ProxyReportRequest: ProxyReportRequestBody,
+  ProxyReportResponse: ProxyReportResponseBody,
   ProxyStatus: ProxyStatusBody,
   ProxyList: ProxyListBody,
   Health: HealthBody,
@@ -257,7 +294,7 @@ export const ROUTES: RouteDef[] = [
     auth: true,
     statuses: {
       201: 'Granted.',
-      409: 'Nothing leasable; the body explains why.',
+      409: 'Nothing leasable; the body explains why and `retryAt` says when to ask again (also as `Retry-After`).',
       ...common,
       413: 'Body larger than 16 KiB.',
       415: 'Content type is not application/json.',
@@ -308,6 +345,19 @@ export const ROUTES: RouteDef[] = [
       params: LeaseIdParams,
       body: ReportRequestBody,
       response: { 200: ReportResponseBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
+    },
+  },
+  {
+    method: 'POST',
+    url: '/v1/reports',
+    operationId: 'reportProxy',
+    summary:
+      'Report how a proxy did for a target, by proxy instead of lease id; nothing is released. Idempotent: cooldowns only lengthen.',
+    auth: true,
+    statuses: { 200: 'Recorded.', 404: 'No such proxy.', ...common },
+    schema: {
+      body: ProxyReportRequestBody,
+      response: { 200: ProxyReportResponseBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
     },
   },
 ];

@@ -41,18 +41,6 @@ export function leaseResult(status: number): string {
   return 'bad_request';
 }
 
-/**
- * Whether `tracer` makes spans that go anywhere. The API's no-op tracer (tracing off) answers
- * spans with an invalid trace id; then the hooks skip span work on every request. A sampler
- * that drops spans still yields valid ids, which callers' trace context must keep flowing.
- */
-function tracerIsLive(tracer: Tracer): boolean {
-  const span = tracer.startSpan('discovery tracer check', {}, ROOT_CONTEXT);
-  const live = span.spanContext().traceId !== INVALID_TRACEID;
-  span.end();
-  return live;
-}
-
 /** `counter.labels(...)` children cached by label values: no label hashing per request. */
 function boundChildren<T>(bind: (...values: string[]) => T): (...values: string[]) => T {
   const cache = new Map<string, T>();
@@ -91,7 +79,7 @@ export function installTelemetry(
   const requestsBy = boundChildren((method, route, code) => requests.labels(method, route, code));
   const leaseRequestsBy = boundChildren((result) => leaseRequests.labels(result));
 
-  if (tracerIsLive(tracer)) installSpans(app, tracer, propagator);
+  installSpans(app, tracer, propagator);
   app.addHook('onResponse', (req, reply, done) => {
     const route = req.routeOptions.url ?? 'unmatched';
     const status = reply.statusCode;
@@ -121,9 +109,16 @@ export function installTelemetry(
   });
 }
 
-/** One server span per request, continuing the caller's W3C trace context. */
+/**
+ * One server span per request, continuing the caller's W3C trace context. The API's no-op tracer
+ * (tracing off) answers the first span with an invalid trace id; from then on requests skip span
+ * work altogether. A sampler that drops spans still yields valid ids, and callers' trace context
+ * keeps flowing through them.
+ */
 function installSpans(app: FastifyInstance, tracer: Tracer, propagator: W3CTraceContextPropagator): void {
+  let live = true;
   app.addHook('onRequest', (req, _reply, done) => {
+    if (!live) return done();
     const route = req.routeOptions.url;
     const parent = propagator.extract(ROOT_CONTEXT, req.headers, defaultTextMapGetter);
     const span = tracer.startSpan(
@@ -134,6 +129,11 @@ function installSpans(app: FastifyInstance, tracer: Tracer, propagator: W3CTrace
       },
       parent,
     );
+    if (span.spanContext().traceId === INVALID_TRACEID) {
+      live = false;
+      span.end();
+      return done();
+    }
     req.otel = { span, ctx: trace.setSpan(parent, span), start: performance.now() };
     done();
   });

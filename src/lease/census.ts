@@ -84,10 +84,10 @@ export class Census {
   }
 
   /**
-   * The funnel for `target`. A target not tallied yet is tallied from `entries` (those of this
-   * view: every counted entry matching it) once; later refusals for it cost O(1).
+   * The funnel for `target`. A target not tallied yet is tallied from `entries` (every counted
+   * entry of this view) once; later refusals for it cost O(1).
    */
-  funnel(target: string | undefined, entries: () => Iterable<[Entry, Standing]>): NoneLeasableCounts {
+  funnel(target: string | undefined, entries: () => Iterable<Entry>): NoneLeasableCounts {
     const ready = this.matching - this.by.notReady;
     const healthy = ready - this.by.unhealthy;
     const tally =
@@ -103,7 +103,7 @@ export class Census {
     };
   }
 
-  private tallyFor(target: string, entries: () => Iterable<[Entry, Standing]>): Tally {
+  private tallyFor(target: string, entries: () => Iterable<Entry>): Tally {
     let t = this.tallies.get(target);
     if (t) {
       this.tallies.delete(target);
@@ -111,10 +111,10 @@ export class Census {
       return t;
     }
     t = { cooling: 0, coolingAtCapacity: 0 };
-    for (const [e, s] of entries()) {
-      if (!reachesTargetRule(s) || !e.targetUntil.has(target)) continue;
+    for (const e of entries()) {
+      if (!reachesTargetRule(e.standing) || !e.targetUntil.has(target)) continue;
       t.cooling++;
-      if (s === 'atCapacity') t.coolingAtCapacity++;
+      if (e.standing === 'atCapacity') t.coolingAtCapacity++;
     }
     this.tallies.set(target, t);
     if (this.tallies.size > MAX_TALLIES) {

@@ -4,11 +4,20 @@
  */
 import { parseSelector, type Selector, SelectorError } from '../runtime/selector.ts';
 import { LeaseInputError } from './target.ts';
+import { MAX_COOLDOWN_SECONDS, type ReportRequest } from './types.ts';
 
 export function checkSeconds(field: string, value: number | undefined, max: number): void {
   if (value === undefined) return;
   if (!Number.isInteger(value) || value < 1 || value > max) {
     throw new LeaseInputError(field, `${field} must be an integer from 1 to ${max}`);
+  }
+}
+
+/** The fields of a report every kind of report checks the same way. */
+export function checkReport(req: ReportRequest): void {
+  checkSeconds('cooldownSeconds', req.cooldownSeconds, MAX_COOLDOWN_SECONDS);
+  if (req.result === 'success' && req.cooldownSeconds !== undefined) {
+    throw new LeaseInputError('cooldownSeconds', 'cooldownSeconds applies only to blocked and failed');
   }
 }
 

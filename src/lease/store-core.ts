@@ -11,7 +11,8 @@
  * skip them one by one. Views exist per distinct (namespace, selector) a client asks for
  * (LRU-bounded); the unfiltered view always exists. Cost per grant: O(views + log n). A refused
  * grant's "why nothing" counts come from each view's census (lease/census), kept as proxies
- * change: O(1), after one walk the first time a view is refused for a target.
+ * change: O(1), after one walk the first time a view is refused for a target; its retryAt
+ * (lease/retry-at) walks the view's proxies once and is kept until anything in the store changes.
  *
  * Memory is bounded (docs/operations.md): ended cooldowns are purged on the sweep timer, live
  * leases are capped (`maxActiveLeases`, then TooManyLeasesError), per-target cooldowns are
@@ -26,10 +27,11 @@ import { standingOf } from './census.ts';
 import { DEFAULT_MAX_TARGET_COOLDOWNS, TargetCooldowns } from './cooldowns.ts';
 import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
 import { countLease, type Entry, newEntry } from './entry.ts';
-import { checkNamespace, checkSeconds, toSelector } from './input.ts';
+import { checkNamespace, checkReport, checkSeconds, toSelector } from './input.ts';
 import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
 import { issueLeaseCredentials } from './lease-credentials.ts';
 import { IndexedHeap } from './ordered.ts';
+import { earliestLeaseEnds, retryAt } from './retry-at.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
 import {
   DEFAULT_BLOCKED_COOLDOWN_SECONDS,
@@ -37,12 +39,11 @@ import {
   DEFAULT_TTL_SECONDS,
   type LeaseOutcome,
   type LeaseRequest,
-  MAX_COOLDOWN_SECONDS,
   MAX_TTL_SECONDS,
   type ProxyInfo,
   type ReportRequest,
 } from './types.ts';
-import { ViewSet } from './view.ts';
+import { type View, ViewSet } from './view.ts';
 
 export { LeaseInputError } from './target.ts';
 
@@ -86,6 +87,8 @@ export class LeaseStoreCore {
   protected readonly restored = new Map<string, Entry>();
   /** Bumped on every decision a checkpoint must carry; lets a checkpointer skip idle rounds. */
   protected changeCount = 0;
+  /** Bumped on every change to an entry or a cooldown; with changeCount, whether anything changed. */
+  private updates = 0;
   protected grantSeq = 0;
   protected timer: TimerHandle | undefined;
   protected closed = false;
@@ -106,11 +109,19 @@ export class LeaseStoreCore {
     this.targetCooldowns = new TargetCooldowns(
       opts.maxTargetCooldowns ?? DEFAULT_MAX_TARGET_COOLDOWNS,
       opts.onCooldownEvicted ?? (() => {}),
-      (e, target, sign) => this.views.cooling(e, target, sign),
+      (e, target, sign) => {
+        this.updates++;
+        this.views.cooling(e, target, sign);
+      },
     );
     // As many recently ended leases as live ones: one lease's worth of memory each.
     this.ended = new EndedLeases(opts.reportableAfterEndMs ?? REPORTABLE_AFTER_END_MS, this.maxActive);
     this.schedule();
+  }
+
+  /** The store's clock reading: the time its answers (expiresAt, retryAt) are measured in. */
+  now(): number {
+    return this.clock.now();
   }
 
   get maxTtlSeconds(): number {
@@ -235,7 +246,10 @@ export class LeaseStoreCore {
     const now = this.clock.now();
     const view = this.views.get(namespace, selector, this.proxies.values());
     const e = view.pick(target, now);
-    if (!e) return { granted: false, counts: view.refusal(target, this.proxies.values()) };
+    if (!e) {
+      const counts = view.refusal(target, this.proxies.values());
+      return { granted: false, counts, retryAt: this.retryAt(view, target, now) };
+    }
     this.grantSeq++;
     this.changeCount++;
     this.update(e, () => {
@@ -329,25 +343,37 @@ export class LeaseStoreCore {
    * unknown.
    */
   report(id: string, req: ReportRequest): boolean {
-    checkSeconds('cooldownSeconds', req.cooldownSeconds, MAX_COOLDOWN_SECONDS);
-    if (req.result === 'success' && req.cooldownSeconds !== undefined) {
-      throw new LeaseInputError('cooldownSeconds', 'cooldownSeconds applies only to blocked and failed');
-    }
+    checkReport(req);
     this.tick();
     const now = this.clock.now();
     const lease = this.leases.get(id);
     const used = lease ?? this.ended.get(id, now);
     if (!used) return false;
-    const e = used.entry;
-    if (req.result === 'blocked') {
-      if (used.target === undefined) {
-        throw new LeaseInputError(
-          'result',
-          'result "blocked" needs a lease granted for a target; report "failed" for a proxy-wide problem',
-        );
-      }
+    if (req.result === 'blocked' && used.target === undefined) {
+      throw new LeaseInputError(
+        'result',
+        'result "blocked" needs a lease granted for a target; report "failed" for a proxy-wide problem',
+      );
+    }
+    this.applyReport(used.entry, used.target, req, now);
+    if (lease && req.release !== false) this.drop(lease, now);
+    return true;
+  }
+
+  /**
+   * What a report does to a proxy: `blocked` cools it down for `target`, `failed` for everyone
+   * plus a re-probe. Cooldowns only ever lengthen, so a repeated report changes nothing more.
+   */
+  protected applyReport(e: Entry, target: string | undefined, req: ReportRequest, now: number): void {
+    if (req.result !== 'success') {
+      // Which site refuses which proxy, and which proxies fail: worth a line each (never the lease id).
+      const cooldownSeconds =
+        req.cooldownSeconds ?? (req.result === 'blocked' ? this.blockedCooldown : this.failedCooldown);
+      this.log.info({ proxy: e.key, target, result: req.result, cooldownSeconds }, 'proxy reported');
+    }
+    if (req.result === 'blocked' && target !== undefined) {
       const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
-      this.targetCooldowns.set(e, used.target, until);
+      this.targetCooldowns.set(e, target, until);
       this.changeCount++;
     } else if (req.result === 'failed') {
       this.coolDown(e, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);
@@ -357,8 +383,6 @@ export class LeaseStoreCore {
         this.log.warn({ err, proxy: e.key }, 'requestProbe hook failed');
       }
     }
-    if (lease && req.release !== false) this.drop(lease, now);
-    return true;
   }
 
   protected coolDown(e: Entry, until: number): void {
@@ -414,6 +438,7 @@ export class LeaseStoreCore {
    * afterwards.
    */
   protected update(e: Entry, mutate: () => void): void {
+    this.updates++;
     if (e.indexed) {
       this.views.remove(e);
       e.indexed = false;
@@ -431,5 +456,15 @@ export class LeaseStoreCore {
       this.views.add(e);
       e.indexed = true;
     }
+  }
+
+  /**
+   * When to ask again after a refusal (lease/retry-at). One walk of the view's proxies and
+   * leases, kept for repeated refusals until anything in the store changes.
+   */
+  protected retryAt(view: View, target: string | undefined, now: number): number | undefined {
+    return view.retryAt(target, this.changeCount + this.updates, () =>
+      retryAt(view.counted(this.proxies.values()), target, now, earliestLeaseEnds(this.leases.values())),
+    );
   }
 }

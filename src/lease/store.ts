@@ -7,12 +7,12 @@
  */
 import { LEASE_STATE_VERSION, type LeaseState, type ProxyRecord } from './durable.ts';
 import { countLease, type Entry, newEntry, snapshotOf } from './entry.ts';
-import { checkNamespace, toSelector } from './input.ts';
+import { checkNamespace, checkReport, toSelector } from './input.ts';
 import type { Lease } from './lease.ts';
 import { leaseIdOfUser, passwordMatches } from './lease-credentials.ts';
 import { LeaseStoreCore } from './store-core.ts';
-import { normalizeTarget } from './target.ts';
-import type { ProxySnapshot, SnapshotFilter } from './types.ts';
+import { LeaseInputError, normalizeTarget } from './target.ts';
+import type { ProxyReportRequest, ProxySnapshot, SnapshotFilter } from './types.ts';
 import { matchesFilter } from './view.ts';
 
 export {
@@ -34,6 +34,7 @@ export {
   type NoneLeasableCounts,
   type NotLeasableReason,
   type ProxyInfo,
+  type ProxyReportRequest,
   type ProxySnapshot,
   type ReportRequest,
   type ReportResult,
@@ -56,6 +57,24 @@ export class LeaseStore extends LeaseStoreCore {
     return out.sort((a, b) =>
       a.namespace === b.namespace ? (a.name < b.name ? -1 : 1) : a.namespace < b.namespace ? -1 : 1,
     );
+  }
+
+  /**
+   * A report about a proxy rather than a lease (`POST /v1/reports`): for crawlers whose lease is
+   * shared or long gone. Same effects as a lease report, nothing released; idempotent, since
+   * cooldowns only lengthen. Returns false when no such proxy is known.
+   */
+  reportProxy(req: ProxyReportRequest): boolean {
+    checkReport(req);
+    const target = normalizeTarget(req.target);
+    if (req.result === 'blocked' && target === undefined) {
+      throw new LeaseInputError('target', 'result "blocked" needs the target that blocked the proxy');
+    }
+    this.tick();
+    const e = this.proxies.get(`${req.namespace}/${req.name}`);
+    if (!e) return false;
+    this.applyReport(e, target, req, this.clock.now());
+    return true;
   }
 
   /**

@@ -95,7 +95,12 @@ export interface NoneLeasableCounts {
 
 export type LeaseOutcome =
   | { granted: true; grant: LeaseGrant }
-  | { granted: false; counts: NoneLeasableCounts };
+  | {
+      granted: false;
+      counts: NoneLeasableCounts;
+      /** Earliest time (ms) a matching proxy may be leasable for the target; undefined: none by itself. */
+      retryAt: number | undefined;
+    };
 
 export type ReportResult = 'success' | 'blocked' | 'failed';
 
@@ -104,6 +109,15 @@ export interface ReportRequest {
   cooldownSeconds?: number;
   /** Default true. */
   release?: boolean;
+}
+
+/** A report naming the proxy (and the target) instead of a lease. */
+export interface ProxyReportRequest {
+  namespace: string;
+  name: string;
+  target?: string;
+  result: ReportResult;
+  cooldownSeconds?: number;
 }
 
 export type NotLeasableReason =

@@ -86,6 +86,8 @@ export class View {
   private readonly members = new Set<Entry>();
   /** Per-target views, in LRU order (oldest first). */
   private readonly targets = new Map<string, TargetView>();
+  /** The last retryAt per target ('' = none) and the store revision it was computed at, in LRU order. */
+  private readonly retryAts = new Map<string, { revision: number; at: number | undefined }>();
   private readonly hotSkips: number;
 
   constructor(
@@ -132,8 +134,31 @@ export class View {
     return this.census.funnel(target, () => this.counted(fleet));
   }
 
-  private *counted(fleet: Iterable<Entry>): Iterable<[Entry, Standing]> {
-    for (const e of fleet) if (e.standing !== undefined && this.matches(e)) yield [e, e.standing];
+  /** The entries of `fleet` this view counts: in the store and matching the filter. */
+  *counted(fleet: Iterable<Entry>): Iterable<Entry> {
+    for (const e of fleet) if (e.standing !== undefined && this.matches(e)) yield e;
+  }
+
+  /**
+   * A refusal's retryAt for `target`: `compute`d once per store `revision` (any change to the
+   * store makes a new one), so a burst of refusals with nothing changing in between walks once.
+   */
+  retryAt(
+    target: string | undefined,
+    revision: number,
+    compute: () => number | undefined,
+  ): number | undefined {
+    const key = target ?? '';
+    const known = this.retryAts.get(key);
+    if (known?.revision === revision) return known.at;
+    const at = compute();
+    this.retryAts.delete(key);
+    this.retryAts.set(key, { revision, at });
+    if (this.retryAts.size > MAX_TARGET_VIEWS) {
+      const oldest = this.retryAts.keys().next().value;
+      if (oldest !== undefined) this.retryAts.delete(oldest);
+    }
+    return at;
   }
 
   /** The next entry to grant, in grant order, skipping entries cooling down for `target`. */

@@ -72,6 +72,10 @@ describe('command line', () => {
     expect(fails(['standalone', '-c', 'x', '--log-format', 'xml'])).toMatch(/--log-format/);
     expect(fails(['launch'])).toMatch(/unknown command "launch"/);
     expect(fails(['status', '-o', 'yaml'])).toMatch(/--output: "yaml"/);
+    expect(parseCommandLine(['status', '--target', 'shop.example'])).toMatchObject({
+      command: 'status',
+      flags: { target: 'shop.example' },
+    });
   });
 
   it('turns provider checks off with 0 and defaults the timeout from the interval', () => {

@@ -58,4 +58,27 @@ describe('status table', () => {
     expect(lines.every((l) => l.indexOf('eu-') === col || l.startsWith('NAMESPACE'))).toBe(true);
     expect(text).not.toMatch(/password|@/);
   });
+
+  it('--target: leasability for that site, only its cooldowns, and a closing count', () => {
+    const text = formatStatusTable(
+      [
+        row({
+          targetCooldowns: [
+            { target: 'other.example', until: '2026-12-02T10:05:00Z' },
+            { target: 'shop.example', until: '2026-12-02T10:10:00Z' },
+          ],
+          leasable: false,
+          reason: 'CoolingDownForTarget',
+        }),
+        row({ name: 'eu-2', targetCooldowns: [{ target: 'other.example', until: '2026-12-02T10:05:00Z' }] }),
+      ],
+      now,
+      'shop.example',
+    );
+    const lines = text.split('\n');
+    expect(lines[1]).toMatch(/no \(CoolingDownForTarget\)\s+shop\.example 10m$/);
+    expect(lines[2]).toMatch(/eu-2\s+.*\s+yes\s+-$/);
+    expect(text).not.toContain('other.example');
+    expect(lines.at(-1)).toBe('TARGET shop.example: 1 of 2 leasable now, 1 cooling down for it');
+  });
 });

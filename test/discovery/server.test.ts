@@ -228,6 +228,72 @@ describe('routes', () => {
     );
   });
 
+  it('the 409 message names the target as normalised, not as sent', async () => {
+    const s = await setup({ proxies: [info('a')] });
+    const g = await s.call('POST', '/v1/leases', { body: { target: 'shop.example' } });
+    await s.call('POST', `/v1/leases/${g.body.id}/report`, { body: { result: 'blocked' } });
+    const res = await s.call('POST', '/v1/leases', {
+      body: { target: 'https://Shop.Example:8443/cart?x=1' },
+    });
+    expect(res.status).toBe(409);
+    const message = (res.body.error as { message: string }).message;
+    expect(message).toContain('1 cooling down for "shop.example"');
+    expect(message).not.toContain('cart');
+    // When to come back: the end of that cooldown (600 s by default), in the body and the header.
+    expect(res.body.retryAt).toBe(new Date(s.clock.now() + 600_000).toISOString());
+    expect(res.headers.get('retry-after')).toBe('600');
+    // Nothing would ever match: no retryAt, a polling hint in Retry-After.
+    const none = await s.call('POST', '/v1/leases', { body: { selector: 'pool=asia' } });
+    expect(none.body.retryAt).toBeNull();
+    expect(none.headers.get('retry-after')).toBe('30');
+  });
+
+  it('a lease shared by several requests takes every sibling report, also after its release', async () => {
+    const s = await setup({ proxies: [info('a')] });
+    const g = await s.call('POST', '/v1/leases', { body: { target: 'shop.example' } });
+    const first = await s.call('POST', `/v1/leases/${g.body.id}/report`, { body: { result: 'blocked' } });
+    expect(first.body).toEqual({ id: g.body.id, released: true });
+    // The siblings that used the same lease report after it was released: accepted, not 404.
+    for (const result of ['blocked', 'success', 'blocked']) {
+      const late = await s.call('POST', `/v1/leases/${g.body.id}/report`, { body: { result } });
+      expect(late.status).toBe(200);
+    }
+    expect(s.leases.activeLeases()).toBe(0);
+  });
+
+  it('POST /v1/reports reports by proxy and target: idempotent, releases nothing', async () => {
+    const s = await setup({ proxies: [info('a'), info('b')] });
+    const g = await s.call('POST', '/v1/leases', { body: { target: 'shop.example' } });
+    const proxy = { namespace: 'crawl', name: (g.body.proxy as { name: string }).name };
+    const body = { proxy, target: 'https://Shop.Example/x', result: 'blocked', cooldownSeconds: 120 };
+    const first = await s.call('POST', '/v1/reports', { body });
+    expect(first).toMatchObject({ status: 200, body: { proxy, target: 'shop.example', result: 'blocked' } });
+    const snap = () => s.leases.snapshot({ target: 'shop.example' }).find((p) => p.name === proxy.name);
+    const until = snap()?.targetCooldowns[0]?.until;
+    expect(Date.parse(until ?? '') - s.clock.now()).toBe(120_000);
+    // The same report again (a retry after a lost answer) changes nothing.
+    expect((await s.call('POST', '/v1/reports', { body })).status).toBe(200);
+    expect(snap()?.targetCooldowns).toEqual([{ target: 'shop.example', until }]);
+    expect(s.leases.activeLeases()).toBe(1);
+    // failed cools the proxy for everyone and asks for a probe; no target needed.
+    const failed = await s.call('POST', '/v1/reports', { body: { proxy, result: 'failed' } });
+    expect(failed.body).toEqual({ proxy, target: null, result: 'failed' });
+    expect(s.probes).toEqual([`crawl/${proxy.name}`]);
+    // Refusals name the field and change nothing.
+    const noTarget = await s.call('POST', '/v1/reports', { body: { proxy, result: 'blocked' } });
+    expect(noTarget).toMatchObject({ status: 400, body: { error: { field: 'target' } } });
+    const unknown = await s.call('POST', '/v1/reports', {
+      body: { proxy: { namespace: 'crawl', name: 'nope' }, target: 'x.example', result: 'blocked' },
+    });
+    expect(unknown).toMatchObject({ status: 404, body: { error: { code: 'not_found' } } });
+    const extra = await s.call('POST', '/v1/reports', {
+      body: { proxy: { ...proxy, url: 'http://u:p@h:1' }, target: 'x.example', result: 'blocked' },
+    });
+    expect(extra).toMatchObject({ status: 400, body: { error: { field: 'proxy.url' } } });
+    const cooled = s.leases.snapshot().flatMap((p) => p.targetCooldowns.map((c) => c.target));
+    expect(cooled).toEqual(['shop.example']);
+  });
+
   it('unknown routes are 404 in the error envelope', async () => {
     const s = await setup();
     const res = await s.call('GET', '/v2/nothing');
@@ -442,6 +508,7 @@ describe('observability', () => {
       '/v1/leases/{id}/renew',
       '/v1/leases/{id}/report',
       '/v1/proxies',
+      '/v1/reports',
     ]);
     expect(Object.keys(doc.paths['/v1/leases']!.post!.responses).sort()).toEqual(
       ['201', '400', '401', '409', '413', '415', '503'].sort(),

@@ -184,6 +184,24 @@ class Model {
     };
   }
 
+  /** The earliest time a matching proxy is leasable by time alone: cooldown ends, expiries at full proxies. */
+  retryAt(ns: string | undefined, sel: number | undefined, target: string | undefined): number | undefined {
+    const now = this.clock.now();
+    const times = this.matching(ns, sel).flatMap((p) => {
+      const reason = this.reason(p, target);
+      if (reason !== 'CoolingDown' && reason !== 'CoolingDownForTarget' && reason !== 'AtCapacity') return [];
+      const ends = [now, p.globalUntil];
+      const forTarget = target === undefined ? 0 : (p.targetUntil.get(target) ?? 0);
+      if (forTarget > now) ends.push(forTarget);
+      if (p.maxLeases > 0 && p.active >= p.maxLeases) {
+        const expiries = [...this.leases.values()].filter((l) => l.proxy === p).map((l) => l.expiresAt);
+        ends.push(Math.min(...expiries));
+      }
+      return [Math.max(...ends)];
+    });
+    return times.length === 0 ? undefined : Math.min(...times);
+  }
+
   snapshot(ns: string | undefined, sel: number | undefined, target: string | undefined): ProxySnapshot[] {
     const now = this.clock.now();
     const iso = (ms: number) => new Date(ms).toISOString();
@@ -380,7 +398,11 @@ function step(store: LeaseStore, model: Model, ids: string[], o: Op): void {
       const want = model.pick(ns, o.sel, target);
       if (!want) {
         stats.refusals++;
-        expect(got).toEqual({ granted: false, counts: model.counts(ns, o.sel, target) });
+        expect(got).toEqual({
+          granted: false,
+          counts: model.counts(ns, o.sel, target),
+          retryAt: model.retryAt(ns, o.sel, target),
+        });
         return;
       }
       stats.grants++;

@@ -276,12 +276,14 @@ describe('local provider', () => {
     socket.destroy();
   });
 
-  it('answers 502 when the tunnel target refuses and 400 for a malformed target', async () => {
+  it('answers 502 marked origin-unreachable when the tunnel target refuses, 400 for a malformed target', async () => {
     const p = await make();
     const inst = await p.create(ctx(), req('px-502'));
     const auth = basic(creds.username, creds.password);
     const refused = await rawConnect(inst.port!, `127.0.0.1:${refusing}`, auth);
     expect(refused.status).toBe(502);
+    // The mark tells a crawler that the origin failed, not this proxy (docs/api.md).
+    expect(refused.head).toMatch(/\r\nX-Proxy-Error: origin-unreachable\r\n/i);
     refused.socket.destroy();
     const bad = await rawConnect(inst.port!, 'no-port-here', auth);
     expect(bad.status).toBe(400);
@@ -290,6 +292,7 @@ describe('local provider', () => {
       headers: { 'Proxy-Authorization': auth },
     });
     expect(http502.status).toBe(502);
+    expect(http502.headers['x-proxy-error']).toBe('origin-unreachable');
   });
 
   it('answers 504 when the tunnel target does not accept within the connect timeout', async () => {
@@ -304,6 +307,7 @@ describe('local provider', () => {
       const started = Date.now();
       const r = await rawConnect(proxy.port, '203.0.113.9:443', basic(creds.username, creds.password));
       expect(r.status).toBe(504);
+      expect(r.head).toMatch(/\r\nX-Proxy-Error: origin-timeout\r\n/i);
       expect(Date.now() - started).toBeGreaterThanOrEqual(100);
       r.socket.destroy();
     } finally {

@@ -6,7 +6,8 @@ import { squidConfig } from '../../src/provider/squid/config.ts';
 /**
  * The fixtures pin the bytes every provider installs (first written by the per-provider builders
  * the shared squid/ module replaced). They change only on purpose: the default egress policy
- * added its http_access rules; anything else showing up here is an accident.
+ * added its http_access rules, the origin-failure header its two lines (docs/api.md); anything else
+ * showing up here is an accident.
  */
 const fixture = (name: string) => readFileSync(new URL(`./fixtures/squid/${name}`, import.meta.url), 'utf8');
 

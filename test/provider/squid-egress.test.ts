@@ -78,6 +78,18 @@ async function connectStatus(port: number, target: string, withAuth = true): Pro
   return Number(buf.split(' ')[1]);
 }
 
+/** Status and X-Proxy-Error of a plain-HTTP request through the proxy. */
+async function proxyErrorVia(port: number, url: string): Promise<[number, string | undefined]> {
+  const dispatcher = new ProxyAgent({ uri: `http://127.0.0.1:${port}`, token: auth });
+  try {
+    const res = await fetch(url, { dispatcher });
+    await res.arrayBuffer();
+    return [res.status, res.headers.get('x-proxy-error') ?? undefined];
+  } finally {
+    await dispatcher.close();
+  }
+}
+
 async function fetchVia(port: number, url: string): Promise<number> {
   const dispatcher = new ProxyAgent({
     uri: `http://127.0.0.1:${port}`,
@@ -98,14 +110,16 @@ describe('generated Squid config: egress policy, run for real', () => {
   let http: Origin;
   let byDefault: RunningSquid;
   let lab: RunningSquid;
+  let dead: number;
 
   beforeAll(async () => {
     tls = await startTlsOrigin({ defaultStatus: 204 });
     http = await startHttpOrigin({ defaultStatus: 200 });
+    dead = await closedPort();
     // connectPorts name the origins' ports so that only the address rule is under test.
     [byDefault, lab] = await Promise.all([
       runSquid({ connectPorts: [tls.port] }),
-      runSquid({ allowCIDRs: ['127.0.0.1/32'], connectPorts: [tls.port, http.port] }),
+      runSquid({ allowCIDRs: ['127.0.0.1/32'], connectPorts: [tls.port, http.port, dead] }),
     ]);
   });
   afterAll(async () => {
@@ -151,5 +165,15 @@ describe('generated Squid config: egress policy, run for real', () => {
     // Absolute-form requests are http:// only.
     expect(await statusViaProxy(lab.port, `ftp://127.0.0.1:${http.port}/`, auth)).toBe(403);
     await expect.poll(() => lab.stdout()).toMatch(/TCP_DENIED\/403/);
+  });
+
+  it('marks an origin that cannot be reached, so a crawler does not blame the proxy', async () => {
+    const [status, marker] = await proxyErrorVia(lab.port, `http://127.0.0.1:${dead}/`);
+    expect(status).toBeGreaterThanOrEqual(502);
+    expect(marker).toBe('origin-unreachable');
+    // A CONNECT to it is answered by the proxy too (a 5xx, not a dropped connection).
+    expect(await connectStatus(lab.port, `127.0.0.1:${dead}`)).toBeGreaterThanOrEqual(502);
+    // What the origin itself answers is passed on unmarked.
+    expect(await proxyErrorVia(lab.port, `${http.baseUrl}/status/403`)).toEqual([403, undefined]);
   });
 });

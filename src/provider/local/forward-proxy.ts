@@ -188,10 +188,10 @@ export class ForwardProxy {
       if (d.allowed) return this.tunnel(client, head, d.address, target.port, req.url ?? '');
       if (d.reason === 'unresolvable') {
         this.log.debug({ target: req.url, err: d.error }, 'tunnel target did not resolve');
-        return endRaw(client, 502, 'Bad Gateway');
+        return endRaw(client, 502, 'Bad Gateway', [marker('origin-unresolvable')]);
       }
       this.denied(req.url ?? '', d.reason);
-      endRaw(client, 403, 'Forbidden');
+      endRaw(client, 403, 'Forbidden', [marker('egress-denied')]);
     });
   }
 
@@ -209,7 +209,7 @@ export class ForwardProxy {
     const timer = setTimeout(() => {
       upstream.destroy();
       this.log.debug({ target }, 'tunnel connect timed out');
-      endRaw(client, 504, 'Gateway Timeout');
+      endRaw(client, 504, 'Gateway Timeout', [marker('origin-timeout')]);
     }, this.connectTimeoutMs);
     upstream.once('connect', () => {
       clearTimeout(timer);
@@ -236,7 +236,7 @@ export class ForwardProxy {
       clearTimeout(timer);
       if (!established) {
         this.log.debug({ target, err }, 'tunnel connect failed');
-        endRaw(client, 502, 'Bad Gateway');
+        endRaw(client, 502, 'Bad Gateway', [marker('origin-unreachable')]);
       } else {
         client.destroy();
       }
@@ -275,10 +275,10 @@ export class ForwardProxy {
       if (d.allowed) return this.forward(req, res, url, d.address, port, path);
       if (d.reason === 'unresolvable') {
         this.log.debug({ target: url.host, err: d.error }, 'forwarding target did not resolve');
-        return plain(res, 502, 'origin unreachable');
+        return plain(res, 502, 'origin unreachable', 'origin-unresolvable');
       }
       this.denied(url.host, d.reason);
-      plain(res, 403, 'destination not allowed by the egress policy');
+      plain(res, 403, 'destination not allowed by the egress policy', 'egress-denied');
     });
   }
 
@@ -321,7 +321,8 @@ export class ForwardProxy {
     upReq.on('error', (err) => {
       this.log.debug({ target: url.host, err }, 'forwarding failed');
       if (res.headersSent) res.destroy();
-      else plain(res, timedOut ? 504 : 502, timedOut ? 'origin connect timed out' : 'origin unreachable');
+      else if (timedOut) plain(res, 504, 'origin connect timed out', 'origin-timeout');
+      else plain(res, 502, 'origin unreachable', 'origin-unreachable');
     });
     // The client going away mid-request must not leave the origin request running.
     res.on('close', () => {
@@ -358,9 +359,28 @@ export function forwardHeaders(raw: string[]): [string, string][] {
   return out;
 }
 
-function plain(res: http.ServerResponse, status: number, body: string): void {
+/**
+ * Why the proxy answered instead of the origin: anything but `egress-denied` says the origin
+ * failed while the proxy works, so a crawler must not report the proxy `failed` (docs/api.md).
+ */
+export type ProxyErrorKind =
+  | 'origin-unreachable'
+  | 'origin-unresolvable'
+  | 'origin-timeout'
+  | 'egress-denied';
+export const PROXY_ERROR_HEADER = 'X-Proxy-Error';
+
+function marker(kind: ProxyErrorKind): string {
+  return `${PROXY_ERROR_HEADER}: ${kind}`;
+}
+
+function plain(res: http.ServerResponse, status: number, body: string, kind?: ProxyErrorKind): void {
   res
-    .writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' })
+    .writeHead(status, {
+      'Content-Type': 'text/plain; charset=utf-8',
+      Connection: 'close',
+      ...(kind ? { [PROXY_ERROR_HEADER]: kind } : {}),
+    })
     .end(`${body}\n`);
 }
 

@@ -26,6 +26,21 @@ export const NCSA_AUTH_HELPER = '/usr/lib/squid/basic_ncsa_auth';
  */
 export const DEFAULT_MAX_FILE_DESCRIPTORS = 4096;
 export const SQUID_AUTH_REALM = 'egress-proxies-operator';
+/**
+ * Squid's errors for an origin it could not reach or that broke off: the proxy itself works, so
+ * its answer carries `X-Proxy-Error: origin-unreachable` and the crawler must not report it
+ * `failed`. (A CONNECT refused this way is a 503 whose headers most clients never show.)
+ */
+export const ORIGIN_FAILURES = [
+  'ERR_CONNECT_FAIL',
+  'ERR_DNS_FAIL',
+  'ERR_READ_TIMEOUT',
+  'ERR_READ_ERROR',
+  'ERR_WRITE_ERROR',
+  'ERR_ZERO_SIZE_OBJECT',
+  'ERR_SECURE_CONNECT_FAIL',
+  'ERR_GATEWAY_FAILURE',
+];
 
 interface ProfileLayout {
   htpasswd: string;
@@ -139,6 +154,10 @@ export function squidConfig(opts: SquidConfigOptions): string {
     'netdb_filename none',
     'pinger_enable off',
     `coredump_dir ${layout.coredumpDir}`,
+    '',
+    '# Tell a crawler that the origin failed, not the proxy (docs/api.md, "What to report").',
+    `acl origin_failure squid_error ${ORIGIN_FAILURES.join(' ')}`,
+    'reply_header_add X-Proxy-Error "origin-unreachable" origin_failure',
     '',
     '# Do not announce the proxy or the client to origins.',
     'via off',

@@ -1,0 +1,42 @@
+"""egress_proxies — lease proxies from egress-proxies-operator (docs/api.md, docs/scrapy.md).
+
+`LeaseClient` is a blocking, standard-library client; `egress_proxies.scrapy_middleware` holds
+the Scrapy downloader middleware (imported on its own, so this package needs no Scrapy).
+"""
+
+from .client import (
+    ApiUnreachable,
+    DiscoveryError,
+    Lease,
+    LeaseClient,
+    LeaseNotFound,
+    NoneLeasable,
+)
+from .outcome import (
+    DENIED,
+    LEASE_ENDED,
+    ORIGIN_FAULT,
+    PROXY_ERROR_HEADER,
+    PROXY_FAULT,
+    UNKNOWN,
+    classify_exception,
+    status_fault,
+)
+
+__all__ = [
+    "ApiUnreachable",
+    "DiscoveryError",
+    "Lease",
+    "LeaseClient",
+    "LeaseNotFound",
+    "NoneLeasable",
+    "DENIED",
+    "LEASE_ENDED",
+    "ORIGIN_FAULT",
+    "PROXY_ERROR_HEADER",
+    "PROXY_FAULT",
+    "UNKNOWN",
+    "classify_exception",
+    "status_fault",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,357 @@
+"""egress_proxies.scrapy_middleware — a Scrapy downloader middleware that sends every request
+through a proxy leased from egress-proxies-operator (settings and behaviour: docs/scrapy.md).
+
+One lease per download slot (per site by default), taken and renewed under a per-slot lock so
+concurrent requests share it; the lease each request used travels in `request.meta`, so a
+report always names the proxy that carried it. Lease API calls are blocking calls of
+LeaseClient run on a small thread pool of our own, and every wait (backoff, `retryAt`) is a
+reactor timer: the reactor never blocks.
+"""
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional
+from urllib.parse import urlparse
+
+from scrapy import signals
+from scrapy.exceptions import DontCloseSpider, IgnoreRequest, NotConfigured
+from twisted.internet import defer, reactor, task, threads
+from twisted.python.threadpool import ThreadPool
+
+from .client import ApiUnreachable, DiscoveryError, Lease, LeaseClient, LeaseNotFound, NoneLeasable, wait_for_retry
+from .outcome import (
+    DENIED,
+    LEASE_ENDED,
+    ORIGIN_FAULT,
+    PROXY_ERROR_HEADER,
+    PROXY_FAULT,
+    backoff_delays,
+    classify_exception,
+    header_getter,
+    retry_after_seconds,
+    status_fault,
+)
+
+logger = logging.getLogger(__name__)
+
+META_LEASE = "egress_lease"
+META_SKIP = "egress_skip"
+META_BLOCKED = "egress_blocked_times"
+META_FAILED = "egress_failed_times"
+
+
+class NoProxyAvailable(IgnoreRequest):
+    """No proxy could be leased for the request within EGRESS_MAX_WAIT (or the API stayed away)."""
+
+
+@dataclass
+class EgressSettings:
+    api_url: str
+    token: Optional[str]
+    selector: Optional[str]
+    namespace: Optional[str]
+    ttl: int
+    blocked_statuses: frozenset
+    blocked_cooldown: Optional[int]
+    blocked_retries: int
+    rate_limit_statuses: frozenset
+    rate_limit_cooldown: int
+    rate_limit_max_cooldown: int
+    failed_cooldown: Optional[int]
+    failed_retries: int
+    max_wait: float
+    poll_interval: float
+    api_timeout: float
+    api_retry_for: float
+    api_threads: int
+
+    @classmethod
+    def from_settings(cls, s) -> "EgressSettings":
+        url = s.get("EGRESS_API_URL")
+        if not url:
+            raise NotConfigured("EGRESS_API_URL is not set")
+        opt_int = lambda name, default: None if s.get(name, default) is None else s.getint(name, default)  # noqa: E731
+        return cls(
+            api_url=url,
+            token=s.get("EGRESS_API_TOKEN"),
+            selector=s.get("EGRESS_SELECTOR"),
+            namespace=s.get("EGRESS_NAMESPACE"),
+            ttl=s.getint("EGRESS_LEASE_TTL", 300),
+            blocked_statuses=frozenset(int(x) for x in s.getlist("EGRESS_BLOCKED_STATUSES", [403])),
+            blocked_cooldown=opt_int("EGRESS_BLOCKED_COOLDOWN", 120),
+            blocked_retries=s.getint("EGRESS_BLOCKED_RETRIES", 3),
+            rate_limit_statuses=frozenset(int(x) for x in s.getlist("EGRESS_RATE_LIMIT_STATUSES", [429])),
+            rate_limit_cooldown=s.getint("EGRESS_RATE_LIMIT_COOLDOWN", 30),
+            rate_limit_max_cooldown=s.getint("EGRESS_RATE_LIMIT_MAX_COOLDOWN", 300),
+            failed_cooldown=opt_int("EGRESS_FAILED_COOLDOWN", None),
+            failed_retries=s.getint("EGRESS_FAILED_RETRIES", 5),
+            max_wait=s.getfloat("EGRESS_MAX_WAIT", 600.0),
+            poll_interval=s.getfloat("EGRESS_POLL_INTERVAL", 5.0),
+            api_timeout=s.getfloat("EGRESS_API_TIMEOUT", 10.0),
+            api_retry_for=s.getfloat("EGRESS_API_RETRY_FOR", 120.0),
+            api_threads=s.getint("EGRESS_API_THREADS", 4),
+        )
+
+
+@dataclass
+class _Held:
+    lease: Lease
+    renew_at: float
+
+
+def slot_key(request) -> str:
+    """The download slot Scrapy puts the request in (its `download_slot`, else the host)."""
+    return request.meta.get("download_slot") or (urlparse(request.url).hostname or "")
+
+
+def _sleep(seconds: float) -> defer.Deferred:
+    return task.deferLater(reactor, max(0.0, seconds), lambda: None)
+
+
+class LeasedProxyMiddleware:
+    def __init__(self, crawler, cfg: EgressSettings, client: Optional[LeaseClient] = None):
+        self.crawler = crawler
+        self.cfg = cfg
+        self.stats = crawler.stats
+        # One attempt per call: retries and their waits happen on the reactor (_api).
+        self.client = client or LeaseClient(cfg.api_url, token=cfg.token, timeout=cfg.api_timeout, retry_for=0)
+        self.held: Dict[str, _Held] = {}
+        self.locks: Dict[str, defer.DeferredLock] = {}
+        self.waiting = 0
+        self.pool = ThreadPool(minthreads=0, maxthreads=cfg.api_threads, name="egress-lease-api")
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        mw = cls(crawler, EgressSettings.from_settings(crawler.settings))
+        crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(mw.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(mw.spider_closed, signal=signals.spider_closed)
+        return mw
+
+    # ---- signals ----
+
+    def spider_opened(self, spider):
+        self.pool.start()
+        reactor.addSystemEventTrigger("during", "shutdown", self._stop_pool)
+
+    def spider_idle(self, spider):
+        # Requests waiting for a proxy sit in the downloader, but say so explicitly: the crawl
+        # is not over while any of them waits.
+        if self.waiting > 0:
+            raise DontCloseSpider("requests are waiting for a leasable proxy")
+
+    def spider_closed(self, spider):
+        """Releases every lease the slots hold; the crawl ends once that is done."""
+        return self._release_all()
+
+    @defer.inlineCallbacks
+    def _release_all(self):
+        held, self.held = list(self.held.values()), {}
+        results = yield defer.DeferredList([self._api(self.client.release, h.lease.id) for h in held], consumeErrors=True)
+        for ok, failure in results:
+            if ok:
+                self.stats.inc_value("egress/release")
+            else:
+                logger.error("egress: could not release a lease at close: %s", failure.getErrorMessage())
+        self._stop_pool()
+
+    def _stop_pool(self):
+        if self.pool.started and not self.pool.joined:
+            self.pool.stop()
+
+    # ---- the lease API, off the reactor thread ----
+
+    @defer.inlineCallbacks
+    def _api(self, fn, *args, **kwargs):
+        """fn(*args) on our thread pool; retried with backoff on the reactor while the API is unreachable."""
+        deadline = time.monotonic() + self.cfg.api_retry_for
+        delays = backoff_delays()
+        while True:
+            try:
+                result = yield threads.deferToThreadPool(reactor, self.pool, fn, *args, **kwargs)
+                return result
+            except ApiUnreachable as err:
+                delay = max(next(delays), err.retry_after or 0.0)
+                if time.monotonic() + delay > deadline:
+                    raise
+                self.stats.inc_value("egress/api_retry")
+                yield _sleep(delay)
+
+    # ---- requests ----
+
+    @defer.inlineCallbacks
+    def process_request(self, request, spider):
+        if request.meta.get(META_SKIP):
+            return None
+        slot = slot_key(request)
+        lease = yield self._slot_lease(slot, request, time.time())
+        request.meta["proxy"] = lease.proxy_url
+        request.meta[META_LEASE] = {
+            "id": lease.id,
+            "namespace": lease.namespace,
+            "name": lease.name,
+            "target": lease.target,
+            "slot": slot,
+        }
+        return None
+
+    @defer.inlineCallbacks
+    def _slot_lease(self, slot: str, request, since: float):
+        lock = self.locks.setdefault(slot, defer.DeferredLock())
+        yield lock.acquire()
+        try:
+            held = self.held.get(slot)
+            if held and time.time() >= held.renew_at:
+                held = yield self._renew(slot, held)
+            if held:
+                return held.lease
+            lease = yield self._take(slot, request, since)
+            return lease
+        finally:
+            lock.release()
+
+    @defer.inlineCallbacks
+    def _renew(self, slot: str, held: _Held):
+        try:
+            yield self._api(self.client.renew, held.lease.id, self.cfg.ttl)
+        except LeaseNotFound:
+            self.held.pop(slot, None)
+            self.stats.inc_value("egress/lease_expired")
+            return None
+        held.renew_at = time.time() + self.cfg.ttl * 2 / 3
+        self.stats.inc_value("egress/renew")
+        return held
+
+    @defer.inlineCallbacks
+    def _take(self, slot: str, request, since: float):
+        """A new lease for the slot; waits (as timers) while none is leasable, up to EGRESS_MAX_WAIT."""
+        target = urlparse(request.url).hostname or None
+        while True:
+            try:
+                lease = yield self._api(self.client.lease, target, self.cfg.selector, self.cfg.namespace, self.cfg.ttl)
+            except NoneLeasable as refused:
+                delay = wait_for_retry(refused, time.time())
+                if delay is None:
+                    # Nothing would become leasable by itself; proxies may still come (health, a restart).
+                    delay = self.cfg.poll_interval
+                waited = time.time() - since
+                if waited + delay > self.cfg.max_wait:
+                    self.stats.inc_value("egress/no_proxy")
+                    logger.error("egress: no proxy leasable for %s after %.0f s, dropping %s: %s", slot, waited, request, refused)
+                    raise NoProxyAvailable(f"no proxy leasable for {slot} within {self.cfg.max_wait:.0f} s: {refused}")
+                self.stats.inc_value("egress/wait")
+                self.waiting += 1
+                try:
+                    yield _sleep(delay)
+                finally:
+                    self.waiting -= 1
+                continue
+            except ApiUnreachable as err:
+                self.stats.inc_value("egress/no_proxy")
+                logger.error("egress: lease API unreachable for %.0f s, dropping %s: %s", self.cfg.api_retry_for, request, err)
+                raise NoProxyAvailable(f"lease API unreachable: {err}") from err
+            self.held[slot] = _Held(lease, time.time() + self.cfg.ttl * 2 / 3)
+            self.stats.inc_value("egress/lease")
+            return lease
+
+    # ---- outcomes ----
+
+    def process_response(self, request, response, spider):
+        info = request.meta.get(META_LEASE)
+        if not info:
+            return response
+        get = header_getter(response.headers)
+        fault = status_fault(response.status, get(PROXY_ERROR_HEADER))
+        if fault == LEASE_ENDED:
+            return self._lease_ended(request, info)
+        if fault in (ORIGIN_FAULT, DENIED):
+            self.stats.inc_value("egress/origin_error" if fault == ORIGIN_FAULT else "egress/denied")
+            return response
+        if response.status in self.cfg.rate_limit_statuses:
+            wanted = retry_after_seconds(get("Retry-After"))
+            cooldown = self.cfg.rate_limit_cooldown if wanted is None else wanted
+            cooldown = int(min(max(math.ceil(cooldown), 1), self.cfg.rate_limit_max_cooldown))
+            self.stats.inc_value("egress/rate_limited")
+            return self._blocked(request, response, info, cooldown)
+        if response.status in self.cfg.blocked_statuses:
+            return self._blocked(request, response, info, self.cfg.blocked_cooldown)
+        self.stats.inc_value("egress/response")
+        return response
+
+    def process_exception(self, request, exception, spider):
+        info = request.meta.get(META_LEASE)
+        if not info:
+            return None
+        kind = classify_exception(exception)
+        if kind == PROXY_FAULT:
+            return self._proxy_failed(request, info, exception)
+        if kind == LEASE_ENDED:
+            return self._lease_ended(request, info)
+        self.stats.inc_value({ORIGIN_FAULT: "egress/origin_error", DENIED: "egress/denied"}.get(kind, "egress/error"))
+        return None  # not the proxy's doing: Scrapy's RetryMiddleware and errbacks decide
+
+    @defer.inlineCallbacks
+    def _blocked(self, request, response, info, cooldown: Optional[int]):
+        self.stats.inc_value("egress/blocked")
+        self.stats.inc_value(f"egress/blocked/{response.status}")
+        self._forget(info)
+        yield self._report(request, info, "blocked", cooldown)
+        times = request.meta.get(META_BLOCKED, 0)
+        if times >= self.cfg.blocked_retries:
+            self.stats.inc_value("egress/blocked_gave_up")
+            logger.warning("egress: %s blocked %d times (%d), giving up", request.url, times + 1, response.status)
+            return response
+        return self._again(request, META_BLOCKED)
+
+    @defer.inlineCallbacks
+    def _proxy_failed(self, request, info, exception):
+        self.stats.inc_value("egress/failed")
+        self._forget(info)
+        yield self._report(request, info, "failed", self.cfg.failed_cooldown)
+        times = request.meta.get(META_FAILED, 0)
+        if times >= self.cfg.failed_retries:
+            self.stats.inc_value("egress/failed_gave_up")
+            logger.error("egress: %s failed through %d proxies, last %s: %s", request.url, times + 1, _name(info), exception)
+            return None
+        yield _sleep(min(10.0, 0.5 * 2**times))
+        return self._again(request, META_FAILED)
+
+    def _lease_ended(self, request, info):
+        self.stats.inc_value("egress/lease_ended")
+        self._forget(info)
+        self._api(self.client.release, info["id"]).addErrback(lambda f: logger.warning("egress: release failed: %s", f.getErrorMessage()))
+        return self._again(request, META_FAILED)
+
+    def _forget(self, info) -> None:
+        """Stops handing out the lease the request used (a sibling may have replaced it already)."""
+        held = self.held.get(info["slot"])
+        if held and held.lease.id == info["id"]:
+            del self.held[info["slot"]]
+
+    @defer.inlineCallbacks
+    def _report(self, request, info, result: str, cooldown: Optional[int]):
+        host = urlparse(request.url).hostname
+        try:
+            if info["target"] is None or (host or "").lower() == info["target"]:
+                yield self._api(self.client.report, info["id"], result, cooldown)
+            else:
+                # The slot's lease was taken for another host of the slot: report this host.
+                yield self._api(self.client.report_proxy, info["namespace"], info["name"], result, host, cooldown)
+                yield self._api(self.client.release, info["id"])
+        except DiscoveryError as err:
+            self.stats.inc_value("egress/report_error")
+            logger.error("egress: could not report %s for %s via %s: %s", result, host, _name(info), err)
+
+    def _again(self, request, counter: str):
+        retry = request.replace(dont_filter=True)
+        retry.meta[counter] = request.meta.get(counter, 0) + 1
+        for key in (META_LEASE, "proxy", "_auth_proxy"):
+            retry.meta.pop(key, None)
+        retry.headers.pop(b"Proxy-Authorization", None)
+        return retry
+
+
+def _name(info) -> str:
+    return f"{info['namespace']}/{info['name']}"
