@@ -182,7 +182,8 @@ describe('dashboard in Chromium', () => {
   it('writes a screenshot for the docs', async () => {
     const path =
       process.env.DASHBOARD_SCREENSHOT ?? join(mkdtempSync(join(tmpdir(), 'dashboard-')), 'dashboard.png');
-    await page.locator('#fleet .spark').first().waitFor({ timeout: 20_000 });
+    // A line needs two history steps (10 s each): the chart really draws the history.
+    await page.locator('#fleet .spark polyline').first().waitFor({ timeout: 45_000 });
     await page.screenshot({ path, fullPage: true });
     const png = readFileSync(path);
     expect(png.subarray(1, 4).toString('latin1')).toBe('PNG');
