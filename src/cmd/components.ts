@@ -7,6 +7,8 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Registry } from 'prom-client';
 import type { CredentialsResolver } from '../api/credentials.ts';
 import { createProxyReconciler } from '../controller/reconciler.ts';
+import { type DashboardAssets, loadDashboardAssets } from '../dashboard/assets.ts';
+import { Dashboard } from '../dashboard/dashboard.ts';
 import { LeaseAuthority } from '../discovery/authority.ts';
 import { OrphanGC } from '../gc/gc.ts';
 import { EgressIpChecker } from '../health/egress.ts';
@@ -16,7 +18,7 @@ import { leaseEvictionCounter, registerLeaseMetrics } from '../lease/metrics.ts'
 import { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
-import { registerProxyPhaseGauge } from '../metrics/fleet.ts';
+import { registerHealthyProxiesGauge, registerProxyPhaseGauge } from '../metrics/fleet.ts';
 import { LOCAL_ID_PREFIX } from '../provider/local/index.ts';
 import type { ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor } from '../providerhealth/monitor.ts';
@@ -47,6 +49,8 @@ export interface Components extends Shared {
   queue: WorkQueue;
   gc: OrphanGC;
   monitor: ProviderHealthMonitor;
+  dashboard: Dashboard;
+  dashboardAssets: DashboardAssets;
 }
 
 /** The control loops and services over the store and providers; nothing runs yet. */
@@ -92,6 +96,7 @@ export function buildComponents(shared: Shared): Components {
   });
   registerLeaseMetrics(registry, leases);
   registerProxyPhaseGauge(registry, store.proxies);
+  registerHealthyProxiesGauge(registry, store.proxies);
 
   const reconciler = createProxyReconciler({
     store,
@@ -149,7 +154,29 @@ export function buildComponents(shared: Shared): Components {
     registry,
   });
 
-  return { ...shared, health, leases, egress, authority, checkpointer, reconciler, queue, gc, monitor };
+  // The web page (docs/dashboard.md): samples the stores on the leader, served by discovery.
+  const dashboard = new Dashboard({ leases, store, clock });
+  let dashboardAssets: DashboardAssets;
+  try {
+    dashboardAssets = loadDashboardAssets();
+  } catch (err) {
+    throw new StartupError(`dashboard: ${errorMessage(err)}`, { cause: err });
+  }
+
+  return {
+    ...shared,
+    health,
+    leases,
+    egress,
+    authority,
+    checkpointer,
+    reconciler,
+    queue,
+    gc,
+    monitor,
+    dashboard,
+    dashboardAssets,
+  };
 }
 
 /** Hands every component to the manager; returns where the discovery API listens once started. */

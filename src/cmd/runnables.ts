@@ -1,3 +1,4 @@
+import { registerDashboardRoutes } from '../dashboard/routes.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
 import { startLeaseFeed } from '../lease/feed.ts';
 import { startMetricsServer } from '../metrics/server.ts';
@@ -42,6 +43,7 @@ export function addRunnables(
     monitor,
     egress,
     authority,
+    dashboard,
   } = c;
   const { store } = mode;
   let discovery: DiscoveryServer | undefined;
@@ -58,6 +60,7 @@ export function addRunnables(
         registry,
         tracer,
         authority,
+        extraRoutes: (app) => registerDashboardRoutes(app, dashboard, c.dashboardAssets),
       });
       mode.advertiseDiscovery?.(discovery.url);
       log.info({ url: discovery.url }, 'discovery API listening');
@@ -112,6 +115,8 @@ export function addRunnables(
       }
     }),
   );
+  // Samples on the leader, where leases and cooldowns live; standbys forward /v1/dashboard/*.
+  manager.add(service('dashboard', true, (signal) => dashboard.run(signal)));
   manager.add(service('orphan-gc', true, (signal) => gc.start(signal)));
   manager.add(service('provider-health', true, (signal) => monitor.start(signal)));
   if (egress) {

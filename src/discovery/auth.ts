@@ -5,10 +5,7 @@
 import { hash as oneShotHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { errorBody } from './errors.ts';
-import { ROUTES } from './schemas.ts';
-
-/** Routes served without the bearer token (liveness and the built-in probe target). */
-const PUBLIC_ROUTES = new Set(ROUTES.filter((r) => !r.auth).map((r) => r.url));
+import { isPublicRoute } from './public.ts';
 
 function hash(s: string): Buffer {
   return oneShotHash('sha256', s, 'buffer');
@@ -58,8 +55,7 @@ export function discoveryTokenFromEnv(env: NodeJS.ProcessEnv): string | undefine
 /** Answers 401 to a request on a non-public route without the right bearer token. */
 export function installBearerAuth(app: FastifyInstance, tokenHash: Buffer): void {
   app.addHook('onRequest', (req, reply, done) => {
-    const route = req.routeOptions.url;
-    if (route !== undefined && PUBLIC_ROUTES.has(route)) return done();
+    if (isPublicRoute(req)) return done();
     const given = bearerToken(req.headers.authorization);
     if (given !== undefined && timingSafeEqual(hash(given), tokenHash)) return done();
     reply

@@ -7,10 +7,7 @@
 import { isIP } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { errorBody } from './errors.ts';
-import { ROUTES } from './schemas.ts';
-
-/** Routes that reveal nothing (liveness, the probe target) answer whatever the Host. */
-const PUBLIC_ROUTES = new Set(ROUTES.filter((r) => !r.auth).map((r) => r.url));
+import { isPublicRoute } from './public.ts';
 
 /** The host part of a Host header: brackets and port dropped, lowercase, no trailing dot. */
 export function hostOfHeader(header: string | undefined): string | undefined {
@@ -49,8 +46,7 @@ export function installHostGuard(
   // `.example.svc` admits every name under it (Service names of a namespace).
   const suffixes = [...allowed].filter((h) => h.startsWith('.'));
   app.addHook('onRequest', (req, reply, done) => {
-    const route = req.routeOptions.url;
-    if (route !== undefined && PUBLIC_ROUTES.has(route)) return done();
+    if (isPublicRoute(req)) return done();
     const host = hostOfHeader(req.headers.host);
     if (
       host !== undefined &&

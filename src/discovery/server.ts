@@ -5,7 +5,7 @@
  */
 import type { AddressInfo } from 'node:net';
 import { type Tracer, trace } from '@opentelemetry/api';
-import Fastify from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { LeaseStore } from '../lease/store.ts';
@@ -53,6 +53,8 @@ export interface DiscoveryServerOptions {
    * standby forwards `/v1/*` to the leader and answers 503 no_leader while none is known.
    */
   authority?: LeaseAuthority;
+  /** More routes behind the same auth, Host guard and telemetry (the dashboard, src/dashboard). */
+  extraRoutes?: (app: FastifyInstance) => void;
 }
 
 export interface DiscoveryServer {
@@ -105,6 +107,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
   installErrorHandling(app, log, BODY_LIMIT_BYTES);
   if (opts.authority) installAuthority(app, opts.authority, { log, tls: opts.tls });
   registerRoutes(app, opts.leases);
+  opts.extraRoutes?.(app);
 
   await app.listen({ host, port });
   const url = reachableUrl(app.server.address() as AddressInfo, opts.tls ? 'https' : 'http');

@@ -1,12 +1,15 @@
 /**
- * metrics/fleet — `proxy_operator_proxies{phase}`, counted from the Proxy cache at every scrape
- * so it can neither drift nor keep series for deleted objects (see docs/operations.md).
+ * metrics/fleet — `proxy_operator_proxies{phase}` and `proxy_operator_proxies_healthy`, counted
+ * from the Proxy cache at every scrape so they can neither drift nor keep series for deleted
+ * objects (see docs/operations.md).
  */
 import type { Gauge, Registry } from 'prom-client';
+import { isConditionTrue } from '../api/conditions.ts';
 import { PROXY_PHASES, type ProxyObject } from '../api/proxy.ts';
 import { registerScrapeGauge, type ScrapeSample } from './scrape.ts';
 
 export const PROXIES_METRIC = 'proxy_operator_proxies';
+export const HEALTHY_PROXIES_METRIC = 'proxy_operator_proxies_healthy';
 
 /**
  * Registers the per-phase Proxy gauge over `proxies.list()` (the store's synchronous cache
@@ -25,4 +28,25 @@ export function registerProxyPhaseGauge(
     }
     return [...counts].map(([phase, n]): ScrapeSample<'phase'> => [{ phase }, n]);
   });
+}
+
+/**
+ * Registers the count of Proxies whose `Healthy` condition is True (the health engine writes it
+ * on every verdict change), so a dashboard can set healthy against Ready.
+ */
+export function registerHealthyProxiesGauge(
+  registry: Registry,
+  proxies: { list(): readonly ProxyObject[] },
+): Gauge<never> {
+  return registerScrapeGauge(
+    registry,
+    HEALTHY_PROXIES_METRIC,
+    'Proxies whose Healthy condition is True.',
+    [],
+    () => {
+      let healthy = 0;
+      for (const p of proxies.list()) if (isConditionTrue(p.status?.conditions, 'Healthy')) healthy++;
+      return [[{}, healthy]];
+    },
+  );
 }

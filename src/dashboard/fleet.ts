@@ -1,0 +1,115 @@
+/**
+ * dashboard/fleet — the fleet as the dashboard shows it: each lease-store snapshot joined with
+ * its Proxy (pool label, provider, egress IP), Proxies the lease store has not seen yet, the
+ * totals and the pools. Fields are picked one by one, so nothing secret can ride along.
+ */
+import { isConditionTrue } from '../api/conditions.ts';
+import type { ProxyObject } from '../api/proxy.ts';
+import type { ProxySnapshot } from '../lease/types.ts';
+import { providerOf } from './object-events.ts';
+import type { FleetRow, FleetTotals, PoolSummary } from './web/types.ts';
+
+/** The label that names a proxy's pool (ProxyPools set it on the Proxies they own). */
+export const POOL_LABEL = 'crawl.example.com/pool';
+
+/**
+ * Where pools come from: by default every distinct pool label is a pool. A ProxyPool-aware
+ * lister can replace it (and list pools that have no proxy yet).
+ */
+export type PoolLister = (rows: readonly FleetRow[]) => PoolSummary[];
+
+function address(host: string | null | undefined, port: number | null | undefined): string | null {
+  if (!host) return null;
+  return port ? `${host.includes(':') ? `[${host}]` : host}:${port}` : host;
+}
+
+export function fleetRow(
+  snapshot: ProxySnapshot | undefined,
+  proxy: ProxyObject | undefined,
+): FleetRow | undefined {
+  const namespace = snapshot?.namespace ?? proxy?.metadata.namespace;
+  const name = snapshot?.name ?? proxy?.metadata.name;
+  if (namespace === undefined || name === undefined) return undefined;
+  return {
+    key: `${namespace}/${name}`,
+    namespace,
+    name,
+    pool: proxy?.metadata.labels?.[POOL_LABEL] ?? null,
+    provider: proxy ? providerOf(proxy) : null,
+    phase: snapshot?.phase ?? proxy?.status?.phase ?? 'Pending',
+    healthy: snapshot ? snapshot.healthy : isConditionTrue(proxy?.status?.conditions, 'Healthy'),
+    draining: snapshot?.draining ?? false,
+    deleting: snapshot?.deleting ?? proxy?.metadata.deletionTimestamp !== undefined,
+    leasable: snapshot?.leasable ?? false,
+    reason: snapshot ? snapshot.reason : 'NotReady',
+    latencyMillis: snapshot?.latencyMillis ?? null,
+    activeLeases: snapshot?.activeLeases ?? 0,
+    maxLeases: snapshot?.maxLeases ?? proxy?.spec.maxLeases ?? 0,
+    cooldownUntil: snapshot?.cooldownUntil ?? null,
+    targetCooldowns: snapshot
+      ? [...snapshot.targetCooldowns].sort((a, b) => (a.until < b.until ? -1 : 1))
+      : [],
+    egressIP: proxy?.status?.egressIP ?? null,
+    address: snapshot
+      ? address(snapshot.host, snapshot.port)
+      : address(proxy?.status?.address, proxy?.status?.port),
+    problem: snapshot?.problem ? `${snapshot.problem.reason}: ${snapshot.problem.message}` : null,
+  };
+}
+
+/** Rows for every proxy either side knows, sorted by namespace/name. */
+export function fleetRows(snapshots: readonly ProxySnapshot[], proxies: readonly ProxyObject[]): FleetRow[] {
+  const byKey = new Map<string, ProxyObject>();
+  for (const p of proxies) byKey.set(`${p.metadata.namespace ?? ''}/${p.metadata.name}`, p);
+  const rows: FleetRow[] = [];
+  for (const s of snapshots) {
+    const key = `${s.namespace}/${s.name}`;
+    const row = fleetRow(s, byKey.get(key));
+    byKey.delete(key);
+    if (row) rows.push(row);
+  }
+  for (const p of byKey.values()) {
+    const row = fleetRow(undefined, p);
+    if (row) rows.push(row);
+  }
+  return rows.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+}
+
+export function fleetTotals(rows: readonly FleetRow[], now: number): FleetTotals {
+  const t: FleetTotals = {
+    proxies: rows.length,
+    ready: 0,
+    healthy: 0,
+    leasable: 0,
+    activeLeases: 0,
+    coolingDown: 0,
+  };
+  for (const r of rows) {
+    if (r.phase === 'Ready' || r.phase === 'Replacing') t.ready++;
+    if (r.healthy) t.healthy++;
+    if (r.leasable) t.leasable++;
+    t.activeLeases += r.activeLeases;
+    if ((r.cooldownUntil && Date.parse(r.cooldownUntil) > now) || r.targetCooldowns.length > 0)
+      t.coolingDown++;
+  }
+  return t;
+}
+
+/** The default PoolLister: one pool per distinct pool label; unlabelled proxies are not a pool. */
+export const poolsByLabel: PoolLister = (rows) => {
+  const pools = new Map<string, PoolSummary>();
+  for (const r of rows) {
+    if (r.pool === null) continue;
+    let p = pools.get(r.pool);
+    if (!p) {
+      p = { name: r.pool, proxies: 0, ready: 0, healthy: 0, leasable: 0, activeLeases: 0 };
+      pools.set(r.pool, p);
+    }
+    p.proxies++;
+    if (r.phase === 'Ready' || r.phase === 'Replacing') p.ready++;
+    if (r.healthy) p.healthy++;
+    if (r.leasable) p.leasable++;
+    p.activeLeases += r.activeLeases;
+  }
+  return [...pools.values()].sort((a, b) => (a.name < b.name ? -1 : 1));
+};

@@ -1,0 +1,127 @@
+/**
+ * dashboard/web/format — the page's pure logic: time left, filtering and sorting the fleet
+ * table. No DOM here, so the same code is unit-tested under Node.
+ */
+import type { FleetRow } from './types.ts';
+
+export type SortColumn =
+  | 'key'
+  | 'pool'
+  | 'provider'
+  | 'phase'
+  | 'latency'
+  | 'leases'
+  | 'cooldowns'
+  | 'egressIP'
+  | 'address';
+
+export interface SortOrder {
+  column: SortColumn;
+  descending: boolean;
+}
+
+/** "42 s", "9 min 58 s", "1 h 03 min"; "ended" once past. */
+export function timeLeft(untilMs: number, nowMs: number): string {
+  const s = Math.ceil((untilMs - nowMs) / 1000);
+  if (s <= 0) return 'ended';
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, '0')} s`;
+  return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')} min`;
+}
+
+/** Cooldowns still running at `nowMs`: the global one (target null) first, then per target. */
+export function activeCooldowns(row: FleetRow, nowMs: number): { target: string | null; until: number }[] {
+  const out: { target: string | null; until: number }[] = [];
+  const global = row.cooldownUntil ? Date.parse(row.cooldownUntil) : 0;
+  if (global > nowMs) out.push({ target: null, until: global });
+  for (const c of row.targetCooldowns) {
+    const until = Date.parse(c.until);
+    if (until > nowMs) out.push({ target: c.target, until });
+  }
+  return out;
+}
+
+function haystack(row: FleetRow): string {
+  return [
+    row.key,
+    row.pool ?? '',
+    row.provider ?? '',
+    row.phase,
+    row.healthy ? 'healthy' : 'unhealthy',
+    row.leasable ? 'leasable' : (row.reason ?? ''),
+    row.egressIP ?? '',
+    row.address ?? '',
+    ...row.targetCooldowns.map((c) => c.target),
+  ]
+    .join(' ')
+    .toLowerCase();
+}
+
+/** Every whitespace-separated word of `query` must occur somewhere in the row (case-insensitive). */
+export function matchesQuery(row: FleetRow, query: string): boolean {
+  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  if (words.length === 0) return true;
+  const text = haystack(row);
+  return words.every((w) => text.includes(w));
+}
+
+function sortKey(row: FleetRow, column: SortColumn, nowMs: number): string | number {
+  switch (column) {
+    case 'key':
+      return row.key;
+    case 'pool':
+      return row.pool ?? '\uffff';
+    case 'provider':
+      return row.provider ?? '\uffff';
+    case 'phase':
+      return row.phase;
+    case 'latency':
+      // Unhealthy last, whatever its old latency.
+      return row.healthy && row.latencyMillis !== null ? row.latencyMillis : Number.MAX_SAFE_INTEGER;
+    case 'leases':
+      return row.activeLeases;
+    case 'cooldowns':
+      return activeCooldowns(row, nowMs).length;
+    case 'egressIP':
+      return row.egressIP ?? '\uffff';
+    case 'address':
+      return row.address ?? '\uffff';
+  }
+}
+
+/** A sorted copy; ties keep namespace/name order, so rows do not jump between refreshes. */
+export function sortRows(rows: readonly FleetRow[], order: SortOrder, nowMs: number): FleetRow[] {
+  const sign = order.descending ? -1 : 1;
+  return rows
+    .map((row) => ({ row, k: sortKey(row, order.column, nowMs) }))
+    .sort((a, b) => {
+      if (a.k < b.k) return -sign;
+      if (a.k > b.k) return sign;
+      return a.row.key < b.row.key ? -1 : a.row.key > b.row.key ? 1 : 0;
+    })
+    .map((x) => x.row);
+}
+
+/** Local wall-clock time of an RFC 3339 instant, HH:MM:SS. */
+export function clockTime(iso: string): string {
+  const d = new Date(iso);
+  return [d.getHours(), d.getMinutes(), d.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
+}
+
+/** Min, mean and max of a latency series, ignoring gaps; null when it has no value. */
+export function seriesStats(
+  values: readonly (number | null)[],
+): { min: number; mean: number; max: number } | null {
+  let min = Number.POSITIVE_INFINITY;
+  let max = Number.NEGATIVE_INFINITY;
+  let sum = 0;
+  let n = 0;
+  for (const v of values) {
+    if (v === null) continue;
+    min = Math.min(min, v);
+    max = Math.max(max, v);
+    sum += v;
+    n++;
+  }
+  return n === 0 ? null : { min, mean: sum / n, max };
+}

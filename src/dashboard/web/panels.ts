@@ -1,0 +1,108 @@
+/// <reference lib="dom" />
+/**
+ * dashboard/web/panels — everything beside the proxies table: the totals in the header, the
+ * pools, provider health and the list of recent events (newest first).
+ */
+import { h } from './dom.ts';
+import { clockTime } from './format.ts';
+import type { FleetEvent, FleetTotals, PoolSummary, ProviderSummary } from './types.ts';
+
+/** How many events the page keeps; the server holds a few hundred too. */
+export const MAX_EVENTS = 500;
+
+export function renderTotals(el: HTMLElement, t: FleetTotals): void {
+  const item = (label: string, value: number, cls = '') =>
+    h('span', { class: `total ${cls}` }, h('strong', {}, String(value)), ` ${label}`);
+  el.replaceChildren(
+    item('proxies', t.proxies),
+    item('ready', t.ready),
+    item('healthy', t.healthy, t.healthy < t.ready ? 'warn' : ''),
+    item('leasable', t.leasable),
+    item('leases', t.activeLeases),
+    item('cooling down', t.coolingDown),
+  );
+}
+
+export function renderPools(table: HTMLTableElement, pools: readonly PoolSummary[]): void {
+  const body = table.tBodies[0] ?? table.createTBody();
+  if (pools.length === 0) {
+    body.replaceChildren(h('tr', {}, h('td', { colspan: '6', class: 'empty' }, 'no pools yet')));
+    return;
+  }
+  body.replaceChildren(
+    ...pools.map((p) =>
+      h(
+        'tr',
+        { 'data-pool': p.name },
+        h('td', {}, p.name),
+        h('td', { class: 'num' }, String(p.proxies)),
+        h('td', { class: 'num' }, String(p.ready)),
+        h('td', { class: 'num' }, String(p.healthy)),
+        h('td', { class: 'num' }, String(p.leasable)),
+        h('td', { class: 'num' }, String(p.activeLeases)),
+      ),
+    ),
+  );
+}
+
+export function renderProviders(el: HTMLElement, providers: readonly ProviderSummary[]): void {
+  if (providers.length === 0) {
+    el.replaceChildren(h('p', { class: 'empty' }, 'no provider checked yet'));
+    return;
+  }
+  el.replaceChildren(
+    ...providers.map((p) => {
+      const state = p.ready === null ? 'unknown' : p.ready ? 'healthy' : 'unhealthy';
+      return h(
+        'div',
+        { class: 'provider', 'data-provider': p.name },
+        h(
+          'div',
+          { class: 'provider-head' },
+          h('span', { class: `dot ${state}`, title: state }),
+          h('strong', {}, p.name),
+          ` ${p.type ?? ''} · ${p.targetsReady ?? '–'} targets ready`,
+          p.lastCheckTime ? h('span', { class: 'muted' }, ` · checked ${clockTime(p.lastCheckTime)}`) : null,
+        ),
+        h(
+          'ul',
+          {},
+          ...p.targets.map((t) =>
+            h(
+              'li',
+              {},
+              h('span', { class: `dot ${t.ready ? 'healthy' : 'unhealthy'}` }),
+              `${t.name}: ${t.reason}`,
+              t.latencyMillis !== null ? ` (${t.latencyMillis} ms)` : '',
+              t.message && !t.ready ? h('div', { class: 'why' }, t.message) : null,
+            ),
+          ),
+        ),
+      );
+    }),
+  );
+}
+
+/** Appends `fresh` to `kept` (both oldest first) and keeps the newest MAX_EVENTS. */
+export function mergeEvents(kept: readonly FleetEvent[], fresh: readonly FleetEvent[]): FleetEvent[] {
+  const all = [...kept, ...fresh];
+  return all.length > MAX_EVENTS ? all.slice(-MAX_EVENTS) : all;
+}
+
+export function renderEvents(list: HTMLOListElement, events: readonly FleetEvent[]): void {
+  list.replaceChildren(
+    ...events
+      .slice()
+      .reverse()
+      .map((e) =>
+        h(
+          'li',
+          { class: `event event-${e.kind}`, 'data-kind': e.kind },
+          h('time', { datetime: e.at }, clockTime(e.at)),
+          h('span', { class: 'kind' }, e.kind),
+          e.proxy ? h('span', { class: 'proxy' }, e.proxy) : null,
+          h('span', { class: 'message' }, e.message),
+        ),
+      ),
+  );
+}
