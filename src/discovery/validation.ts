@@ -2,9 +2,10 @@
  * discovery/validation — turns malformed requests into precise 400s: a JSON-only body parser and
  * a TypeBox validator whose errors name the one field at fault (see docs/api.md).
  */
-import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify';
 import type { TSchema } from 'typebox';
+import { Compile } from 'typebox/compile';
+import { Value } from 'typebox/value';
 import { NAMESPACE_PATTERN, NAMESPACE_RULE } from '../lease/input.ts';
 
 /** Human wording for the patterns the schemas use, instead of the regular expression. */
@@ -64,16 +65,28 @@ export function toFieldError(part: string, errors: FastifySchemaValidationError[
   return new FieldError(field, `${field} ${first.message}`);
 }
 
+/**
+ * Whether values of a path or query schema need converting from the strings a URL carries: only
+ * when some property is not a string. Converting clones the value, on every request.
+ */
+function needsConversion(schema: TSchema): boolean {
+  const properties = (schema as { properties?: Record<string, { type?: unknown }> }).properties;
+  if (!properties) return true;
+  return Object.values(properties).some((p) => p.type !== 'string');
+}
+
 const validatorCompiler: FastifySchemaCompiler<TSchema> = (route) => {
-  const inner = TypeBoxValidatorCompiler(route);
+  const check = Compile(route.schema);
   const part = route.httpPart === 'querystring' ? 'query' : (route.httpPart ?? 'request');
+  const convert = route.httpPart !== 'body' && needsConversion(route.schema);
   return (value: unknown) => {
     // A POST without a body means "all defaults", not "body must be object" (a JSON `null`
     // never gets here: the body parser refuses it).
-    const input = route.httpPart === 'body' && (value === null || value === undefined) ? {} : value;
-    const out = inner(input) as { value?: unknown; error?: FastifySchemaValidationError[] };
-    if (out.error) return { error: toFieldError(part, out.error) };
-    return { value: out.value };
+    let input = route.httpPart === 'body' && (value === null || value === undefined) ? {} : value;
+    if (convert) input = Value.Convert(route.schema, input);
+    if (check.Check(input)) return { value: input };
+    const errors = [...check.Errors(input)] as unknown as FastifySchemaValidationError[];
+    return { error: toFieldError(part, errors) };
   };
 };
 
