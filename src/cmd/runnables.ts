@@ -1,4 +1,5 @@
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
+import { type GatewaySessions, type GatewaySetup, runGateway } from '../gateway/service.ts';
 import { startLeaseFeed } from '../lease/feed.ts';
 import { startMetricsServer } from '../metrics/server.ts';
 import type { Manager, Runnable } from '../runtime/manager.ts';
@@ -25,6 +26,7 @@ export function addRunnables(
   manager: Manager,
   c: Components,
   listeners: ListenerInputs,
+  gateway: { setup: GatewaySetup; sessions: GatewaySessions },
 ): () => string | undefined {
   const {
     flags,
@@ -58,6 +60,7 @@ export function addRunnables(
         registry,
         tracer,
         authority,
+        sessions: gateway.sessions,
       });
       mode.advertiseDiscovery?.(discovery.url);
       log.info({ url: discovery.url }, 'discovery API listening');
@@ -110,6 +113,25 @@ export function addRunnables(
       } finally {
         unsubscribe();
       }
+    }),
+  );
+  // Upstream choice needs the lease authority: the gateway serves where leases are decided, once
+  // the restored state is in (docs/gateway.md).
+  manager.add(
+    service('gateway', true, async (signal) => {
+      while (!authority.isServing && !signal.aborted) await new Promise<void>((r) => clock.setTimeout(r, 50));
+      await runGateway(
+        gateway.setup,
+        {
+          leases,
+          clock,
+          log: log.child({ component: 'gateway' }),
+          registry,
+          tracer,
+          sessions: gateway.sessions,
+        },
+        signal,
+      );
     }),
   );
   manager.add(service('orphan-gc', true, (signal) => gc.start(signal)));

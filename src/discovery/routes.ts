@@ -4,6 +4,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Static, TSchema } from 'typebox';
+import type { GatewaySessions } from '../gateway/service.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import type { NoneLeasableCounts } from '../lease/types.ts';
 import { errorBody } from './errors.ts';
@@ -15,6 +16,8 @@ import {
   type RenewRequestBody,
   type ReportRequestBody,
   ROUTES,
+  type SessionIdParams,
+  type SessionReportRequestBody,
 } from './schemas.ts';
 import { withinRequest as within } from './telemetry.ts';
 
@@ -29,7 +32,7 @@ function describeRefusal(c: NoneLeasableCounts, target: string | undefined): str
   );
 }
 
-function handlers(leases: LeaseStore): Record<string, Handler> {
+function handlers(leases: LeaseStore, sessions: GatewaySessions | undefined): Record<string, Handler> {
   return {
     healthz: (_req, reply) => reply.send({ status: 'ok' }),
     probeTarget: (_req, reply) => reply.code(204).send(),
@@ -74,12 +77,26 @@ function handlers(leases: LeaseStore): Record<string, Handler> {
           return reply.code(404).send(errorBody('not_found', 'lease not found or expired'));
         return reply.send({ id, released: body.release !== false });
       }),
+    reportSession: (req, reply) =>
+      within(req, () => {
+        const { id } = req.params as Static<typeof SessionIdParams>;
+        const body = req.body as Static<typeof SessionReportRequestBody>;
+        const out = sessions
+          ? sessions.report(id, body.result, body.target)
+          : ({ ok: false, status: 409, message: 'the gateway is not running in this process' } as const);
+        if (!out.ok) {
+          return reply
+            .code(out.status)
+            .send(errorBody(out.status === 404 ? 'not_found' : 'conflict', out.message));
+        }
+        return reply.send({ id, upstream: out.upstream, target: out.target });
+      }),
   };
 }
 
 /** Registers every route of the table (each must have a handler) and /openapi.json. */
-export function registerRoutes(app: FastifyInstance, leases: LeaseStore): void {
-  const byOperation = handlers(leases);
+export function registerRoutes(app: FastifyInstance, leases: LeaseStore, sessions?: GatewaySessions): void {
+  const byOperation = handlers(leases, sessions);
   for (const def of ROUTES) {
     const handler = byOperation[def.operationId];
     if (!handler) throw new Error(`no handler for ${def.operationId}`);

@@ -8,6 +8,7 @@ import { type Tracer, trace } from '@opentelemetry/api';
 import Fastify from 'fastify';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import type { GatewaySessions } from '../gateway/service.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import { silentLogger } from '../log/index.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
@@ -53,6 +54,8 @@ export interface DiscoveryServerOptions {
    * standby forwards `/v1/*` to the leader and answers 503 no_leader while none is known.
    */
   authority?: LeaseAuthority;
+  /** The gateway's sticky sessions, for `POST /v1/sessions/{id}/report`. */
+  sessions?: GatewaySessions;
 }
 
 export interface DiscoveryServer {
@@ -104,7 +107,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
   else installHostGuard(app, host, opts.allowedHosts ?? []);
   installErrorHandling(app, log, BODY_LIMIT_BYTES);
   if (opts.authority) installAuthority(app, opts.authority, { log, tls: opts.tls });
-  registerRoutes(app, opts.leases);
+  registerRoutes(app, opts.leases, opts.sessions);
 
   await app.listen({ host, port });
   const url = reachableUrl(app.server.address() as AddressInfo, opts.tls ? 'https' : 'http');

@@ -5,14 +5,16 @@
  * or a change of leader — per-lease credentials included (as digests) — and
  * `acceptsLeaseCredentials`, the check a proxy that enforces leases makes.
  */
+
+import { proxyUrlWithCredentials } from '../api/url.ts';
 import { LEASE_STATE_VERSION, type LeaseState, type ProxyRecord } from './durable.ts';
-import { countLease, type Entry, newEntry, snapshotOf } from './entry.ts';
-import { checkNamespace, toSelector } from './input.ts';
-import type { Lease } from './lease.ts';
-import { leaseIdOfUser, passwordMatches } from './lease-credentials.ts';
-import { LeaseStoreCore } from './store-core.ts';
+import { countLease, type Entry, newEntry, notLeasableReason, snapshotOf } from './entry.ts';
+import { checkNamespace, checkSeconds, toSelector } from './input.ts';
+import { iso, type Lease, newLeaseId } from './lease.ts';
+import { issueLeaseCredentials, leaseIdOfUser, passwordMatches } from './lease-credentials.ts';
+import { LeaseStoreCore, TooManyLeasesError } from './store-core.ts';
 import { normalizeTarget } from './target.ts';
-import type { ProxySnapshot, SnapshotFilter } from './types.ts';
+import type { LeaseGrant, NotLeasableReason, ProxySnapshot, SnapshotFilter } from './types.ts';
 import { matchesFilter } from './view.ts';
 
 export {
@@ -56,6 +58,56 @@ export class LeaseStore extends LeaseStoreCore {
     return out.sort((a, b) =>
       a.namespace === b.namespace ? (a.name < b.name ? -1 : 1) : a.namespace < b.namespace ? -1 : 1,
     );
+  }
+
+  /**
+   * A lease on the proxy `key` itself, if the leasing rules let it take one for `target` now
+   * (the gateway's sticky sessions keep their upstream this way, see docs/gateway.md); otherwise
+   * the first rule it fails, or 'Gone' when the store does not know it. Counts like any grant.
+   */
+  leaseProxy(
+    key: string,
+    target: string | undefined,
+    ttlSeconds?: number,
+  ): { granted: true; grant: LeaseGrant } | { granted: false; reason: NotLeasableReason | 'Gone' } {
+    const host = normalizeTarget(target);
+    checkSeconds('ttlSeconds', ttlSeconds, this.maxTtl);
+    this.tick();
+    const e = this.proxies.get(key);
+    if (!e || e.removed) return { granted: false, reason: 'Gone' };
+    const now = this.clock.now();
+    const reason = notLeasableReason(e, host, now);
+    if (reason) return { granted: false, reason };
+    if (this.leases.size >= this.maxActive) throw new TooManyLeasesError(this.maxActive);
+    this.grantSeq++;
+    this.changeCount++;
+    this.update(e, () => {
+      e.active++;
+      e.lastLeasedSeq = this.grantSeq;
+      e.lastLeasedAt = now;
+    });
+    const lease: Lease = {
+      id: newLeaseId(),
+      entry: e,
+      target: host,
+      instance: e.instance,
+      expiresAt: now + (ttlSeconds ?? this.defaultTtl) * 1000,
+      heapIndex: -1,
+    };
+    let url = e.url;
+    if (e.instance !== '' && this.perLease?.(e.instance)) {
+      const own = issueLeaseCredentials(lease.id);
+      lease.secret = own.digest;
+      url = proxyUrlWithCredentials(e.host, e.port, own);
+    }
+    countLease(e, lease.instance, 1);
+    this.leases.set(lease.id, lease);
+    this.expiries.push(lease);
+    const proxy = { namespace: e.namespace, name: e.name, url, host: e.host, port: e.port };
+    return {
+      granted: true,
+      grant: { id: lease.id, proxy, target: host ?? null, expiresAt: iso(lease.expiresAt) },
+    };
   }
 
   /**

@@ -253,6 +253,9 @@ export function standaloneArgs(
     `127.0.0.1:${ports.discovery ?? ws.discoveryPort}`,
     '--health-probe-bind-address',
     `127.0.0.1:${ports.health ?? ws.healthPort}`,
+    // Many standalone processes run at once: the gateway takes an ephemeral port unless asked.
+    '--gateway-bind-address',
+    '127.0.0.1:0',
     '--log-format',
     'json',
     ...extra,
