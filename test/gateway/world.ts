@@ -6,6 +6,7 @@
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { trace } from '@opentelemetry/api';
@@ -179,3 +180,33 @@ export function peersOf(stdout: string, status = 204): Map<string, number> {
   }
   return out;
 }
+
+/**
+ * Opens a CONNECT tunnel through the gateway by hand and resolves with the reply head and the
+ * socket (left open, so a test can hold the tunnel).
+ */
+export function rawConnect(
+  port: number,
+  authority: string,
+  proxyAuth: string,
+): Promise<{ head: string; socket: import('node:net').Socket }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: '127.0.0.1', port }, () => {
+      socket.write(
+        `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\nProxy-Authorization: ${proxyAuth}\r\n\r\n`,
+      );
+    });
+    let head = '';
+    socket.on('data', function onData(d: Buffer) {
+      head += d.toString('latin1');
+      if (head.includes('\r\n\r\n')) {
+        socket.off('data', onData);
+        resolve({ head, socket });
+      }
+    });
+    socket.on('error', reject);
+  });
+}
+
+export const basic = (user: string, pass = TOKEN): string =>
+  `Basic ${Buffer.from(`${user}:${pass}`).toString('base64')}`;

@@ -129,7 +129,8 @@ export function healthCheckUrl(ws: Workspace): string {
 function cliEnv(): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env, LOG_LEVEL: 'info', NO_COLOR: '1' };
   for (const k of Object.keys(env)) {
-    if (k === 'DISCOVERY_TOKEN' || k.startsWith('OTEL_') || k === 'NODE_OPTIONS') delete env[k];
+    if (k === 'DISCOVERY_TOKEN' || k === 'GATEWAY_TOKEN' || k.startsWith('OTEL_') || k === 'NODE_OPTIONS')
+      delete env[k];
   }
   return env;
 }
