@@ -2,8 +2,9 @@
  * lease/store — the lease store the discovery API serves from (lease/store-core: grants,
  * cooldowns, bounds) plus its durable state: `exportState`/`restoreState` (lease/durable) carry
  * live leases, cooldowns, drain start times and still-reportable ended leases across a restart
- * or a change of leader — per-lease credentials included (as digests) — and
- * `acceptsLeaseCredentials`, the check a proxy that enforces leases makes.
+ * or a change of leader — per-lease credentials included (as digests) — plus
+ * `acceptsLeaseCredentials`, the check a proxy that enforces leases makes, and `leaseProxy`,
+ * the grant on one named proxy that the gateway's sticky sessions use.
  */
 
 import { proxyUrlWithCredentials } from '../api/url.ts';
