@@ -7,7 +7,7 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startDiscoveryServer } from '../../src/discovery/server.ts';
 import { GatewaySessions } from '../../src/gateway/service.ts';
-import { basic, peersOf, pythonCrawl, rawConnect, run, startWorld, type World } from './world.ts';
+import { basic, peersOf, pythonCrawl, rawConnect, startWorld, type World } from './world.ts';
 
 let w: World | undefined;
 afterEach(async () => {
