@@ -143,6 +143,12 @@ function relay(
 ): void {
   const key = a.upstream.key;
   const status = upstreamRes.statusCode ?? 502;
+  if (res.destroyed) {
+    // The client left while the upstream answered: its close event has already passed.
+    upstreamRes.destroy();
+    ctx.chooser.release(a);
+    return done('client_gone', key);
+  }
   const blocked = ctx.blockedStatuses.has(status);
   if (blocked) {
     ctx.chooser.report(a, 'blocked');

@@ -126,6 +126,14 @@ function splice(
   done: (result: GatewayResult, upstream?: string) => void,
 ): void {
   const key = a.upstream.key;
+  if (client.destroyed) {
+    // The client gave up while the tunnel was being set up: its close event has already passed.
+    upstream.destroy();
+    ctx.chooser.release(a);
+    done('client_gone', key);
+    span.end();
+    return;
+  }
   ctx.metrics.open.inc({ kind: 'connect' });
   let closed = false;
   const close = () => {
