@@ -10,6 +10,7 @@ const BENCHES = [
   ['lease', 'lease.ts'],
   ['health', 'health.ts'],
   ['memory', 'memory.ts'],
+  ['gateway', 'gateway.ts'],
 ] as const;
 
 const only = process.argv.slice(2);

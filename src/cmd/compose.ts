@@ -11,6 +11,8 @@ import { createCredentialsResolver } from '../api/credentials.ts';
 import { loadProvidersConfig } from '../config/load.ts';
 import type { ProvidersConfig } from '../config/schema.ts';
 import { discoveryTokenFromEnv } from '../discovery/auth.ts';
+import { gatewayTokenFromEnv } from '../gateway/auth.ts';
+import { GatewaySessions, gatewaySetupProblem } from '../gateway/service.ts';
 import type { HealthEngine } from '../health/engine.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
@@ -29,6 +31,7 @@ import {
   type KubeClientsFactory,
   type ModeParts,
   operatorParts,
+  operatorPorts,
   providerFactories,
   resolveStandalonePaths,
   standaloneParts,
@@ -116,13 +119,26 @@ export async function buildApp(parsed: ServerCommand, opts: BuildOptions = {}): 
 export interface ListenerInputs {
   token: string | undefined;
   discoveryTls: TlsFiles | undefined;
+  /** GATEWAY_TOKEN, else DISCOVERY_TOKEN (docs/gateway.md). */
+  gatewayToken: string | undefined;
 }
 
 function listenerInputs(flags: CommonFlags, env: NodeJS.ProcessEnv): ListenerInputs {
   try {
     const tls = flags.discoveryTls;
+    const token = discoveryTokenFromEnv(env);
+    const gatewayToken = gatewayTokenFromEnv(env);
+    const problem = gatewaySetupProblem({
+      bindAddress: flags.gateway.bindAddress,
+      blockedStatuses: flags.gateway.blockedStatuses,
+      token: gatewayToken,
+      egressPolicy: undefined,
+      operatorPorts: { ports: [] },
+    });
+    if (problem) throw new Error(problem);
     return {
-      token: discoveryTokenFromEnv(env),
+      token,
+      gatewayToken,
       discoveryTls:
         tls && readTlsFiles(tls.certFile, tls.keyFile, '--discovery-tls-cert/--discovery-tls-key'),
     };
@@ -194,7 +210,17 @@ async function assemble(
     log: log.child({ component: 'manager' }),
   });
 
-  const discoveryUrl = addRunnables(manager, parts, listeners);
+  const gateway = {
+    bindAddress: flags.gateway.bindAddress,
+    blockedStatuses: flags.gateway.blockedStatuses,
+    token: listeners.gatewayToken,
+    egressPolicy: config.gateway?.egressPolicy,
+    operatorPorts: operatorPorts(flags),
+  };
+  const discoveryUrl = addRunnables(manager, parts, listeners, {
+    setup: gateway,
+    sessions: new GatewaySessions(),
+  });
   return {
     manager,
     store,

@@ -39,6 +39,15 @@ export interface CommonFlags {
   leases: LeaseFlags;
   /** `--max-concurrent-replacements`: per provider, a count or a percentage of its Proxies. */
   maxConcurrentReplacements: SurgeLimit;
+  /** The gateway (docs/gateway.md): where it listens ('0' = off) and which answers mean "blocked". */
+  gateway: GatewayFlags;
+}
+
+export interface GatewayFlags {
+  /** `--gateway-bind-address` (standalone 127.0.0.1:8888, operator 0 = off). */
+  bindAddress: string;
+  /** `--gateway-blocked-statuses` (default 403,429). */
+  blockedStatuses: number[];
 }
 
 export interface LeaseFlags {
@@ -145,6 +154,8 @@ const COMMON_OPTIONS = {
   'metrics-max-connections': { type: 'string' },
   'lease-checkpoint-interval': { type: 'string' },
   'max-active-leases': { type: 'string' },
+  'gateway-bind-address': { type: 'string' },
+  'gateway-blocked-statuses': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -230,7 +241,10 @@ function listenerFlags(
   };
 }
 
-function common(values: Values, defaults: { discovery: string; healthProbe: string }): CommonFlags {
+function common(
+  values: Values,
+  defaults: { discovery: string; healthProbe: string; gateway: string },
+): CommonFlags {
   const str = (k: string) => values[k] as string | undefined;
   const interval = parseDuration('provider-check-interval', str('provider-check-interval') ?? '1m');
   if (interval !== 0 && interval < 10_000) {
@@ -286,6 +300,29 @@ function common(values: Values, defaults: { discovery: string; healthProbe: stri
     ...listenerFlags(values),
     leases: leaseFlags(values),
     maxConcurrentReplacements: surgeFlag(str('max-concurrent-replacements') ?? '10%'),
+    gateway: gatewayFlags(values, defaults.gateway),
+  };
+}
+
+/** `403,429`: HTTP statuses (100-599), at least one; `none` turns automatic blocked reports off. */
+function parseStatuses(flag: string, text: string): number[] {
+  if (text.trim() === 'none') return [];
+  const out = text.split(',').map((t) => t.trim());
+  for (const t of out) {
+    if (!/^[1-5]\d\d$/.test(t)) {
+      throw new FlagError(
+        `--${flag}: "${t}" is not an HTTP status (100-599); list them like 403,429 or say none`,
+      );
+    }
+  }
+  return [...new Set(out.map(Number))];
+}
+
+function gatewayFlags(values: Values, defaultBind: string): GatewayFlags {
+  const str = (k: string) => values[k] as string | undefined;
+  return {
+    bindAddress: checkBindAddress('gateway-bind-address', str('gateway-bind-address') ?? defaultBind),
+    blockedStatuses: parseStatuses('gateway-blocked-statuses', str('gateway-blocked-statuses') ?? '403,429'),
   };
 }
 
@@ -316,7 +353,11 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
       const config = values.config as string | undefined;
       if (!config) throw new FlagError('--config is required: a providers config file or a directory');
       const flags: StandaloneFlags = {
-        ...common(values, { discovery: '127.0.0.1:8090', healthProbe: '127.0.0.1:8081' }),
+        ...common(values, {
+          discovery: '127.0.0.1:8090',
+          healthProbe: '127.0.0.1:8081',
+          gateway: '127.0.0.1:8888',
+        }),
         config,
         manifests: (values.manifests as string | undefined) || undefined,
         state: (values.state as string | undefined) || undefined,
@@ -340,7 +381,7 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
       if (!providersConfig) throw new FlagError('--providers-config is required');
       const str = (k: string) => values[k] as string | undefined;
       const flags: OperatorFlags = {
-        ...common(values, { discovery: ':8090', healthProbe: ':8081' }),
+        ...common(values, { discovery: ':8090', healthProbe: ':8081', gateway: '0' }),
         providersConfig,
         leaderElect: values['leader-elect'] === true,
         metricsSecure: values['metrics-secure'] === true,

@@ -55,6 +55,9 @@ ${'COMMON'}`,
       --discovery-bind-address <addr>     Lease / discovery API (standalone 127.0.0.1:8090, operator :8090).
       --metrics-bind-address <addr>       Prometheus /metrics; 0 = off (default 0).
       --health-probe-bind-address <addr>  /healthz and /readyz (standalone 127.0.0.1:8081, operator :8081).
+      --gateway-bind-address <addr>       The gateway, one proxy endpoint for the fleet (standalone
+                                          127.0.0.1:8888, operator 0 = off; see docs/gateway.md).
+      --gateway-blocked-statuses <list>   Plain-HTTP answers reported as blocked (default 403,429; none).
       --provider-check-interval <dur>     Provider health checks; 0 = off, else >= 10s (default 1m).
       --provider-check-timeout <dur>      Per round; default min(15s, interval); <= interval.
       --gc-interval <dur>                 Orphan instance sweep; 0 = off (default 10m).

@@ -105,14 +105,20 @@ export function resolveStandalonePaths(flags: StandaloneFlags, cwd = process.cwd
  * discovery API's is also the probe port (`GET /generate_204` stays reachable for health checks).
  */
 export function operatorPorts(
-  flags: Pick<CommonFlags, 'discoveryBindAddress' | 'metricsBindAddress' | 'healthProbeBindAddress'>,
+  flags: Pick<CommonFlags, 'discoveryBindAddress' | 'metricsBindAddress' | 'healthProbeBindAddress'> &
+    Partial<Pick<CommonFlags, 'gateway'>>,
 ): { ports: number[]; probePort?: number } {
   const port = (v: string) => {
     const p = parseBindAddress(v, 'bind address')?.port;
     return p === undefined || p === 0 ? undefined : p;
   };
   const discovery = port(flags.discoveryBindAddress);
-  const ports = [discovery, port(flags.metricsBindAddress), port(flags.healthProbeBindAddress)];
+  const ports = [
+    discovery,
+    port(flags.metricsBindAddress),
+    port(flags.healthProbeBindAddress),
+    flags.gateway && port(flags.gateway.bindAddress),
+  ];
   return {
     ports: ports.filter((p) => p !== undefined),
     ...(discovery === undefined ? {} : { probePort: discovery }),
@@ -128,7 +134,8 @@ export function providerFactories(
   flags: Pick<
     CommonFlags,
     'gcpWireFullPayloads' | 'discoveryBindAddress' | 'metricsBindAddress' | 'healthProbeBindAddress'
-  >,
+  > &
+    Partial<Pick<CommonFlags, 'gateway'>>,
   leaseCredentials?: (providerID: string, username: string, password: string) => boolean,
 ): Record<string, ProviderFactory> {
   return {

@@ -1,5 +1,6 @@
 import { registerDashboardRoutes } from '../dashboard/routes.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
+import { type GatewaySessions, type GatewaySetup, runGateway } from '../gateway/service.ts';
 import { startLeaseFeed } from '../lease/feed.ts';
 import { startMetricsServer } from '../metrics/server.ts';
 import type { Manager, Runnable } from '../runtime/manager.ts';
@@ -26,6 +27,7 @@ export function addRunnables(
   manager: Manager,
   c: Components,
   listeners: ListenerInputs,
+  gateway: { setup: GatewaySetup; sessions: GatewaySessions },
 ): () => string | undefined {
   const {
     flags,
@@ -61,6 +63,7 @@ export function addRunnables(
         tracer,
         authority,
         extraRoutes: (app) => registerDashboardRoutes(app, dashboard, c.dashboardAssets),
+        sessions: gateway.sessions,
       });
       mode.advertiseDiscovery?.(discovery.url);
       log.info({ url: discovery.url }, 'discovery API listening');
@@ -117,6 +120,25 @@ export function addRunnables(
   );
   // Samples on the leader, where leases and cooldowns live; standbys forward /v1/dashboard/*.
   manager.add(service('dashboard', true, (signal) => dashboard.run(signal)));
+  // Upstream choice needs the lease authority: the gateway serves where leases are decided, once
+  // the restored state is in (docs/gateway.md).
+  manager.add(
+    service('gateway', true, async (signal) => {
+      while (!authority.isServing && !signal.aborted) await new Promise<void>((r) => clock.setTimeout(r, 50));
+      await runGateway(
+        gateway.setup,
+        {
+          leases,
+          clock,
+          log: log.child({ component: 'gateway' }),
+          registry,
+          tracer,
+          sessions: gateway.sessions,
+        },
+        signal,
+      );
+    }),
+  );
   manager.add(service('orphan-gc', true, (signal) => gc.start(signal)));
   manager.add(service('provider-health', true, (signal) => monitor.start(signal)));
   if (egress) {

@@ -177,5 +177,12 @@ export const ProviderEntrySchema = Type.Object(
 );
 export type ProviderEntry = Type.Static<typeof ProviderEntrySchema>;
 
-export const ProvidersConfigSchema = Type.Object({ providers: Type.Array(ProviderEntrySchema) }, strict);
+/** The gateway's own settings (docs/gateway.md): what its clients may reach. */
+export const GatewayConfigSchema = Type.Object({ egressPolicy }, strict);
+export type GatewayConfig = Type.Static<typeof GatewayConfigSchema>;
+
+export const ProvidersConfigSchema = Type.Object(
+  { providers: Type.Array(ProviderEntrySchema), gateway: Type.Optional(GatewayConfigSchema) },
+  strict,
+);
 export type ProvidersConfig = Type.Static<typeof ProvidersConfigSchema>;

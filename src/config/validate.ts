@@ -380,6 +380,14 @@ export function validateProvidersConfig(raw: unknown): ProvidersConfigResult {
       warnings.push(...x.warnings);
     });
   }
+  const gatewayPolicy = (raw as { gateway?: { egressPolicy?: EgressPolicyConfig } } | null)?.gateway
+    ?.egressPolicy;
+  if (gatewayPolicy && errors.every((e) => !e.path.startsWith('gateway'))) {
+    const x = new Issues('gateway', 'gateway.');
+    checkEgressPolicy(gatewayPolicy, 'egressPolicy', x);
+    errors.push(...x.errors);
+    warnings.push(...x.warnings);
+  }
   return errors.length === 0
     ? { ok: true, value: raw as ProvidersConfig, warnings }
     : { ok: false, errors, warnings };

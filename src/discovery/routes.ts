@@ -4,6 +4,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Static, TSchema } from 'typebox';
+import type { GatewaySessions } from '../gateway/service.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import { normalizeTarget } from '../lease/target.ts';
 import type { NoneLeasableCounts } from '../lease/types.ts';
@@ -17,6 +18,8 @@ import {
   type RenewRequestBody,
   type ReportRequestBody,
   ROUTES,
+  type SessionIdParams,
+  type SessionReportRequestBody,
 } from './schemas.ts';
 import { withinRequest as within } from './telemetry.ts';
 
@@ -40,7 +43,7 @@ export function retryAfterSeconds(retryAt: number | undefined, now: number): num
   return Math.max(1, Math.ceil((retryAt - now) / 1000));
 }
 
-function handlers(leases: LeaseStore): Record<string, Handler> {
+function handlers(leases: LeaseStore, sessions: GatewaySessions | undefined): Record<string, Handler> {
   return {
     healthz: (_req, reply) => reply.send({ status: 'ok' }),
     probeTarget: (_req, reply) => reply.code(204).send(),
@@ -97,12 +100,26 @@ function handlers(leases: LeaseStore): Record<string, Handler> {
           return reply.code(404).send(errorBody('not_found', 'no such proxy'));
         return reply.send({ proxy, target: normalizeTarget(body.target) ?? null, result: body.result });
       }),
+    reportSession: (req, reply) =>
+      within(req, () => {
+        const { id } = req.params as Static<typeof SessionIdParams>;
+        const body = req.body as Static<typeof SessionReportRequestBody>;
+        const out = sessions
+          ? sessions.report(id, body.result, body.target)
+          : ({ ok: false, status: 409, message: 'the gateway is not running in this process' } as const);
+        if (!out.ok) {
+          return reply
+            .code(out.status)
+            .send(errorBody(out.status === 404 ? 'not_found' : 'conflict', out.message));
+        }
+        return reply.send({ id, upstream: out.upstream, target: out.target });
+      }),
   };
 }
 
 /** Registers every route of the table (each must have a handler) and /openapi.json. */
-export function registerRoutes(app: FastifyInstance, leases: LeaseStore): void {
-  const byOperation = handlers(leases);
+export function registerRoutes(app: FastifyInstance, leases: LeaseStore, sessions?: GatewaySessions): void {
+  const byOperation = handlers(leases, sessions);
   for (const def of ROUTES) {
     const handler = byOperation[def.operationId];
     if (!handler) throw new Error(`no handler for ${def.operationId}`);

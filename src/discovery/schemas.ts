@@ -213,6 +213,30 @@ export const LeaseIdParams = Type.Object({
   id: Type.String({ minLength: 1, maxLength: 128, description: 'Lease ID from the grant.' }),
 });
 
+export const SessionIdParams = Type.Object({
+  id: Type.String({
+    pattern: '^[A-Za-z0-9_.]{1,63}$',
+    description: 'Sticky session id: the `session-<id>` option of the gateway user name (docs/gateway.md).',
+  }),
+});
+
+export const SessionReportRequestBody = Type.Object(
+  {
+    result: Type.Union([Type.Literal('success'), Type.Literal('blocked'), Type.Literal('failed')], {
+      description:
+        "blocked: the target refused the session's upstream (cooldown for that target); failed: the upstream itself failed (global cooldown). Either way the session moves to another upstream.",
+    }),
+    target: Type.Optional(Target),
+  },
+  { additionalProperties: false },
+);
+
+export const SessionReportResponseBody = Type.Object({
+  id: Type.String(),
+  upstream: Type.String({ description: '`namespace/name` of the upstream the report concerned.' }),
+  target: Type.String(),
+});
+
 export const HealthBody = Type.Object({ status: Type.Literal('ok') });
 
 /** Names under which schemas appear in components.schemas of the OpenAPI document. */
@@ -358,6 +382,31 @@ export const ROUTES: RouteDef[] = [
     schema: {
       body: ProxyReportRequestBody,
       response: { 200: ProxyReportResponseBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
+    },
+  },
+  {
+    method: 'POST',
+    url: '/v1/sessions/:id/report',
+    operationId: 'reportSession',
+    summary:
+      "Report how a gateway sticky session's upstream did for a target (default: the host it used last); blocked/failed cool the upstream down and move the session.",
+    auth: true,
+    statuses: {
+      200: 'Recorded.',
+      404: 'Unknown or idle session, or it never used that target.',
+      409: 'The gateway does not run in the process that decides leases.',
+      ...common,
+    },
+    schema: {
+      params: SessionIdParams,
+      body: SessionReportRequestBody,
+      response: {
+        200: SessionReportResponseBody,
+        404: ErrorBody,
+        409: ErrorBody,
+        400: ErrorBody,
+        401: ErrorBody,
+      },
     },
   },
 ];

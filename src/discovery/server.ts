@@ -8,6 +8,7 @@ import { type Tracer, trace } from '@opentelemetry/api';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import type { GatewaySessions } from '../gateway/service.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import { silentLogger } from '../log/index.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
@@ -55,6 +56,8 @@ export interface DiscoveryServerOptions {
   authority?: LeaseAuthority;
   /** More routes behind the same auth, Host guard and telemetry (the dashboard, src/dashboard). */
   extraRoutes?: (app: FastifyInstance) => void;
+  /** The gateway's sticky sessions, for `POST /v1/sessions/{id}/report`. */
+  sessions?: GatewaySessions;
 }
 
 export interface DiscoveryServer {
@@ -106,7 +109,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
   else installHostGuard(app, host, opts.allowedHosts ?? []);
   installErrorHandling(app, log, BODY_LIMIT_BYTES);
   if (opts.authority) installAuthority(app, opts.authority, { log, tls: opts.tls });
-  registerRoutes(app, opts.leases);
+  registerRoutes(app, opts.leases, opts.sessions);
   opts.extraRoutes?.(app);
 
   await app.listen({ host, port });

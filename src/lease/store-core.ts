@@ -27,21 +27,21 @@ import { standingOf } from './census.ts';
 import { DEFAULT_MAX_TARGET_COOLDOWNS, TargetCooldowns } from './cooldowns.ts';
 import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
 import { countLease, type Entry, newEntry } from './entry.ts';
-import { checkNamespace, checkReport, checkSeconds, toSelector } from './input.ts';
+import { checkNamespace, checkSeconds, toSelector } from './input.ts';
 import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
 import { issueLeaseCredentials } from './lease-credentials.ts';
 import { IndexedHeap } from './ordered.ts';
 import { earliestLeaseEnds, retryAt } from './retry-at.ts';
-import { LeaseInputError, normalizeTarget } from './target.ts';
+import { normalizeTarget } from './target.ts';
 import {
   DEFAULT_BLOCKED_COOLDOWN_SECONDS,
   DEFAULT_FAILED_COOLDOWN_SECONDS,
   DEFAULT_TTL_SECONDS,
+  type LeaseGrant,
   type LeaseOutcome,
   type LeaseRequest,
   MAX_TTL_SECONDS,
   type ProxyInfo,
-  type ReportRequest,
 } from './types.ts';
 import { type View, ViewSet } from './view.ts';
 
@@ -250,6 +250,16 @@ export class LeaseStoreCore {
       const counts = view.refusal(target, this.proxies.values());
       return { granted: false, counts, retryAt: this.retryAt(view, target, now) };
     }
+    return { granted: true, grant: this.grant(e, target, req.ttlSeconds, now) };
+  }
+
+  /** Grants a lease on `e` (which the leasing rules allow now) for `target`. */
+  protected grant(
+    e: Entry,
+    target: string | undefined,
+    ttlSeconds: number | undefined,
+    now: number,
+  ): LeaseGrant {
     this.grantSeq++;
     this.changeCount++;
     this.update(e, () => {
@@ -262,7 +272,7 @@ export class LeaseStoreCore {
       entry: e,
       target,
       instance: e.instance,
-      expiresAt: now + (req.ttlSeconds ?? this.defaultTtl) * 1000,
+      expiresAt: now + (ttlSeconds ?? this.defaultTtl) * 1000,
       heapIndex: -1,
     };
     let url = e.url;
@@ -277,13 +287,10 @@ export class LeaseStoreCore {
     this.leases.set(lease.id, lease);
     this.expiries.push(lease);
     return {
-      granted: true,
-      grant: {
-        id: lease.id,
-        proxy: { namespace: e.namespace, name: e.name, url, host: e.host, port: e.port },
-        target: target ?? null,
-        expiresAt: iso(lease.expiresAt),
-      },
+      id: lease.id,
+      proxy: { namespace: e.namespace, name: e.name, url, host: e.host, port: e.port },
+      target: target ?? null,
+      expiresAt: iso(lease.expiresAt),
     };
   }
 
@@ -333,56 +340,6 @@ export class LeaseStoreCore {
     this.update(e, () => {
       e.active--;
     });
-  }
-
-  /**
-   * Outcome of using a lease. `blocked` cools the proxy down for the lease's target only
-   * (a lease without a target cannot be blocked: LeaseInputError on `result`), `failed` cools
-   * it down for everyone and asks for a re-probe. A lease released or expired within the last
-   * 15 minutes can still be reported (nothing left to release). Returns false when the lease is
-   * unknown.
-   */
-  report(id: string, req: ReportRequest): boolean {
-    checkReport(req);
-    this.tick();
-    const now = this.clock.now();
-    const lease = this.leases.get(id);
-    const used = lease ?? this.ended.get(id, now);
-    if (!used) return false;
-    if (req.result === 'blocked' && used.target === undefined) {
-      throw new LeaseInputError(
-        'result',
-        'result "blocked" needs a lease granted for a target; report "failed" for a proxy-wide problem',
-      );
-    }
-    this.applyReport(used.entry, used.target, req, now);
-    if (lease && req.release !== false) this.drop(lease, now);
-    return true;
-  }
-
-  /**
-   * What a report does to a proxy: `blocked` cools it down for `target`, `failed` for everyone
-   * plus a re-probe. Cooldowns only ever lengthen, so a repeated report changes nothing more.
-   */
-  protected applyReport(e: Entry, target: string | undefined, req: ReportRequest, now: number): void {
-    if (req.result !== 'success') {
-      // Which site refuses which proxy, and which proxies fail: worth a line each (never the lease id).
-      const cooldownSeconds =
-        req.cooldownSeconds ?? (req.result === 'blocked' ? this.blockedCooldown : this.failedCooldown);
-      this.log.info({ proxy: e.key, target, result: req.result, cooldownSeconds }, 'proxy reported');
-    }
-    if (req.result === 'blocked' && target !== undefined) {
-      const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
-      this.targetCooldowns.set(e, target, until);
-      this.changeCount++;
-    } else if (req.result === 'failed') {
-      this.coolDown(e, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);
-      try {
-        this.requestProbe?.(e.key);
-      } catch (err) {
-        this.log.warn({ err, proxy: e.key }, 'requestProbe hook failed');
-      }
-    }
   }
 
   protected coolDown(e: Entry, until: number): void {

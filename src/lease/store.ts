@@ -2,17 +2,27 @@
  * lease/store — the lease store the discovery API serves from (lease/store-core: grants,
  * cooldowns, bounds) plus its durable state: `exportState`/`restoreState` (lease/durable) carry
  * live leases, cooldowns, drain start times and still-reportable ended leases across a restart
- * or a change of leader — per-lease credentials included (as digests) — and
- * `acceptsLeaseCredentials`, the check a proxy that enforces leases makes.
+ * or a change of leader — per-lease credentials included (as digests) — plus
+ * `acceptsLeaseCredentials`, the check a proxy that enforces leases makes, `leaseProxy`, the
+ * grant on one named proxy that the gateway's sticky sessions use, and reports — by lease or by
+ * proxy — of how a proxy did.
  */
+
 import { LEASE_STATE_VERSION, type LeaseState, type ProxyRecord } from './durable.ts';
-import { countLease, type Entry, newEntry, snapshotOf } from './entry.ts';
-import { checkNamespace, checkReport, toSelector } from './input.ts';
+import { countLease, type Entry, newEntry, notLeasableReason, snapshotOf } from './entry.ts';
+import { checkNamespace, checkReport, checkSeconds, toSelector } from './input.ts';
 import type { Lease } from './lease.ts';
 import { leaseIdOfUser, passwordMatches } from './lease-credentials.ts';
-import { LeaseStoreCore } from './store-core.ts';
+import { LeaseStoreCore, TooManyLeasesError } from './store-core.ts';
 import { LeaseInputError, normalizeTarget } from './target.ts';
-import type { ProxyReportRequest, ProxySnapshot, SnapshotFilter } from './types.ts';
+import type {
+  LeaseGrant,
+  NotLeasableReason,
+  ProxyReportRequest,
+  ProxySnapshot,
+  ReportRequest,
+  SnapshotFilter,
+} from './types.ts';
 import { matchesFilter } from './view.ts';
 
 export {
@@ -60,6 +70,56 @@ export class LeaseStore extends LeaseStoreCore {
   }
 
   /**
+   * Outcome of using a lease. `blocked` cools the proxy down for the lease's target only
+   * (a lease without a target cannot be blocked: LeaseInputError on `result`), `failed` cools
+   * it down for everyone and asks for a re-probe. A lease released or expired within the last
+   * 15 minutes can still be reported (nothing left to release). Returns false when the lease is
+   * unknown.
+   */
+  report(id: string, req: ReportRequest): boolean {
+    checkReport(req);
+    this.tick();
+    const now = this.clock.now();
+    const lease = this.leases.get(id);
+    const used = lease ?? this.ended.get(id, now);
+    if (!used) return false;
+    if (req.result === 'blocked' && used.target === undefined) {
+      throw new LeaseInputError(
+        'result',
+        'result "blocked" needs a lease granted for a target; report "failed" for a proxy-wide problem',
+      );
+    }
+    this.applyReport(used.entry, used.target, req, now);
+    if (lease && req.release !== false) this.drop(lease, now);
+    return true;
+  }
+
+  /**
+   * What a report does to a proxy: `blocked` cools it down for `target`, `failed` for everyone
+   * plus a re-probe. Cooldowns only ever lengthen, so a repeated report changes nothing more.
+   */
+  protected applyReport(e: Entry, target: string | undefined, req: ReportRequest, now: number): void {
+    if (req.result !== 'success') {
+      // Which site refuses which proxy, and which proxies fail: worth a line each (never the lease id).
+      const cooldownSeconds =
+        req.cooldownSeconds ?? (req.result === 'blocked' ? this.blockedCooldown : this.failedCooldown);
+      this.log.info({ proxy: e.key, target, result: req.result, cooldownSeconds }, 'proxy reported');
+    }
+    if (req.result === 'blocked' && target !== undefined) {
+      const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
+      this.targetCooldowns.set(e, target, until);
+      this.changeCount++;
+    } else if (req.result === 'failed') {
+      this.coolDown(e, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);
+      try {
+        this.requestProbe?.(e.key);
+      } catch (err) {
+        this.log.warn({ err, proxy: e.key }, 'requestProbe hook failed');
+      }
+    }
+  }
+
+  /**
    * A report about a proxy rather than a lease (`POST /v1/reports`): for crawlers whose lease is
    * shared or long gone. Same effects as a lease report, nothing released; idempotent, since
    * cooldowns only lengthen. Returns false when no such proxy is known.
@@ -75,6 +135,28 @@ export class LeaseStore extends LeaseStoreCore {
     if (!e) return false;
     this.applyReport(e, target, req, this.clock.now());
     return true;
+  }
+
+  /**
+   * A lease on the proxy `key` itself, if the leasing rules let it take one for `target` now
+   * (the gateway's sticky sessions keep their upstream this way, see docs/gateway.md); otherwise
+   * the first rule it fails, or 'Gone' when the store does not know it. Counts like any grant.
+   */
+  leaseProxy(
+    key: string,
+    target: string | undefined,
+    ttlSeconds?: number,
+  ): { granted: true; grant: LeaseGrant } | { granted: false; reason: NotLeasableReason | 'Gone' } {
+    const host = normalizeTarget(target);
+    checkSeconds('ttlSeconds', ttlSeconds, this.maxTtl);
+    this.tick();
+    const e = this.proxies.get(key);
+    if (!e || e.removed) return { granted: false, reason: 'Gone' };
+    const now = this.clock.now();
+    const reason = notLeasableReason(e, host, now);
+    if (reason) return { granted: false, reason };
+    if (this.leases.size >= this.maxActive) throw new TooManyLeasesError(this.maxActive);
+    return { granted: true, grant: this.grant(e, host, ttlSeconds, now) };
   }
 
   /**

@@ -509,6 +509,7 @@ describe('observability', () => {
       '/v1/leases/{id}/report',
       '/v1/proxies',
       '/v1/reports',
+      '/v1/sessions/{id}/report',
     ]);
     expect(Object.keys(doc.paths['/v1/leases']!.post!.responses).sort()).toEqual(
       ['201', '400', '401', '409', '413', '415', '503'].sort(),

@@ -129,7 +129,8 @@ export function healthCheckUrl(ws: Workspace): string {
 function cliEnv(): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env, LOG_LEVEL: 'info', NO_COLOR: '1' };
   for (const k of Object.keys(env)) {
-    if (k === 'DISCOVERY_TOKEN' || k.startsWith('OTEL_') || k === 'NODE_OPTIONS') delete env[k];
+    if (k === 'DISCOVERY_TOKEN' || k === 'GATEWAY_TOKEN' || k.startsWith('OTEL_') || k === 'NODE_OPTIONS')
+      delete env[k];
   }
   return env;
 }
@@ -253,6 +254,9 @@ export function standaloneArgs(
     `127.0.0.1:${ports.discovery ?? ws.discoveryPort}`,
     '--health-probe-bind-address',
     `127.0.0.1:${ports.health ?? ws.healthPort}`,
+    // Many standalone processes run at once: the gateway takes an ephemeral port unless asked.
+    '--gateway-bind-address',
+    '127.0.0.1:0',
     '--log-format',
     'json',
     ...extra,

@@ -87,18 +87,34 @@ export interface Origin {
   defaultStatus: number;
   /** Requests answered or held so far. */
   requests: number;
+  /** Requests per source address. */
+  peers: Map<string, number>;
   /** TLS handshakes that resumed a session (https only). */
   resumedSessions: () => number;
   close(): Promise<void>;
 }
 
-function handler(origin: { defaultStatus: number; requests: number }) {
+/** What an origin may do per request besides the defaults. */
+export interface OriginOptions {
+  defaultStatus?: number;
+  /** A status for requests from this source address (e.g. 403 to one upstream's egress IP). */
+  statusFor?: (peer: string, host: string) => number | undefined;
+}
+
+type OriginState = { defaultStatus: number; requests: number; peers: Map<string, number> };
+
+function handler(origin: OriginState, statusFor: OriginOptions['statusFor']) {
   return (req: IncomingMessage, res: ServerResponse) => {
     origin.requests++;
+    const peer = (req.socket.remoteAddress ?? '').replace(/^::ffff:/, '');
+    origin.peers.set(peer, (origin.peers.get(peer) ?? 0) + 1);
+    // The source address the request came from, so a client can tell which upstream carried it.
+    res.setHeader('X-Peer', peer);
     const path = req.url ?? '/';
     if (path.startsWith('/hang')) return; // held until the client gives up or close()
     const m = /^\/status\/(\d{3})/.exec(path);
-    res.statusCode = m ? Number(m[1]) : origin.defaultStatus;
+    const host = (req.headers.host ?? '').replace(/:\d+$/, '');
+    res.statusCode = m ? Number(m[1]) : (statusFor?.(peer, host) ?? origin.defaultStatus);
     res.setHeader('Connection', 'close');
     res.end();
   };
@@ -113,11 +129,11 @@ async function listen(server: import('node:net').Server): Promise<number> {
 }
 
 /** An HTTPS origin with the test CA's leaf certificate. */
-export async function startTlsOrigin(opts: { defaultStatus?: number } = {}): Promise<Origin> {
+export async function startTlsOrigin(opts: OriginOptions = {}): Promise<Origin> {
   const { cert, key } = testPki();
-  const state = { defaultStatus: opts.defaultStatus ?? 204, requests: 0 };
+  const state: OriginState = { defaultStatus: opts.defaultStatus ?? 204, requests: 0, peers: new Map() };
   let resumed = 0;
-  const server = createHttpsServer({ cert, key }, handler(state));
+  const server = createHttpsServer({ cert, key }, handler(state, opts.statusFor));
   server.on('secureConnection', (s) => {
     if (s.isSessionReused()) resumed++;
   });
@@ -131,9 +147,9 @@ export async function startTlsOrigin(opts: { defaultStatus?: number } = {}): Pro
 }
 
 /** A plain HTTP origin. */
-export async function startHttpOrigin(opts: { defaultStatus?: number } = {}): Promise<Origin> {
-  const state = { defaultStatus: opts.defaultStatus ?? 204, requests: 0 };
-  const server = createHttpServer(handler(state));
+export async function startHttpOrigin(opts: OriginOptions = {}): Promise<Origin> {
+  const state: OriginState = { defaultStatus: opts.defaultStatus ?? 204, requests: 0, peers: new Map() };
+  const server = createHttpServer(handler(state, opts.statusFor));
   const port = await listen(server);
   return Object.assign(state, {
     port,

@@ -31,6 +31,8 @@ export interface SquidOptions {
   users?: Record<string, string>;
   /** Value of the SSL_ports acl: ports CONNECT may reach. Default `443 1025-65535`. */
   sslPorts?: string;
+  /** Source address of its outgoing connections (`tcp_outgoing_address`), so an origin can tell Squids apart. */
+  outgoingAddress?: string;
 }
 
 export interface Squid {
@@ -118,6 +120,7 @@ export async function startSquid(opts: SquidOptions = {}): Promise<Squid> {
       'http_access deny CONNECT !SSL_ports',
       'http_access allow authed',
       'http_access deny all',
+      ...(opts.outgoingAddress ? [`tcp_outgoing_address ${opts.outgoingAddress}`] : []),
       '',
     ].join('\n'),
   );

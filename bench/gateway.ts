@@ -1,0 +1,159 @@
+/**
+ * bench/gateway — the gateway against its targets (docs/benchmarks.md, "Gateway"), all against
+ * one upstream in one run: CONNECT set-up p50 with one client ≤ direct + 1 ms; bulk throughput
+ * (1 MiB bodies over 64 tunnels) ≥ 75 % of direct and never below a stock proxy-chain gateway
+ * chaining to the same upstream; 2,000 idle tunnels within 256 MB RSS. The upstream, the origin,
+ * the stock gateway and the load generator each run in their own process; the gateway runs here.
+ * Exits non-zero on a miss.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { trace } from '@opentelemetry/api';
+import { Registry } from 'prom-client';
+import { resolveEgressPolicy } from '../src/config/egress.ts';
+import { Gateway } from '../src/gateway/server.ts';
+import { LeaseStoreChooser } from '../src/gateway/upstreams.ts';
+import { LeaseStore } from '../src/lease/store.ts';
+import { silentLogger } from '../src/log/index.ts';
+import { EgressGuard } from '../src/provider/local/egress.ts';
+import { systemClock } from '../src/runtime/clock.ts';
+import type { LoadSpec, ProxyTarget } from './gateway-peer.ts';
+
+const ROUNDS = 3;
+const CONNECTS = 400;
+const TUNNELS = 64;
+const BULK_MS = 3000;
+const IDLE_TUNNELS = 2000;
+const RSS_LIMIT_MB = 256;
+const TOKEN = 'bench-token';
+
+const children: ChildProcess[] = [];
+
+/** Starts a helper and resolves with the first JSON line it prints. */
+function startChild(
+  file: string,
+  args: string[],
+): Promise<{ child: ChildProcess; out: Record<string, unknown> }> {
+  const child = spawn(process.execPath, [fileURLToPath(new URL(file, import.meta.url)), ...args], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  children.push(child);
+  return new Promise((resolve, reject) => {
+    const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream });
+    lines.once('line', (l) => resolve({ child, out: JSON.parse(l) as Record<string, unknown> }));
+    child.once('exit', (code) => reject(new Error(`${file} ${args[0]} exited with ${code}`)));
+  });
+}
+
+async function load(spec: LoadSpec): Promise<Record<string, number>> {
+  const { child, out } = await startChild('./gateway-peer.ts', ['load', JSON.stringify(spec)]);
+  child.stdin?.end();
+  return out as Record<string, number>;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)] ?? 0;
+}
+
+async function main(): Promise<number> {
+  const upstream = (await startChild('./health-servers.ts', ['proxies', '1'])).out as {
+    proxies: number[];
+    username: string;
+    password: string;
+  };
+  const upstreamPort = upstream.proxies[0] as number;
+  const origin = (await startChild('./gateway-peer.ts', ['origin'])).out.port as number;
+  const stockPort = (
+    await startChild('./gateway-peer.ts', [
+      'stock',
+      `http://${upstream.username}:${upstream.password}@127.0.0.1:${upstreamPort}`,
+    ])
+  ).out.port as number;
+
+  const leases = new LeaseStore({ clock: systemClock });
+  leases.upsertProxy({
+    key: 'bench/upstream',
+    namespace: 'bench',
+    name: 'upstream',
+    uid: 'u1',
+    labels: {},
+    phase: 'Ready',
+    healthy: true,
+    draining: false,
+    deleting: false,
+    maxLeases: 0,
+    host: '127.0.0.1',
+    port: upstreamPort,
+    credentials: { username: upstream.username, password: upstream.password },
+  });
+  const gateway = new Gateway({
+    bind: { host: '127.0.0.1', port: 0 },
+    token: TOKEN,
+    chooser: new LeaseStoreChooser(leases, systemClock),
+    egress: new EgressGuard(resolveEgressPolicy({ allowCIDRs: ['127.0.0.0/8'], connectPorts: [origin] })),
+    clock: systemClock,
+    log: silentLogger(),
+    registry: new Registry(),
+    tracer: trace.getTracer('bench'),
+  });
+  await gateway.listen();
+
+  const basic = (u: string, p: string) => `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}`;
+  const targets: Record<string, ProxyTarget> = {
+    direct: { port: upstreamPort, auth: basic(upstream.username, upstream.password) },
+    gateway: { port: gateway.port, auth: basic('crawler', TOKEN) },
+    stock: { port: stockPort, auth: '' },
+  };
+  const target = `127.0.0.1:${origin}`;
+  const p50: Record<string, number[]> = { direct: [], gateway: [], stock: [] };
+  const mbps: Record<string, number[]> = { direct: [], gateway: [], stock: [] };
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [name, proxy] of Object.entries(targets)) {
+      const l = await load({ mode: 'latency', proxy, target, count: CONNECTS, durationMs: 0 });
+      p50[name]?.push(l.p50Millis as number);
+      const b = await load({ mode: 'bulk', proxy, target, count: TUNNELS, durationMs: BULK_MS });
+      mbps[name]?.push(b.mbPerSecond as number);
+    }
+  }
+  const m = (r: Record<string, number[]>, k: string) => median(r[k] ?? []);
+  const misses: string[] = [];
+  console.log(
+    `CONNECT set-up p50 (ms): direct ${m(p50, 'direct').toFixed(3)}, gateway ${m(p50, 'gateway').toFixed(3)}, stock proxy-chain ${m(p50, 'stock').toFixed(3)}`,
+  );
+  if (m(p50, 'gateway') > m(p50, 'direct') + 1) misses.push('CONNECT set-up p50 above direct + 1 ms');
+  const ratio = m(mbps, 'gateway') / m(mbps, 'direct');
+  console.log(
+    `bulk 1 MiB over ${TUNNELS} tunnels (MB/s): direct ${m(mbps, 'direct').toFixed(0)}, gateway ${m(mbps, 'gateway').toFixed(0)} (${(ratio * 100).toFixed(0)} % of direct), stock proxy-chain ${m(mbps, 'stock').toFixed(0)} (${((m(mbps, 'stock') / m(mbps, 'direct')) * 100).toFixed(0)} %)`,
+  );
+  if (ratio < 0.75) misses.push('bulk throughput below 75 % of direct');
+  if (m(mbps, 'gateway') < m(mbps, 'stock'))
+    misses.push('bulk throughput below the stock proxy-chain gateway');
+
+  const rssBefore = process.memoryUsage().rss;
+  const idle = await startChild('./gateway-peer.ts', [
+    'load',
+    JSON.stringify({ mode: 'idle', proxy: targets.gateway, target, count: IDLE_TUNNELS, durationMs: 0 }),
+  ]);
+  global.gc?.();
+  const rssMb = process.memoryUsage().rss / 1e6;
+  console.log(
+    `${idle.out.open} idle tunnels: gateway process RSS ${rssMb.toFixed(0)} MB (${(rssBefore / 1e6).toFixed(0)} MB before), ${gateway.openConnections} leases held`,
+  );
+  if (rssMb > RSS_LIMIT_MB) misses.push(`RSS above ${RSS_LIMIT_MB} MB with ${IDLE_TUNNELS} idle tunnels`);
+  idle.child.stdin?.end();
+  await gateway.close();
+  leases.close();
+  for (const miss of misses) console.log(`MISS: ${miss}`);
+  return misses.length === 0 ? 0 : 1;
+}
+
+try {
+  process.exitCode = await main();
+} catch (err) {
+  console.error(err);
+  process.exitCode = 2;
+} finally {
+  for (const c of children) c.stdin?.end();
+}

@@ -1,0 +1,51 @@
+/**
+ * gateway/metrics — the gateway's Prometheus series (docs/operations.md): connections and
+ * requests per upstream and outcome, bytes per upstream and direction, and what upstreams
+ * were reported. Upstream labels are `namespace/name` of fleet proxies, so they stay bounded by
+ * the fleet; refusals before any upstream is chosen carry `upstream=""`.
+ */
+import type { Counter, Gauge, Registry } from 'prom-client';
+import { counter, gauge } from '../metrics/register.ts';
+
+/** How one gateway request or tunnel ended (the `result` label). */
+export type GatewayResult =
+  | 'ok'
+  | 'blocked'
+  | 'failed'
+  | 'no_upstream'
+  | 'denied'
+  | 'unauthorized'
+  | 'bad_request'
+  | 'client_gone';
+
+export interface GatewayMetrics {
+  requests: Counter<'kind' | 'upstream' | 'result'>;
+  bytes: Counter<'upstream' | 'direction'>;
+  reports: Counter<'upstream' | 'result'>;
+  open: Gauge<'kind'>;
+}
+
+export function gatewayMetrics(registry: Registry): GatewayMetrics {
+  return {
+    requests: counter(registry, {
+      name: 'proxy_operator_gateway_requests_total',
+      help: 'Gateway CONNECT tunnels and plain-HTTP requests by upstream and outcome',
+      labelNames: ['kind', 'upstream', 'result'],
+    }),
+    bytes: counter(registry, {
+      name: 'proxy_operator_gateway_bytes_total',
+      help: 'Bytes the gateway carried per upstream: sent (client to upstream) and received',
+      labelNames: ['upstream', 'direction'],
+    }),
+    reports: counter(registry, {
+      name: 'proxy_operator_gateway_upstream_reports_total',
+      help: 'Results the gateway reported to the lease store per upstream (blocked, failed)',
+      labelNames: ['upstream', 'result'],
+    }),
+    open: gauge(registry, {
+      name: 'proxy_operator_gateway_open',
+      help: 'Gateway tunnels and plain-HTTP requests in flight',
+      labelNames: ['kind'],
+    }),
+  };
+}

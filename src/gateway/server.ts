@@ -1,0 +1,164 @@
+/**
+ * gateway/server — the gateway's listener (docs/gateway.md): one HTTP forward proxy endpoint
+ * for the whole fleet. It authenticates every CONNECT and absolute-form request (gateway/auth),
+ * hands them to gateway/tunnel and gateway/forward, renews the leases of open connections, and
+ * enforces header, request and idle timeouts and a connection cap. Without a token it serves
+ * loopback clients only.
+ */
+import http from 'node:http';
+import type net from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { Tracer } from '@opentelemetry/api';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import { type BindAddress, closeServer, formatAddress, listenOn } from '../metrics/bind.ts';
+import type { EgressGuard } from '../provider/local/egress.ts';
+import type { Clock, TimerHandle } from '../runtime/clock.ts';
+import { gatewayAuthChecker, isLoopbackClient, PROXY_AUTHENTICATE } from './auth.ts';
+import {
+  DEFAULT_BLOCKED_STATUSES,
+  DEFAULT_GATEWAY_LIMITS,
+  type GatewayContext,
+  type GatewayLimits,
+} from './context.ts';
+import { handleForward, plain } from './forward.ts';
+import { gatewayMetrics } from './metrics.ts';
+import { endRaw, handleConnect } from './tunnel.ts';
+import type { Acquired, UpstreamChooser } from './upstreams.ts';
+
+/** Open connections' leases are renewed this often (they last CONNECTION_LEASE_TTL_SECONDS). */
+const RENEW_INTERVAL_MS = 60_000;
+
+export interface GatewayOptions {
+  bind: BindAddress;
+  /** The gateway token; undefined = loopback clients only, no password checked. */
+  token: string | undefined;
+  chooser: UpstreamChooser;
+  egress: EgressGuard;
+  clock: Clock;
+  log: Logger;
+  registry: Registry;
+  tracer: Tracer;
+  limits?: Partial<GatewayLimits>;
+  blockedStatuses?: readonly number[];
+}
+
+export class Gateway {
+  private readonly server: http.Server;
+  private readonly ctx: GatewayContext;
+  private readonly opts: GatewayOptions;
+  private readonly held = new Map<Acquired, () => void>();
+  private readonly sockets = new Set<Duplex>();
+  private timer: TimerHandle | undefined;
+  private address: { host: string; port: number } | undefined;
+
+  constructor(opts: GatewayOptions) {
+    this.opts = opts;
+    const limits = { ...DEFAULT_GATEWAY_LIMITS, ...opts.limits };
+    this.ctx = {
+      chooser: opts.chooser,
+      egress: opts.egress,
+      metrics: gatewayMetrics(opts.registry),
+      tracer: opts.tracer,
+      log: opts.log,
+      limits,
+      blockedStatuses: new Set(opts.blockedStatuses ?? DEFAULT_BLOCKED_STATUSES),
+      hold: (a, cut) => this.held.set(a, cut),
+      letGo: (a) => {
+        if (this.held.delete(a)) opts.chooser.release(a);
+      },
+    };
+    const authorize = gatewayAuthChecker(opts.token);
+    this.server = http.createServer({
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(limits.headersTimeoutMs / 4))),
+      noDelay: true,
+    });
+    this.server.timeout = limits.idleTimeoutMs;
+    this.server.maxConnections = limits.maxConnections;
+    const loopbackOnly = opts.token === undefined;
+    this.server.on('connection', (s: net.Socket) => {
+      if (loopbackOnly && !isLoopbackClient(s.remoteAddress)) return void s.destroy();
+      this.sockets.add(s);
+      s.once('close', () => this.sockets.delete(s));
+    });
+    this.server.on('connect', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+      socket.on('error', () => socket.destroy());
+      const auth = authorize(req.headers['proxy-authorization']);
+      if (!auth.ok) {
+        this.ctx.metrics.requests.inc({ kind: 'connect', upstream: '', result: 'unauthorized' });
+        return endRaw(
+          socket,
+          407,
+          'Proxy Authentication Required',
+          [`Proxy-Authenticate: ${PROXY_AUTHENTICATE}`],
+          `${auth.message}\n`,
+        );
+      }
+      void handleConnect(this.ctx, socket, req.url ?? '', head, auth.options).catch((err) => {
+        opts.log.warn({ err }, 'gateway CONNECT failed unexpectedly');
+        endRaw(socket, 500, 'Internal Server Error');
+      });
+    });
+    this.server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+      const auth = authorize(req.headers['proxy-authorization']);
+      if (!auth.ok) {
+        this.ctx.metrics.requests.inc({ kind: 'http', upstream: '', result: 'unauthorized' });
+        res.setHeader('Proxy-Authenticate', PROXY_AUTHENTICATE);
+        return plain(res, 407, auth.message);
+      }
+      void handleForward(this.ctx, req, res, auth.options).catch((err) => {
+        opts.log.warn({ err }, 'gateway request failed unexpectedly');
+        plain(res, 500, 'internal error');
+      });
+    });
+    this.server.on('error', (err) => opts.log.warn({ err }, 'gateway listener error'));
+  }
+
+  /** Listens; resolves with `host:port` actually bound. */
+  async listen(): Promise<string> {
+    this.address = await listenOn(this.server, this.opts.bind);
+    this.scheduleRenewals();
+    return formatAddress(this.address.host, this.address.port);
+  }
+
+  get port(): number {
+    return this.address?.port ?? 0;
+  }
+
+  /** Connections whose leases are held now (tunnels and in-flight requests). */
+  get openConnections(): number {
+    return this.held.size;
+  }
+
+  /** Stops listening, cuts every connection and releases every lease. */
+  async close(): Promise<void> {
+    if (this.timer) this.opts.clock.clearTimeout(this.timer);
+    this.timer = undefined;
+    const closing = closeServer(this.server, 0);
+    for (const s of this.sockets) s.destroy();
+    for (const cut of this.held.values()) cut();
+    await closing;
+  }
+
+  private scheduleRenewals(): void {
+    this.timer = this.opts.clock.setTimeout(() => {
+      this.renewAll();
+      this.opts.chooser.purge();
+      this.scheduleRenewals();
+    }, RENEW_INTERVAL_MS);
+  }
+
+  /** Keeps open connections' leases alive; a connection whose lease may not go on is cut. */
+  private renewAll(): void {
+    for (const [a, cut] of this.held) {
+      if (this.opts.chooser.renew(a.leaseId)) continue;
+      this.opts.log.info(
+        { upstream: a.upstream.key },
+        'connection lease ended (drain deadline or gone); closing it',
+      );
+      cut();
+    }
+  }
+}

@@ -1,0 +1,173 @@
+/**
+ * gateway/tunnel — one CONNECT through the gateway: the egress policy first, then an upstream
+ * from the chooser, a tunnel through it (gateway/dial), and both sockets piped together. An
+ * upstream that fails is reported `failed` and the CONNECT is tried once more on another one
+ * (docs/gateway.md, "Failures and retries").
+ */
+
+import type net from 'node:net';
+import type { Duplex } from 'node:stream';
+import { type Span, SpanStatusCode } from '@opentelemetry/api';
+import { parseAuthority } from '../provider/local/forward-proxy.ts';
+import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
+import { dialTunnel } from './dial.ts';
+import type { GatewayResult } from './metrics.ts';
+import type { Acquired } from './upstreams.ts';
+import type { RoutingOptions } from './username.ts';
+
+/** A complete answer on a socket the HTTP parser has let go of, then close it. */
+export function endRaw(
+  socket: Duplex,
+  status: number,
+  reason: string,
+  extra: string[] = [],
+  body = '',
+): void {
+  if (socket.destroyed || socket.writableEnded) return;
+  const lines = [
+    `HTTP/1.1 ${status} ${reason}`,
+    ...extra,
+    ...(body === '' ? [] : ['Content-Type: text/plain; charset=utf-8']),
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    'Connection: close',
+    '',
+    body,
+  ];
+  socket.once('finish', () => socket.destroy());
+  socket.end(lines.join('\r\n'));
+}
+
+/** Handles one authenticated CONNECT `authority` from `client`. */
+export async function handleConnect(
+  ctx: GatewayContext,
+  client: net.Socket,
+  authority: string,
+  head: Buffer,
+  routing: RoutingOptions,
+): Promise<void> {
+  const span = ctx.tracer.startSpan('gateway CONNECT', { attributes: { 'server.address': authority } });
+  const done = (result: GatewayResult, upstream = '') => {
+    ctx.metrics.requests.inc({ kind: 'connect', upstream, result });
+    span.setAttribute('gateway.result', result);
+    if (result !== 'ok') span.setStatus({ code: SpanStatusCode.ERROR, message: result });
+  };
+  const target = parseAuthority(authority);
+  if (!target) {
+    done('bad_request');
+    span.end();
+    return endRaw(client, 400, 'Bad Request', [], 'CONNECT needs host:port\n');
+  }
+  const decision = await ctx.egress.decide(target.host, target.port);
+  if (!decision.allowed) {
+    const unresolvable = decision.reason === 'unresolvable';
+    done(unresolvable ? 'bad_request' : 'denied');
+    span.end();
+    return unresolvable
+      ? endRaw(client, 502, 'Bad Gateway', [], 'target host does not resolve\n')
+      : endRaw(client, 403, 'Forbidden', [], 'destination not allowed by the egress policy\n');
+  }
+  // The upstream connects to the address that was checked, so a name cannot resolve elsewhere later.
+  const checked = decision.address.includes(':')
+    ? `[${decision.address}]:${target.port}`
+    : `${decision.address}:${target.port}`;
+  for (let attempt = 1; attempt <= 2; attempt++) {
+    if (client.destroyed) {
+      done('client_gone');
+      span.end();
+      return;
+    }
+    const got = ctx.chooser.acquire(target.host, routing);
+    if (!got.ok) {
+      done('no_upstream');
+      span.end();
+      return endRaw(
+        client,
+        got.status,
+        got.status === 503 ? 'Service Unavailable' : 'Bad Request',
+        [],
+        `${got.message}\n`,
+      );
+    }
+    const a = got.acquired;
+    const up = a.upstream;
+    const dialed = await dialTunnel(up, checked, ctx.limits.upstreamTimeoutMs);
+    const named = [`${EGRESS_PROXY_HEADER}: ${up.key}`];
+    if (dialed.ok) {
+      span.setAttribute('gateway.upstream', up.key);
+      return splice(ctx, a, client, dialed.socket, head, dialed.rest, span, done);
+    }
+    if (dialed.kind === 'answered') {
+      ctx.chooser.release(a);
+      done('ok', up.key);
+      span.end();
+      return endRaw(client, dialed.status, dialed.reason || 'Upstream Refused', named);
+    }
+    ctx.log.info({ upstream: up.key, why: dialed.why, attempt }, 'upstream failed a tunnel; reported failed');
+    ctx.chooser.report(a, 'failed');
+    ctx.metrics.reports.inc({ upstream: up.key, result: 'failed' });
+    ctx.chooser.release(a);
+    if (attempt === 2) {
+      done('failed', up.key);
+      span.end();
+      return endRaw(client, 502, 'Bad Gateway', named, 'upstream proxy failed twice\n');
+    }
+  }
+}
+
+/** The tunnel is up: answer the client, then bytes flow both ways until either side ends. */
+function splice(
+  ctx: GatewayContext,
+  a: Acquired,
+  client: net.Socket,
+  upstream: net.Socket,
+  head: Buffer,
+  rest: Buffer,
+  span: Span,
+  done: (result: GatewayResult, upstream?: string) => void,
+): void {
+  const key = a.upstream.key;
+  if (client.destroyed) {
+    // The client gave up while the tunnel was being set up: its close event has already passed.
+    upstream.destroy();
+    ctx.chooser.release(a);
+    done('client_gone', key);
+    span.end();
+    return;
+  }
+  ctx.metrics.open.inc({ kind: 'connect' });
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    client.destroy();
+    upstream.destroy();
+  };
+  ctx.hold(a, close);
+  client.write(`HTTP/1.1 200 Connection Established\r\n${EGRESS_PROXY_HEADER}: ${key}\r\n\r\n`);
+  if (rest.length > 0) client.write(rest);
+  if (head.length > 0) upstream.write(head);
+  for (const s of [client, upstream]) s.setTimeout(ctx.limits.idleTimeoutMs, close);
+  upstream.on('error', close);
+  client.on('error', close);
+  // pipe() ends the other side when one side ends, so a half-close travels through the tunnel.
+  client.pipe(upstream);
+  upstream.pipe(client);
+  upstream.resume();
+  let finished = 0;
+  const onClose = () => {
+    if (++finished === 1) {
+      // One side is gone: unless both directions finished cleanly, cut the other one.
+      const clean = client.readableEnded && upstream.readableEnded;
+      if (!clean) close();
+      return;
+    }
+    ctx.metrics.open.dec({ kind: 'connect' });
+    ctx.metrics.bytes.inc({ upstream: key, direction: 'sent' }, upstream.bytesWritten);
+    ctx.metrics.bytes.inc({ upstream: key, direction: 'received' }, upstream.bytesRead);
+    ctx.letGo(a);
+    done('ok', key);
+    span.end();
+  };
+  client.once('close', onClose);
+  upstream.once('close', onClose);
+}

@@ -1,0 +1,169 @@
+/**
+ * gateway/upstreams — which upstream proxy carries a gateway connection, decided by the lease
+ * store's rules for the connection's target host (docs/gateway.md, "Choosing an upstream"):
+ * every connection holds a lease (target = host) while it is open, so cooldowns, capacity,
+ * draining and health apply exactly as for API clients; a sticky session asks for its bound
+ * upstream first and is rebound only when that one may not take the lease.
+ */
+import { LeaseInputError, type LeaseStore, TooManyLeasesError } from '../lease/store.ts';
+import type { LeaseGrant, ReportResult } from '../lease/types.ts';
+import type { Clock } from '../runtime/clock.ts';
+import { type Session, SessionTable } from './sessions.ts';
+import type { RoutingOptions } from './username.ts';
+
+/** Connection leases last this long and are renewed while the connection stays open. */
+export const CONNECTION_LEASE_TTL_SECONDS = 300;
+
+export interface Upstream {
+  /** `namespace/name`: the X-Egress-Proxy header and the metric label. */
+  key: string;
+  host: string;
+  port: number;
+  /** `Proxy-Authorization` value for the upstream, or undefined when it needs none. */
+  authorization: string | undefined;
+}
+
+export interface Acquired {
+  leaseId: string;
+  upstream: Upstream;
+  session: Session | undefined;
+}
+
+export type AcquireOutcome =
+  | { ok: true; acquired: Acquired }
+  /** `status` is what the client gets: 503 when nothing may carry it, 400 for a bad target. */
+  | { ok: false; status: number; message: string };
+
+/** What the gateway's data path asks of whoever decides leases. */
+export interface UpstreamChooser {
+  acquire(target: string, routing: RoutingOptions): AcquireOutcome;
+  /** Keeps the connection's lease alive; false when the lease may not be renewed (it ended, or a drain deadline passed). */
+  renew(leaseId: string): boolean;
+  release(a: Acquired): void;
+  report(a: Acquired, result: Exclude<ReportResult, 'success'>): void;
+  /** A report on a sticky session's upstream for `target` (default: the host it used last). */
+  reportSession(
+    id: string,
+    result: ReportResult,
+    target: string | undefined,
+  ): { ok: true; upstream: string; target: string } | { ok: false; message: string };
+  purge(): void;
+}
+
+/** The upstream of a grant: its address and the credentials the grant's URL carries. */
+export function upstreamOf(grant: LeaseGrant): Upstream {
+  const url = new URL(grant.proxy.url);
+  const user = decodeURIComponent(url.username);
+  const pass = decodeURIComponent(url.password);
+  return {
+    key: `${grant.proxy.namespace}/${grant.proxy.name}`,
+    host: grant.proxy.host,
+    port: grant.proxy.port,
+    authorization:
+      user === '' && pass === '' ? undefined : `Basic ${Buffer.from(`${user}:${pass}`).toString('base64')}`,
+  };
+}
+
+/** The routing part that must match for a session to keep its upstream. */
+function routingKey(r: RoutingOptions): string {
+  return `${r.namespace ?? ''}|${r.selector ?? ''}`;
+}
+
+/** Upstream choice straight from a lease store in this process (standalone, or the leader). */
+export class LeaseStoreChooser implements UpstreamChooser {
+  private readonly leases: LeaseStore;
+  readonly sessions: SessionTable;
+
+  constructor(leases: LeaseStore, clock: Clock, maxSessions?: number) {
+    this.leases = leases;
+    this.sessions = new SessionTable(clock, maxSessions);
+  }
+
+  acquire(target: string, routing: RoutingOptions): AcquireOutcome {
+    const session = routing.session
+      ? this.sessions.use(routing.session, routingKey(routing), routing.sessionTtlSeconds * 1000)
+      : undefined;
+    try {
+      let grant: LeaseGrant | undefined;
+      if (session?.upstream) {
+        const r = this.leases.leaseProxy(session.upstream, target, CONNECTION_LEASE_TTL_SECONDS);
+        if (r.granted) grant = r.grant;
+        else session.upstream = undefined;
+      }
+      if (!grant) {
+        const r = this.leases.lease({
+          target,
+          ttlSeconds: CONNECTION_LEASE_TTL_SECONDS,
+          ...(routing.selector ? { selector: routing.selector } : {}),
+          ...(routing.namespace ? { namespace: routing.namespace } : {}),
+        });
+        if (!r.granted) return { ok: false, status: 503, message: noneMessage(r.counts) };
+        grant = r.grant;
+      }
+      const upstream = upstreamOf(grant);
+      if (session) {
+        session.upstream = upstream.key;
+        session.open++;
+        if (grant.target) this.sessions.remember(session, grant.target, grant.id);
+      }
+      return { ok: true, acquired: { leaseId: grant.id, upstream, session } };
+    } catch (err) {
+      if (err instanceof TooManyLeasesError) return { ok: false, status: 503, message: err.message };
+      if (err instanceof LeaseInputError) return { ok: false, status: 400, message: err.message };
+      throw err;
+    }
+  }
+
+  renew(leaseId: string): boolean {
+    return this.leases.renew(leaseId, CONNECTION_LEASE_TTL_SECONDS) !== undefined;
+  }
+
+  release(a: Acquired): void {
+    this.leases.release(a.leaseId);
+    if (a.session) this.sessions.done(a.session);
+  }
+
+  report(a: Acquired, result: Exclude<ReportResult, 'success'>): void {
+    this.leases.report(a.leaseId, { result, release: false });
+    // A blocked or failed upstream is not kept for the session: the next connection rebinds.
+    if (a.session?.upstream === a.upstream.key) a.session.upstream = undefined;
+  }
+
+  reportSession(
+    id: string,
+    result: ReportResult,
+    target: string | undefined,
+  ): { ok: true; upstream: string; target: string } | { ok: false; message: string } {
+    const session = this.sessions.find(id);
+    if (!session) return { ok: false, message: `no live session ${JSON.stringify(id)}` };
+    const host = target ?? session.lastTarget;
+    const leaseId = host === undefined ? undefined : session.leases.get(host);
+    if (host === undefined || leaseId === undefined) {
+      return {
+        ok: false,
+        message: `session ${JSON.stringify(id)} has not connected to ${target ?? 'any target'}`,
+      };
+    }
+    if (!this.leases.report(leaseId, { result, release: false })) {
+      return { ok: false, message: `session ${JSON.stringify(id)} used ${host} too long ago to report it` };
+    }
+    const upstream = session.upstream ?? '';
+    if (result !== 'success') session.upstream = undefined;
+    return { ok: true, upstream, target: host };
+  }
+
+  purge(): void {
+    this.sessions.purge();
+  }
+}
+
+function noneMessage(c: {
+  matching: number;
+  healthy: number;
+  coolingDown: number;
+  coolingDownForTarget: number;
+  atCapacity: number;
+  draining: number;
+}): string {
+  return `no upstream proxy may carry this now: ${c.matching} matching, ${c.healthy} healthy, ${c.draining} draining, ${c.coolingDown} cooling down, ${c.coolingDownForTarget} cooling down for this site, ${c.atCapacity} at capacity`;
+}

@@ -1,0 +1,98 @@
+/**
+ * gateway/username — the routing options a crawler writes into the gateway's proxy user name
+ * (docs/gateway.md, "User name grammar"): `crawler` followed by `-option-value` pairs, e.g.
+ * `crawler-pool-eu-session-a1b2` = label selector `pool=eu`, sticky session `a1b2`. Pure: a
+ * user name in, routing options or one message saying what is wrong out.
+ */
+
+export const USERNAME_PREFIX = 'crawler';
+/** Sticky sessions idle longer than this are forgotten unless the user name says otherwise. */
+export const DEFAULT_SESSION_TTL_SECONDS = 600;
+export const MAX_SESSION_TTL_SECONDS = 86_400;
+
+export interface RoutingOptions {
+  /** Label selector text (Kubernetes syntax) built from `pool-…` and `label-…` options. */
+  selector?: string;
+  namespace?: string;
+  session?: string;
+  sessionTtlSeconds: number;
+}
+
+const VALUE = /^[A-Za-z0-9_.]{1,63}$/;
+const LABEL_KEY = /^[A-Za-z0-9_.]{1,63}$/;
+const KNOWN = ['pool', 'label', 'ns', 'session', 'ttl'] as const;
+type Option = (typeof KNOWN)[number];
+
+export type ParsedUsername = { ok: true; options: RoutingOptions } | { ok: false; message: string };
+
+function fail(message: string): ParsedUsername {
+  return { ok: false, message: `gateway user name: ${message} (see docs/gateway.md)` };
+}
+
+/** Shows a client's text in a message without echoing a long input back. */
+function shown(text: string): string {
+  return JSON.stringify(text.length > 40 ? `${text.slice(0, 39)}…` : text);
+}
+
+/**
+ * Parses `crawler[-option-value]…`. Options: `pool-<v>` (label pool=v), `label-<key>_<v>`
+ * (label key=v; the first `_` splits), `ns-<namespace>`, `session-<id>`, `ttl-<seconds>`
+ * (session idle TTL). Values are letters, digits, `_` and `.`; each option at most once.
+ */
+export function parseUsername(username: string): ParsedUsername {
+  const parts = username.split('-');
+  if (parts[0] !== USERNAME_PREFIX) {
+    return fail(`must start with "${USERNAME_PREFIX}", e.g. crawler-session-1; got ${shown(username)}`);
+  }
+  const seen = new Set<Option>();
+  const labels: string[] = [];
+  const out: RoutingOptions = { sessionTtlSeconds: DEFAULT_SESSION_TTL_SECONDS };
+  for (let i = 1; i < parts.length; i += 2) {
+    const name = parts[i] as string;
+    if (!(KNOWN as readonly string[]).includes(name)) {
+      return fail(`unknown option ${shown(name)}; known options: ${KNOWN.join(', ')}`);
+    }
+    const option = name as Option;
+    const value = parts[i + 1];
+    if (value === undefined || !VALUE.test(value)) {
+      return fail(`option "${option}" needs a value of letters, digits, "_" or "." (1-63 characters)`);
+    }
+    if (seen.has(option) && option !== 'label') return fail(`option "${option}" is given twice`);
+    seen.add(option);
+    const problem = apply(out, labels, option, value);
+    if (problem) return fail(problem);
+  }
+  if (labels.length > 0) out.selector = labels.join(',');
+  return { ok: true, options: out };
+}
+
+function apply(out: RoutingOptions, labels: string[], option: Option, value: string): string | undefined {
+  switch (option) {
+    case 'pool':
+      labels.push(`pool=${value}`);
+      return undefined;
+    case 'label': {
+      const cut = value.indexOf('_');
+      const key = value.slice(0, cut);
+      if (cut <= 0 || cut === value.length - 1 || !LABEL_KEY.test(key)) {
+        return 'option "label" takes <key>_<value>, e.g. label-zone_eu1';
+      }
+      labels.push(`${key}=${value.slice(cut + 1)}`);
+      return undefined;
+    }
+    case 'ns':
+      out.namespace = value;
+      return undefined;
+    case 'session':
+      out.session = value;
+      return undefined;
+    case 'ttl': {
+      const n = /^\d{1,6}$/.test(value) ? Number(value) : Number.NaN;
+      if (!(n >= 1 && n <= MAX_SESSION_TTL_SECONDS)) {
+        return `option "ttl" is a session idle time in seconds, 1-${MAX_SESSION_TTL_SECONDS}`;
+      }
+      out.sessionTtlSeconds = n;
+      return undefined;
+    }
+  }
+}
