@@ -23,6 +23,7 @@ import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import type { Selector } from '../runtime/selector.ts';
 import { DEFAULT_MAX_TARGET_COOLDOWNS, TargetCooldowns } from './cooldowns.ts';
+import { EgressGroups } from './egress-groups.ts';
 import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
 import { countLease, type Entry, isEligible, newEntry, refusalCounts } from './entry.ts';
 import { checkNamespace, checkSeconds, toSelector } from './input.ts';
@@ -81,6 +82,8 @@ export class LeaseStoreCore {
   );
   protected readonly views: ViewSet;
   protected readonly targetCooldowns: TargetCooldowns;
+  /** Proxies by source address: one `blocked` report cools down every proxy leaving from it. */
+  protected readonly egressGroups = new EgressGroups();
   protected readonly ended: EndedLeases;
   /** Entries restored from a checkpoint whose Proxy the feed has not delivered yet. */
   protected readonly restored = new Map<string, Entry>();
@@ -177,6 +180,7 @@ export class LeaseStoreCore {
     e.problem = info.problem;
     e.instance = info.instance ?? '';
     e.drainingInstances = info.drainingInstances ?? [];
+    this.egressGroups.place(e, info.egressIP, this.targetCooldowns, this.clock.now());
   }
 
   /** Forgets a proxy: no new leases; existing leases stay valid until released or expired. */
@@ -190,6 +194,7 @@ export class LeaseStoreCore {
     this.update(e, () => {
       e.removed = true;
     });
+    this.egressGroups.leave(e);
     this.proxies.delete(e.key);
   }
 
@@ -321,8 +326,9 @@ export class LeaseStoreCore {
   }
 
   /**
-   * Outcome of using a lease. `blocked` cools the proxy down for the lease's target only
-   * (a lease without a target cannot be blocked: LeaseInputError on `result`), `failed` cools
+   * Outcome of using a lease. `blocked` cools the proxy down for the lease's target only, with
+   * every proxy sharing its egress IP (a lease without a target cannot be blocked:
+   * LeaseInputError on `result`), `failed` cools
    * it down for everyone and asks for a re-probe. A lease released or expired within the last
    * 15 minutes can still be reported (nothing left to release). Returns false when the lease is
    * unknown.
@@ -346,7 +352,8 @@ export class LeaseStoreCore {
         );
       }
       const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
-      this.targetCooldowns.set(e, used.target, until);
+      // The site blocked an address: every proxy leaving from it is blocked there too.
+      for (const peer of this.egressGroups.sharing(e)) this.targetCooldowns.set(peer, used.target, until);
       this.changeCount++;
     } else if (req.result === 'failed') {
       this.coolDown(e, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);

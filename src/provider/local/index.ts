@@ -10,12 +10,14 @@ import type { Logger } from 'pino';
 import type { Counter, Registry } from 'prom-client';
 import type { TargetStatus } from '../../api/providerhealth.ts';
 import { resolveEgressPolicy } from '../../config/egress.ts';
+import { egressAddressProblems, expandEgressAddresses } from '../../config/egress-addresses.ts';
 import type { LocalProviderConfig } from '../../config/schema.ts';
 import { errorMessage } from '../../log/errors.ts';
 import { silentLogger } from '../../log/index.ts';
 import { counter } from '../../metrics/register.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
 import { notFound, permanent, quotaExceeded, transient } from '../errors.ts';
+import { EgressAddressPool, type EgressReservation } from './address-pool.ts';
 import { EgressGuard } from './egress.ts';
 import { ForwardProxy, type ProxyLimits } from './forward-proxy.ts';
 
@@ -50,13 +52,20 @@ export interface LocalProviderOptions {
    */
   leaseCredentials?: (providerID: string, username: string, password: string) => boolean;
   /** Opens origin connections (tests); default net.connect. */
-  dial?: (host: string, port: number) => net.Socket;
+  dial?: (host: string, port: number, localAddress?: string) => net.Socket;
+  /**
+   * The source addresses Proxies of this provider hold in `status.egressIP` (wired in cmd from
+   * the object store): with `egressAddresses`, another Proxy's address is not handed out.
+   */
+  egressReservations?: () => EgressReservation[];
 }
 
 interface Entry {
   name: string;
   proxy: ForwardProxy;
   port: number;
+  /** Source address of its upstream connections (`egressAddresses`), if any. */
+  egressIP?: string;
   uid: string;
   namespace: string;
   /** Local instances live in this process, so they only ever carry its own installation. */
@@ -102,6 +111,9 @@ class LocalProxyProvider implements Provider, Checker {
   private readonly starting = new Map<string, Promise<Entry>>();
   /** Ports instances had, so a re-created instance gets its old port back when it is free. */
   private readonly lastPort = new Map<string, number>();
+  /** The `egressAddresses` and who holds which; undefined when the system picks the source. */
+  private readonly pool: EgressAddressPool | undefined;
+  private readonly reservations: () => EgressReservation[];
   private closed = false;
 
   constructor(opts: LocalProviderOptions) {
@@ -135,6 +147,14 @@ class LocalProxyProvider implements Provider, Checker {
     }
     this.from = range.from;
     this.to = range.to;
+    if (cfg.egressAddresses !== undefined) {
+      const problem = egressAddressProblems(cfg.egressAddresses)[0];
+      if (problem) {
+        throw new Error(`providers[${opts.name}].local.egressAddresses${problem.field}: ${problem.message}`);
+      }
+      this.pool = new EgressAddressPool(expandEgressAddresses(cfg.egressAddresses));
+    }
+    this.reservations = opts.egressReservations ?? (() => []);
     this.connectTimeoutMs = opts.connectTimeoutMs;
     const own = new Set(opts.operator?.ports ?? []);
     const { from, to } = range;
@@ -255,6 +275,33 @@ class LocalProxyProvider implements Provider, Checker {
   }
 
   private async start(ctx: CallContext, req: CreateRequest): Promise<Entry> {
+    const egressIP = this.takeEgressAddress(req);
+    try {
+      return await this.startOn(ctx, req, egressIP);
+    } catch (err) {
+      this.pool?.release(req.name);
+      throw err;
+    }
+  }
+
+  /** The source address of a new instance (`egressAddresses`), or QuotaExceeded when none is free. */
+  private takeEgressAddress(req: CreateRequest): string | undefined {
+    if (!this.pool) return undefined;
+    let reserved: EgressReservation[] = [];
+    try {
+      reserved = this.reservations();
+    } catch (err) {
+      this.log.warn({ err }, 'reading egress address reservations failed');
+    }
+    const address = this.pool.take(req.name, req.uid, req.egressIP, reserved);
+    if (address !== undefined) return address;
+    throw quotaExceeded(
+      `${this.name} create ${req.name}: every egress address (${this.pool.addresses.length}) belongs to another proxy; add addresses to local.egressAddresses`,
+      this.where('create'),
+    );
+  }
+
+  private async startOn(ctx: CallContext, req: CreateRequest, egressIP: string | undefined): Promise<Entry> {
     const taken = new Set([...this.instances.values()].map((e) => e.port));
     for (const port of this.candidates(req, taken)) {
       this.throwIfAborted(ctx, 'create', req.name);
@@ -266,6 +313,7 @@ class LocalProxyProvider implements Provider, Checker {
         log: this.log.child({ instance: req.name }),
         ...(this.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: this.connectTimeoutMs }),
         ...(this.dial ? { dial: this.dial } : {}),
+        ...(egressIP === undefined ? {} : { localAddress: egressIP }),
         ...(this.limits ? { limits: this.limits } : {}),
         egress: this.egress,
         onDenied: (reason) => this.deniedTotal?.inc({ provider: this.name, reason }),
@@ -299,6 +347,7 @@ class LocalProxyProvider implements Provider, Checker {
         name: req.name,
         proxy,
         port,
+        ...(egressIP === undefined ? {} : { egressIP }),
         uid: req.uid,
         namespace: req.namespace,
         ...(req.installation ? { installation: req.installation } : {}),
@@ -307,7 +356,7 @@ class LocalProxyProvider implements Provider, Checker {
       this.instances.set(req.name, entry);
       this.lastPort.set(req.name, port);
       this.log.info(
-        { instance: req.name, port, proxy: `${req.namespace}/${req.proxyName}` },
+        { instance: req.name, port, egressIP, proxy: `${req.namespace}/${req.proxyName}` },
         'local proxy started',
       );
       return entry;
@@ -356,7 +405,10 @@ class LocalProxyProvider implements Provider, Checker {
   }
 
   private async stop(entry: Entry): Promise<void> {
-    if (this.instances.get(entry.name) === entry) this.instances.delete(entry.name);
+    if (this.instances.get(entry.name) === entry) {
+      this.instances.delete(entry.name);
+      this.pool?.release(entry.name);
+    }
     await entry.proxy.close();
     this.log.info({ instance: entry.name, port: entry.port }, 'local proxy stopped');
   }
@@ -368,6 +420,7 @@ class LocalProxyProvider implements Provider, Checker {
       state: 'Running',
       address: this.advertiseAddress,
       port: e.port,
+      ...(e.egressIP === undefined ? {} : { egressIP: e.egressIP }),
       uid: e.uid,
       namespace: e.namespace,
       ...(e.installation ? { installation: e.installation } : {}),
