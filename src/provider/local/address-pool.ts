@@ -1,15 +1,17 @@
 /**
  * provider/local/address-pool — which source address (`local.egressAddresses`) each local proxy
- * connects from: one address per Proxy, never two Proxies on one address (a replacement
- * instance shares its own Proxy's address), and stable across restarts. See
+ * connects from, and the sharing rule when there are more proxies than addresses. See
  * docs/providers/local.md, "Many egress IPs".
  *
- * Stability comes from, in order: the address the instance name had earlier in this process;
- * the address the Proxy had before (`status.egressIP`, persisted in the object store, passed
- * as the create hint); and a hash of the Proxy UID into the list. Addresses other existing
- * Proxies hold in status are reserved for them, so after a restart a new Proxy created first
- * cannot take an address an older Proxy is about to come back to; deleting a Proxy frees its
- * address.
+ * A Proxy keeps its address: the one its instance name had earlier in this process, else the
+ * one it had before (`status.egressIP`, persisted in the object store, passed as the create
+ * hint), so replacements and restarts leave from the same address. A Proxy without one gets a
+ * free address, trying the list from a slot hashed from its UID; addresses other existing
+ * Proxies hold in status count as taken, so after a restart a new Proxy created first cannot
+ * take an address an older one is about to come back to. When none is free, it shares the
+ * address the fewest other Proxies use (earliest in that order on a tie): the lease store treats
+ * proxies sharing an address as one exit for `blocked` reports, so sharing is safe, only less
+ * spread.
  */
 import { createHash } from 'node:crypto';
 
@@ -17,6 +19,12 @@ import { createHash } from 'node:crypto';
 export interface EgressReservation {
   address: string;
   uid: string;
+}
+
+/** The address chosen, and how many other Proxies already use it (0 = it is this Proxy's own). */
+export interface EgressChoice {
+  address: string;
+  sharedWith: number;
 }
 
 export class EgressAddressPool {
@@ -37,20 +45,32 @@ export class EgressAddressPool {
     return this.addresses.filter((a) => !this.holders.get(a)?.size).length;
   }
 
-  /**
-   * The address for instance `name` of the Proxy `uid`, recorded as held; undefined when every
-   * address belongs to another Proxy (the caller reports QuotaExceeded).
-   */
+  /** The address for instance `name` of the Proxy `uid`, recorded as held (see the header for the rule). */
   take(
     name: string,
     uid: string,
     hint: string | undefined,
     reserved: readonly EgressReservation[],
-  ): string | undefined {
-    const others = new Set(reserved.filter((r) => r.uid !== uid).map((r) => r.address));
-    const mine = (a: string) => [...(this.holders.get(a)?.values() ?? [])].every((u) => u === uid);
-    const chosen = this.candidates(name, uid, hint).find((a) => mine(a) && !others.has(a));
-    if (chosen === undefined) return undefined;
+  ): EgressChoice {
+    const users = new Map<string, Set<string>>();
+    const use = (a: string, u: string) => {
+      if (u === uid) return;
+      let s = users.get(a);
+      if (!s) {
+        s = new Set();
+        users.set(a, s);
+      }
+      s.add(u);
+    };
+    for (const [a, held] of this.holders) for (const u of held.values()) use(a, u);
+    for (const r of reserved) use(r.address, r.uid);
+    const load = (a: string) => users.get(a)?.size ?? 0;
+    const own = [this.last.get(name), hint].find((a) => a !== undefined && this.index.has(a));
+    let address = own;
+    if (address === undefined) {
+      for (const a of this.byHash(uid)) if (address === undefined || load(a) < load(address)) address = a;
+    }
+    const chosen = address as string;
     let held = this.holders.get(chosen);
     if (!held) {
       held = new Map();
@@ -58,7 +78,7 @@ export class EgressAddressPool {
     }
     held.set(name, uid);
     this.last.set(name, chosen);
-    return chosen;
+    return { address: chosen, sharedWith: load(chosen) };
   }
 
   /** The instance stopped: its address is free for others (it stays remembered for `name`). */
@@ -67,18 +87,10 @@ export class EgressAddressPool {
     if (a !== undefined) this.holders.get(a)?.delete(name);
   }
 
-  /** Remembered, hinted, then the whole list from the UID's hash slot onwards. */
-  private candidates(name: string, uid: string, hint: string | undefined): string[] {
-    const out: string[] = [];
-    for (const a of [this.last.get(name), hint]) {
-      if (a !== undefined && this.index.has(a) && !out.includes(a)) out.push(a);
-    }
+  /** The whole list, starting at the slot hashed from the Proxy UID. */
+  private byHash(uid: string): string[] {
     const n = this.addresses.length;
-    const first = n === 0 ? 0 : createHash('sha256').update(uid).digest().readUInt32BE(0) % n;
-    for (let i = 0; i < n; i++) {
-      const a = this.addresses[(first + i) % n] as string;
-      if (!out.includes(a)) out.push(a);
-    }
-    return out;
+    const first = createHash('sha256').update(uid).digest().readUInt32BE(0) % n;
+    return Array.from({ length: n }, (_, i) => this.addresses[(first + i) % n] as string);
   }
 }

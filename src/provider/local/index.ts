@@ -4,7 +4,6 @@
  * test suite and the standalone quick start. Instances live and die with the process: after a
  * restart `get` answers NotFound and the reconciler re-creates them (on the same port when it can).
  */
-import { createHash } from 'node:crypto';
 import net from 'node:net';
 import type { Logger } from 'pino';
 import type { Counter, Registry } from 'prom-client';
@@ -20,6 +19,9 @@ import { notFound, permanent, quotaExceeded, transient } from '../errors.ts';
 import { EgressAddressPool, type EgressReservation } from './address-pool.ts';
 import { EgressGuard } from './egress.ts';
 import { ForwardProxy, type ProxyLimits } from './forward-proxy.ts';
+import { portCandidates, tryBind } from './ports.ts';
+
+export { preferredPort } from './ports.ts';
 
 export const LOCAL_PROVIDER_TYPE = 'local';
 export const LOCAL_ID_PREFIX = 'local/';
@@ -239,7 +241,16 @@ class LocalProxyProvider implements Provider, Checker {
       address: this.bindAddress,
       ready: false,
       reason: 'Unknown',
-      details: { listeners: String(this.instances.size), portRange: `${this.from}-${this.to}` },
+      details: {
+        listeners: String(this.instances.size),
+        portRange: `${this.from}-${this.to}`,
+        ...(this.pool
+          ? {
+              egressAddresses: String(this.pool.addresses.length),
+              egressAddressesFree: String(this.pool.free),
+            }
+          : {}),
+      },
     };
     try {
       const broken = [...this.instances.values()].filter((e) => !e.proxy.listening).map((e) => e.name);
@@ -284,7 +295,7 @@ class LocalProxyProvider implements Provider, Checker {
     }
   }
 
-  /** The source address of a new instance (`egressAddresses`), or QuotaExceeded when none is free. */
+  /** The source address of a new instance (`egressAddresses`); shared when none is free. */
   private takeEgressAddress(req: CreateRequest): string | undefined {
     if (!this.pool) return undefined;
     let reserved: EgressReservation[] = [];
@@ -293,17 +304,24 @@ class LocalProxyProvider implements Provider, Checker {
     } catch (err) {
       this.log.warn({ err }, 'reading egress address reservations failed');
     }
-    const address = this.pool.take(req.name, req.uid, req.egressIP, reserved);
-    if (address !== undefined) return address;
-    throw quotaExceeded(
-      `${this.name} create ${req.name}: every egress address (${this.pool.addresses.length}) belongs to another proxy; add addresses to local.egressAddresses`,
-      this.where('create'),
-    );
+    const choice = this.pool.take(req.name, req.uid, req.egressIP, reserved);
+    if (choice.sharedWith > 0) {
+      this.log.warn(
+        { instance: req.name, egressIP: choice.address, sharedWith: choice.sharedWith },
+        'more local proxies than egress addresses: this one shares its address (and its blocks)',
+      );
+    }
+    return choice.address;
   }
 
   private async startOn(ctx: CallContext, req: CreateRequest, egressIP: string | undefined): Promise<Entry> {
     const taken = new Set([...this.instances.values()].map((e) => e.port));
-    for (const port of this.candidates(req, taken)) {
+    for (const port of portCandidates(
+      req.name,
+      [this.lastPort.get(req.name), req.port],
+      { from: this.from, to: this.to },
+      taken,
+    )) {
       this.throwIfAborted(ctx, 'create', req.name);
       const id = `${LOCAL_ID_PREFIX}${req.name}`;
       const check = this.leaseCredentials;
@@ -367,29 +385,6 @@ class LocalProxyProvider implements Provider, Checker {
     );
   }
 
-  /**
-   * Remembered port, then the requested port if in range, then the whole range starting at a
-   * slot derived from the name: instance names are deterministic, so after a restart of the
-   * process a re-created instance usually lands on the port it had before.
-   */
-  private *candidates(req: CreateRequest, taken: Set<number>): Generator<number> {
-    const tried = new Set<number>();
-    const preferred = [this.lastPort.get(req.name), req.port];
-    for (const p of preferred) {
-      if (p === undefined || p < this.from || p > this.to || taken.has(p) || tried.has(p)) continue;
-      tried.add(p);
-      yield p;
-    }
-    const size = this.to - this.from + 1;
-    const first = preferredPort(req.name, this.from, this.to);
-    for (let i = 0; i < size; i++) {
-      const p = this.from + ((first - this.from + i) % size);
-      if (taken.has(p) || tried.has(p)) continue;
-      tried.add(p);
-      yield p;
-    }
-  }
-
   /** Whether some port of the range not held by us can be bound right now. */
   private async probeFreePort(signal: AbortSignal): Promise<{ found: boolean; error?: string }> {
     const taken = new Set([...this.instances.values()].map((e) => e.port));
@@ -440,19 +435,4 @@ class LocalProxyProvider implements Provider, Checker {
   private where(op: string, providerID?: string) {
     return providerID === undefined ? { op, provider: this.name } : { op, provider: this.name, providerID };
   }
-}
-
-/** The first port tried for an instance name: a stable hash of the name into the range. */
-export function preferredPort(name: string, from: number, to: number): number {
-  const h = createHash('sha256').update(name).digest().readUInt32BE(0);
-  return from + (h % (to - from + 1));
-}
-
-/** Binds and releases a port; the error code when that fails. */
-function tryBind(host: string, port: number): Promise<string | undefined> {
-  return new Promise((resolve) => {
-    const srv = net.createServer();
-    srv.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? 'EUNKNOWN'));
-    srv.listen({ host, port, exclusive: true }, () => srv.close(() => resolve(undefined)));
-  });
 }
