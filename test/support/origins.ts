@@ -2,7 +2,9 @@
  * test/support/origins — real origin servers on 127.0.0.1 for probe tests: an HTTPS server
  * with a certificate from a throwaway CA (made with the openssl CLI, once per process) and a
  * plain HTTP server. Paths choose the behaviour: `/status/<code>` answers that code, `/hang`
- * never answers, anything else answers `defaultStatus`.
+ * never answers, anything else answers `defaultStatus` — or, for a source address listed in
+ * `statusBySource`, that status (a site blocking one egress IP). Every request's source address
+ * is recorded in `sources`.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -87,27 +89,40 @@ export interface Origin {
   defaultStatus: number;
   /** Requests answered or held so far. */
   requests: number;
+  /** The source address of every request, in arrival order (IPv4-mapped forms unwrapped). */
+  sources: string[];
+  /** Status for every path but /status/<n> and /hang from these source addresses. */
+  statusBySource: Map<string, number>;
   /** TLS handshakes that resumed a session (https only). */
   resumedSessions: () => number;
   close(): Promise<void>;
 }
 
-function handler(origin: { defaultStatus: number; requests: number }) {
+interface OriginState {
+  defaultStatus: number;
+  requests: number;
+  sources: string[];
+  statusBySource: Map<string, number>;
+}
+
+function handler(origin: OriginState) {
   return (req: IncomingMessage, res: ServerResponse) => {
     origin.requests++;
+    const source = (req.socket.remoteAddress ?? '').replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/, '$1');
+    origin.sources.push(source);
     const path = req.url ?? '/';
     if (path.startsWith('/hang')) return; // held until the client gives up or close()
     const m = /^\/status\/(\d{3})/.exec(path);
-    res.statusCode = m ? Number(m[1]) : origin.defaultStatus;
+    res.statusCode = m ? Number(m[1]) : (origin.statusBySource.get(source) ?? origin.defaultStatus);
     res.setHeader('Connection', 'close');
     res.end();
   };
 }
 
-async function listen(server: import('node:net').Server): Promise<number> {
+async function listen(server: import('node:net').Server, host = '127.0.0.1'): Promise<number> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
+    server.listen(0, host, () => resolve());
   });
   return (server.address() as AddressInfo).port;
 }
@@ -115,7 +130,12 @@ async function listen(server: import('node:net').Server): Promise<number> {
 /** An HTTPS origin with the test CA's leaf certificate. */
 export async function startTlsOrigin(opts: { defaultStatus?: number } = {}): Promise<Origin> {
   const { cert, key } = testPki();
-  const state = { defaultStatus: opts.defaultStatus ?? 204, requests: 0 };
+  const state: OriginState = {
+    defaultStatus: opts.defaultStatus ?? 204,
+    requests: 0,
+    sources: [],
+    statusBySource: new Map(),
+  };
   let resumed = 0;
   const server = createHttpsServer({ cert, key }, handler(state));
   server.on('secureConnection', (s) => {
@@ -130,14 +150,20 @@ export async function startTlsOrigin(opts: { defaultStatus?: number } = {}): Pro
   });
 }
 
-/** A plain HTTP origin. */
-export async function startHttpOrigin(opts: { defaultStatus?: number } = {}): Promise<Origin> {
-  const state = { defaultStatus: opts.defaultStatus ?? 204, requests: 0 };
+/** A plain HTTP origin, on 127.0.0.1 unless `host` says otherwise (`::1` for IPv6). */
+export async function startHttpOrigin(opts: { defaultStatus?: number; host?: string } = {}): Promise<Origin> {
+  const state: OriginState = {
+    defaultStatus: opts.defaultStatus ?? 204,
+    requests: 0,
+    sources: [],
+    statusBySource: new Map(),
+  };
   const server = createHttpServer(handler(state));
-  const port = await listen(server);
+  const host = opts.host ?? '127.0.0.1';
+  const port = await listen(server, host);
   return Object.assign(state, {
     port,
-    baseUrl: `http://127.0.0.1:${port}`,
+    baseUrl: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     resumedSessions: () => 0,
     close: () => closeServer(server),
   });
