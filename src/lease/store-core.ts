@@ -83,7 +83,7 @@ export class LeaseStoreCore {
   protected readonly views: ViewSet;
   protected readonly targetCooldowns: TargetCooldowns;
   /** Proxies by source address: one `blocked` report cools down every proxy leaving from it. */
-  protected readonly egressGroups = new EgressGroups();
+  protected readonly egressGroups: EgressGroups;
   protected readonly ended: EndedLeases;
   /** Entries restored from a checkpoint whose Proxy the feed has not delivered yet. */
   protected readonly restored = new Map<string, Entry>();
@@ -110,6 +110,7 @@ export class LeaseStoreCore {
       opts.maxTargetCooldowns ?? DEFAULT_MAX_TARGET_COOLDOWNS,
       opts.onCooldownEvicted ?? (() => {}),
     );
+    this.egressGroups = new EgressGroups(opts.maxTargetCooldowns ?? DEFAULT_MAX_TARGET_COOLDOWNS);
     // As many recently ended leases as live ones: one lease's worth of memory each.
     this.ended = new EndedLeases(opts.reportableAfterEndMs ?? REPORTABLE_AFTER_END_MS, this.maxActive);
     this.schedule();
@@ -353,7 +354,7 @@ export class LeaseStoreCore {
       }
       const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
       // The site blocked an address: every proxy leaving from it is blocked there too.
-      for (const peer of this.egressGroups.sharing(e)) this.targetCooldowns.set(peer, used.target, until);
+      this.egressGroups.block(e, used.target, until, this.targetCooldowns);
       this.changeCount++;
     } else if (req.result === 'failed') {
       this.coolDown(e, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);
@@ -406,6 +407,7 @@ export class LeaseStoreCore {
       this.drop(top, now);
     }
     this.targetCooldowns.purge(now);
+    this.egressGroups.purge(now);
     this.ended.purge(now);
     for (let top = this.cooldownEnds.peek(); top && top.at <= now; top = this.cooldownEnds.peek()) {
       this.cooldownEnds.pop();
