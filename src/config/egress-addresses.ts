@@ -67,6 +67,7 @@ export function egressAddressProblems(spec: LocalEgressAddresses): EgressAddress
   }
   const problem = cidrProblem(spec.cidr);
   if (problem) return [{ field: '.cidr', message: `${q(spec.cidr)} ${problem}` }];
+  if (spec.count < 1) out.push({ field: '.count', message: `${spec.count} must be at least 1` });
   if (spec.count > MAX_EGRESS_ADDRESSES) {
     out.push({ field: '.count', message: `${spec.count} is more than ${MAX_EGRESS_ADDRESSES}` });
   }

@@ -165,7 +165,7 @@ export const LocalProviderConfigSchema = Type.Object(
           Type.Object(
             {
               cidr: Type.String({ description: 'An IPv4 or IPv6 block such as 203.0.113.8/29.' }),
-              count: Type.Integer({ minimum: 1, description: 'How many addresses of the block to use.' }),
+              count: Type.Integer({ description: 'How many addresses of the block to use (at least 1).' }),
             },
             strict,
           ),
