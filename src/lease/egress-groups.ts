@@ -59,7 +59,8 @@ export class EgressGroups {
       group = new Set();
       this.byAddress.set(address, group);
     }
-    for (const b of this.blocks.get(address)?.values() ?? []) if (b.at > now) cooldowns.set(e, b.target, b.at);
+    for (const b of this.blocks.get(address)?.values() ?? [])
+      if (b.at > now) cooldowns.set(e, b.target, b.at);
     for (const peer of group) {
       for (const c of peer.targetUntil.values()) if (c.at > now) cooldowns.set(e, c.target, c.at);
     }
