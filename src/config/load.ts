@@ -74,14 +74,14 @@ export async function hostIssues(config: ProvidersConfig): Promise<ConfigIssue[]
     const bad = await unbindableAddresses(addresses);
     if (bad.length === 0) continue;
     const path = `providers[${i}].local.egressAddresses`;
-    const fix =
-      'add them to an interface or route them to this host (docs/providers/local.md, "Many egress IPs")';
+    const fix = (what: string) =>
+      `add ${what} to an interface or route ${what} to this host (docs/providers/local.md, "Many egress IPs")`;
     if (Array.isArray(spec)) {
       for (const b of bad.slice(0, LISTED_ADDRESSES)) {
         const at = addresses.indexOf(b.address);
         issues.push({
           path: `${path}[${at}]`,
-          message: `${entryLabel(i, entry)}local.egressAddresses[${at}] ${JSON.stringify(spec[at])} cannot be bound on this machine (${b.code}): ${fix}`,
+          message: `${entryLabel(i, entry)}local.egressAddresses[${at}] ${JSON.stringify(spec[at])} cannot be bound on this machine (${b.code}): ${fix('it')}`,
         });
       }
     }
@@ -90,7 +90,7 @@ export async function hostIssues(config: ProvidersConfig): Promise<ConfigIssue[]
       const more = bad.length > LISTED_ADDRESSES ? `, and ${bad.length - LISTED_ADDRESSES} more` : '';
       issues.push({
         path,
-        message: `${entryLabel(i, entry)}local.egressAddresses: ${bad.length} of ${addresses.length} addresses cannot be bound on this machine: ${shown.join(', ')}${more}; ${fix}`,
+        message: `${entryLabel(i, entry)}local.egressAddresses: ${bad.length} of ${addresses.length} addresses cannot be bound on this machine: ${shown.join(', ')}${more}; ${fix('them')}`,
       });
     }
   }
