@@ -42,7 +42,7 @@ function storeWith(assign: Array<string | undefined>, hotTargetSkips?: number) {
   const clock = new FakeClock();
   const store = new LeaseStore({ clock, ...(hotTargetSkips === undefined ? {} : { hotTargetSkips }) });
   stores.push(store);
-  assign.forEach((ip, i) => store.upsertProxy(info(i, ip)));
+  for (const [i, ip] of assign.entries()) store.upsertProxy(info(i, ip));
   return { clock, store };
 }
 
