@@ -1,6 +1,6 @@
 /**
  * scripts/test/run — `npm test`: check the machine, set it up when root (system packages,
- * libvirtd + sshd on loopback), type-check, lint, run vitest, and stop the daemons it started —
+ * IPv6 test addresses on lo, libvirtd + sshd on loopback), type-check, lint, run vitest, and stop the daemons it started —
  * also when interrupted. Arguments after `npm test --` go to vitest. See docs/testing.md.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
@@ -17,6 +17,7 @@ import {
   stopStragglers,
   UP_SCRIPT,
 } from './prerequisites.ts';
+import { ensureTestAddresses } from './test-addresses.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = join(ROOT, 'node_modules', '.bin');
@@ -74,6 +75,11 @@ async function main(): Promise<number> {
     return 1;
   }
   if (plan.installPackages) step('installing system packages', 'bash', [INSTALL_SCRIPT]);
+  if (process.getuid?.() === 0) {
+    // The egress-address tests bind IPv6 source addresses loopback does not have by default.
+    const problem = ensureTestAddresses();
+    if (problem) say(`IPv6 test addresses: ${problem} (the egress-address tests will fail)`);
+  }
 
   step('type-check', join(BIN, 'tsc'), ['-p', 'tsconfig.json', '--noEmit']);
   step('lint', join(BIN, 'biome'), ['check', '.']);

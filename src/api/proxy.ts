@@ -274,7 +274,10 @@ export const ProxyStatusSchema = Type.Object(
     ),
     health: Type.Optional(ProxyHealthSchema),
     egressIP: Type.Optional(
-      Type.String({ description: 'Egress IP reported by the optional egress-IP check.' }),
+      Type.String({
+        description:
+          'Source address of the upstream traffic: assigned by the local provider (egressAddresses) or reported by the optional egress-IP check. Proxies sharing it share per-target blocked cooldowns.',
+      }),
     ),
     observedGeneration: Type.Optional(Type.Integer()),
     message: Type.Optional(Type.String({ description: 'Human-readable detail of the current phase.' })),

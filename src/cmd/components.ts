@@ -37,6 +37,11 @@ export interface Shared {
   credentials: CredentialsResolver;
   mode: ModeParts;
   providers: ProviderRegistry;
+  /**
+   * Providers that assign each proxy its source address (local `egressAddresses`): the
+   * reconciler writes their status.egressIP, so the egress-IP check leaves those proxies alone.
+   */
+  assignsEgressIP?: ReadonlySet<string>;
 }
 
 export interface Components extends Shared {
@@ -77,6 +82,7 @@ export function buildComponents(shared: Shared): Components {
           clock,
           credentials,
           url: flags.egressIpUrl,
+          skip: (p) => shared.assignsEgressIP?.has(p.spec.provider ?? '') ?? false,
           log: log.child({ component: 'egress-ip' }),
           registry,
         })

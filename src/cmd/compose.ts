@@ -28,6 +28,7 @@ import { setupTracing, type Tracing, type TracingOptions } from '../tracing/inde
 import { buildComponents } from './components.ts';
 import type { CommonFlags, ParsedCommand } from './flags.ts';
 import {
+  egressReservationsIn,
   type KubeClientsFactory,
   type ModeParts,
   operatorParts,
@@ -187,7 +188,7 @@ async function assemble(
   try {
     providers = await buildProviders(
       config,
-      providerFactories(mode.kubernetesProvider, flags, leaseCredentials),
+      providerFactories(mode.kubernetesProvider, flags, leaseCredentials, egressReservationsIn(store)),
       {
         log: log.child({ component: 'provider' }),
         registry,
@@ -199,7 +200,20 @@ async function assemble(
   }
   teardown.add('providers', () => providers.close());
 
-  const parts = buildComponents({ flags, log, registry, tracer, clock, credentials, mode, providers });
+  const assignsEgressIP = new Set(
+    config.providers.filter((e) => e.type === 'local' && e.local?.egressAddresses).map((e) => e.name),
+  );
+  const parts = buildComponents({
+    flags,
+    log,
+    registry,
+    tracer,
+    clock,
+    credentials,
+    mode,
+    providers,
+    assignsEgressIP,
+  });
   leaseStore = parts.leases;
   const manager = new Manager({
     store,

@@ -17,6 +17,7 @@ import { readTlsDir, type TlsFiles } from '../metrics/listener.ts';
 import { selfSignedCertificate } from '../metrics/selfsigned.ts';
 import { createGcpProvider } from '../provider/gcp/index.ts';
 import { createKvmProvider } from '../provider/kvm/index.ts';
+import type { EgressReservation } from '../provider/local/address-pool.ts';
 import { createLocalProvider } from '../provider/local/index.ts';
 import type { ProviderFactory } from '../provider/registry.ts';
 import { loadOrCreateInstallationId } from '../runtime/embedded/installation.ts';
@@ -126,6 +127,18 @@ export function operatorPorts(
 }
 
 /**
+ * The source addresses the Proxies of a provider hold in status, read from the object store's
+ * cache when a local proxy is created (creates are rare; a list is cheap enough).
+ */
+export function egressReservationsIn(store: ObjectStore): (provider: string) => EgressReservation[] {
+  return (provider) =>
+    store.proxies
+      .list()
+      .filter((p) => p.spec.provider === provider && p.status?.egressIP && p.metadata.uid)
+      .map((p) => ({ address: p.status?.egressIP as string, uid: p.metadata.uid as string }));
+}
+
+/**
  * `leaseCredentials` is the lease store's per-lease check for local proxies; the store is built
  * after the providers, so it is passed as a late-bound callback.
  */
@@ -137,6 +150,7 @@ export function providerFactories(
   > &
     Partial<Pick<CommonFlags, 'gateway'>>,
   leaseCredentials?: (providerID: string, username: string, password: string) => boolean,
+  egressReservations?: (provider: string) => EgressReservation[],
 ): Record<string, ProviderFactory> {
   return {
     local: (entry, deps) =>
@@ -147,6 +161,7 @@ export function providerFactories(
         registry: deps.registry,
         operator: operatorPorts(flags),
         ...(leaseCredentials ? { leaseCredentials } : {}),
+        ...(egressReservations ? { egressReservations: () => egressReservations(entry.name) } : {}),
       }),
     kubernetes:
       kubernetes ??

@@ -7,8 +7,9 @@ import { readFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { parseDocument } from 'yaml';
 import { silentLogger } from '../log/index.ts';
+import { expandEgressAddresses, unbindableAddresses } from './egress-addresses.ts';
 import type { ProvidersConfig } from './schema.ts';
-import { type ConfigIssue, formatConfigIssues, validateProvidersConfig } from './validate.ts';
+import { type ConfigIssue, entryLabel, formatConfigIssues, validateProvidersConfig } from './validate.ts';
 
 /** A providers config that cannot be used; `issues` holds every problem, `message` lists them. */
 export class ProvidersConfigError extends Error {
@@ -51,5 +52,47 @@ export async function loadProvidersConfig(path: string, opts: LoadOptions = {}):
   const result = validateProvidersConfig(parseProvidersConfig(text, path));
   for (const w of result.warnings) logger.warn({ file: path, field: w.path }, `WARNING: ${w.message}`);
   if (!result.ok) throw new ProvidersConfigError(path, result.errors);
+  const onHost = await hostIssues(result.value);
+  if (onHost.length > 0) throw new ProvidersConfigError(path, onHost);
   return result.value;
+}
+
+/** Shown per address up to this many; a /64 gone wrong must not print thousands of lines. */
+const LISTED_ADDRESSES = 10;
+
+/**
+ * What only this machine can tell: `local.egressAddresses` this host cannot bind (not on any
+ * interface, no local route). The local proxies run in this process, so the check is honest
+ * here; each problem names the addresses and the fix.
+ */
+export async function hostIssues(config: ProvidersConfig): Promise<ConfigIssue[]> {
+  const issues: ConfigIssue[] = [];
+  for (const [i, entry] of config.providers.entries()) {
+    const spec = entry.type === 'local' ? entry.local?.egressAddresses : undefined;
+    if (spec === undefined) continue;
+    const addresses = expandEgressAddresses(spec);
+    const bad = await unbindableAddresses(addresses);
+    if (bad.length === 0) continue;
+    const path = `providers[${i}].local.egressAddresses`;
+    const fix = (what: string) =>
+      `add ${what} to an interface or route ${what} to this host (docs/providers/local.md, "Many egress IPs")`;
+    if (Array.isArray(spec)) {
+      for (const b of bad.slice(0, LISTED_ADDRESSES)) {
+        const at = addresses.indexOf(b.address);
+        issues.push({
+          path: `${path}[${at}]`,
+          message: `${entryLabel(i, entry)}local.egressAddresses[${at}] ${JSON.stringify(spec[at])} cannot be bound on this machine (${b.code}): ${fix('it')}`,
+        });
+      }
+    }
+    if (!Array.isArray(spec) || bad.length > LISTED_ADDRESSES) {
+      const shown = bad.slice(0, LISTED_ADDRESSES).map((b) => `${b.address} (${b.code})`);
+      const more = bad.length > LISTED_ADDRESSES ? `, and ${bad.length - LISTED_ADDRESSES} more` : '';
+      issues.push({
+        path,
+        message: `${entryLabel(i, entry)}local.egressAddresses: ${bad.length} of ${addresses.length} addresses cannot be bound on this machine: ${shown.join(', ')}${more}; ${fix('them')}`,
+      });
+    }
+  }
+  return issues;
 }

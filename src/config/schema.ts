@@ -158,10 +158,29 @@ export const LocalProviderConfigSchema = Type.Object(
         strict,
       ),
     ),
+    egressAddresses: Type.Optional(
+      Type.Union(
+        [
+          Type.Array(Type.String(), { description: 'Source addresses, one per proxy.' }),
+          Type.Object(
+            {
+              cidr: Type.String({ description: 'An IPv4 or IPv6 block such as 203.0.113.8/29.' }),
+              count: Type.Integer({ description: 'How many addresses of the block to use (at least 1).' }),
+            },
+            strict,
+          ),
+        ],
+        {
+          description:
+            'Source addresses the proxies connect from, one per proxy (docs/providers/local.md). Default: none (the system picks).',
+        },
+      ),
+    ),
     egressPolicy,
   },
   strict,
 );
+export type LocalEgressAddresses = NonNullable<LocalProviderConfig['egressAddresses']>;
 export type LocalProviderConfig = Type.Static<typeof LocalProviderConfigSchema>;
 
 export const ProviderEntrySchema = Type.Object(

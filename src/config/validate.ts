@@ -12,6 +12,7 @@ import { isHttpUrl } from '../api/url.ts';
 import { isDnsLabel, isDnsSubdomain } from '../api/validate.ts';
 import { LOCAL_MIN_PORT } from './defaults.ts';
 import { cidrProblem, type EgressPolicyConfig } from './egress.ts';
+import { egressAddressProblems } from './egress-addresses.ts';
 import {
   type GcpProviderConfig,
   type KubernetesProviderConfig,
@@ -105,7 +106,7 @@ function childPathOf(base: string, rel: string): string {
   return rel.startsWith('[') ? `${base}${rel}` : `${base}.${rel}`;
 }
 
-function entryLabel(index: number, entry: unknown): string {
+export function entryLabel(index: number, entry: unknown): string {
   const name = (entry as { name?: unknown } | undefined)?.name;
   return typeof name === 'string' && name !== ''
     ? `providers[${index}] (${name}): `
@@ -274,6 +275,10 @@ function checkLocal(c: LocalProviderConfig, x: Issues): void {
       }
     }
     if (from > to) x.error('local.portRange', `from (${from}) must not be greater than to (${to})`);
+  }
+  if (c.egressAddresses !== undefined) {
+    for (const p of egressAddressProblems(c.egressAddresses))
+      x.error(`local.egressAddresses${p.field}`, p.message);
   }
 }
 

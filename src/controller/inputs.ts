@@ -235,6 +235,8 @@ export async function resolveDesired(
     ...(placement?.machineType ? { machineType: placement.machineType } : {}),
     ...(placement?.image ? { image: placement.image } : {}),
     ...(cloudInit.ok === undefined ? {} : { cloudInit: cloudInit.ok }),
+    // Not part of the spec-hash: where traffic leaves from is the provider's to keep stable.
+    ...(p.status?.egressIP ? { egressIP: p.status.egressIP } : {}),
   };
   return { hash, request };
 }

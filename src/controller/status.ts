@@ -48,6 +48,8 @@ export interface StatusIntent {
   address?: string | null;
   port?: number | null;
   url?: string | null;
+  /** The source address the provider assigned (local `egressAddresses`); left alone otherwise. */
+  egressIP?: string | null;
   retiring?: string[];
   credentialsGeneration?: number | null;
   /** When the generated credentials were last rotated (spec.credentialsRotation), RFC 3339. */
@@ -82,6 +84,8 @@ export function readyIntent(p: ProxyObject, inst: Instance, name: string, genera
     address,
     port,
     url: proxyUrl(address, port),
+    // Only a provider that assigns the source address says so; the egress-IP check owns the rest.
+    ...(inst.egressIP ? { egressIP: inst.egressIP } : {}),
     message: null,
     provisioned: { status: 'True', reason: REASONS.running, message: `instance ${name} is running` },
   };
@@ -125,6 +129,7 @@ export const RECONCILER_FIELDS = [
   'address',
   'port',
   'url',
+  'egressIP',
   'retiring',
   'credentialsGeneration',
   'credentialsRotatedAt',
@@ -153,6 +158,7 @@ export function applyIntent(
   set('address', intent.address);
   set('port', intent.port);
   set('url', intent.url);
+  set('egressIP', intent.egressIP);
   set('message', intent.message);
   set('credentialsGeneration', intent.credentialsGeneration);
   set('credentialsRotatedAt', intent.credentialsRotatedAt);

@@ -155,6 +155,12 @@ export const ProxyStatusBody = Type.Object({
   deleting: Type.Boolean(),
   host: Nullable(Type.String()),
   port: Nullable(Type.Integer()),
+  egressIP: Nullable(
+    Type.String({
+      description:
+        'The source address its traffic leaves from (status.egressIP), null when unknown. Proxies sharing one share blocked cooldowns.',
+    }),
+  ),
   latencyMillis: Nullable(Type.Number()),
   activeLeases: Type.Integer(),
   maxLeases: Type.Integer({ description: '0 = unlimited.' }),

@@ -50,6 +50,11 @@ export interface EgressIpCheckerOptions {
   ca?: ProbeOptions['ca'];
   /** The process's credentials resolver; one of the checker's own when omitted. */
   credentials?: CredentialsResolver;
+  /**
+   * Proxies whose status.egressIP another writer owns (a provider that assigns the source
+   * address, docs/providers/local.md): never checked, so the field has one writer.
+   */
+  skip?: (p: ProxyObject) => boolean;
 }
 
 /** What one `checkOnce` did, for callers and tests. */
@@ -107,6 +112,7 @@ export class EgressIpChecker {
   private readonly log: Logger;
   private readonly ca: ProbeOptions['ca'];
   private readonly credentials: CredentialsResolver;
+  private readonly skip: (p: ProxyObject) => boolean;
   private readonly checks: Counter<'result'>;
   private readonly states = new Map<string, TargetState>();
   /** The periodic schedule while `run` is running. */
@@ -127,6 +133,7 @@ export class EgressIpChecker {
     this.clock = opts.clock ?? systemClock;
     this.log = opts.log ?? silentLogger();
     this.ca = opts.ca;
+    this.skip = opts.skip ?? (() => false);
     // Read fresh at every check (no remembered reads), so an own resolver holds nothing to close.
     this.credentials = opts.credentials ?? createCredentialsResolver(this.store, { clock: this.clock });
     const registry = opts.registry ?? new Registry();
@@ -197,7 +204,7 @@ export class EgressIpChecker {
       state = undefined;
       if (!proxy) return;
     }
-    const address = addressKey(proxy);
+    const address = this.skip(proxy) ? undefined : addressKey(proxy);
     // The state outlives a pause in serving, so an instance back at a new address is noticed.
     if (!address) {
       scheduler.delete(key);
@@ -221,7 +228,7 @@ export class EgressIpChecker {
     const summary: EgressCheckSummary = { ok: 0, failed: 0, badAnswer: 0, skipped: 0, written: 0 };
     const todo = this.store.proxies
       .list()
-      .filter((p) => servingEndpoint(p))
+      .filter((p) => servingEndpoint(p) && !this.skip(p))
       .map((p) => ({ key: keyOf(p), uid: p.metadata.uid ?? '' }));
     this.oneShot += todo.length;
     // A few workers drain one list: at most `concurrency` checks at once.
@@ -259,7 +266,7 @@ export class EgressIpChecker {
   /** One check of one proxy, read fresh from the cache (it may have changed since listing). */
   private async checkKey(key: string, uid: string, signal: AbortSignal): Promise<CheckOutcome> {
     const proxy = this.store.proxies.get(parseKey(key));
-    if (!proxy || (proxy.metadata.uid ?? '') !== uid) return 'skipped';
+    if (!proxy || (proxy.metadata.uid ?? '') !== uid || this.skip(proxy)) return 'skipped';
     const addr = servingEndpoint(proxy);
     if (!addr) return 'skipped';
     // Created here only by checkOnce; an empty address makes a later `run` check at once.

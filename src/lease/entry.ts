@@ -139,6 +139,7 @@ export function snapshotOf(e: Entry, target: string | undefined, now: number): P
     deleting: e.deleting,
     host: e.host || null,
     port: e.host ? e.port : null,
+    egressIP: e.egressIP ?? null,
     latencyMillis: e.latencyMillis ?? null,
     activeLeases: e.active,
     maxLeases: e.maxLeases,

@@ -86,6 +86,7 @@ export function proxyInfo(p: ProxyObject, credentials: Credentials | undefined):
   }
   const problem = proxyProblem(p);
   if (problem) info.problem = problem;
+  if (s?.egressIP) info.egressIP = s.egressIP;
   const latency = p.status?.health?.latencyMillis;
   if (latency !== undefined) info.latencyMillis = latency;
   return info;

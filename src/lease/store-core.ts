@@ -25,6 +25,7 @@ import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
 import { standingOf } from './census.ts';
 import { DEFAULT_MAX_TARGET_COOLDOWNS, TargetCooldowns } from './cooldowns.ts';
+import { EgressGroups } from './egress-groups.ts';
 import { EndedLeases, REPORTABLE_AFTER_END_MS } from './ended.ts';
 import { countLease, type Entry, newEntry } from './entry.ts';
 import { checkNamespace, checkSeconds, toSelector } from './input.ts';
@@ -82,6 +83,8 @@ export class LeaseStoreCore {
   );
   protected readonly views: ViewSet;
   protected readonly targetCooldowns: TargetCooldowns;
+  /** Proxies by source address: one `blocked` report cools down every proxy leaving from it. */
+  protected readonly egressGroups: EgressGroups;
   protected readonly ended: EndedLeases;
   /** Entries restored from a checkpoint whose Proxy the feed has not delivered yet. */
   protected readonly restored = new Map<string, Entry>();
@@ -114,6 +117,7 @@ export class LeaseStoreCore {
         this.views.cooling(e, target, sign);
       },
     );
+    this.egressGroups = new EgressGroups(opts.maxTargetCooldowns ?? DEFAULT_MAX_TARGET_COOLDOWNS);
     // As many recently ended leases as live ones: one lease's worth of memory each.
     this.ended = new EndedLeases(opts.reportableAfterEndMs ?? REPORTABLE_AFTER_END_MS, this.maxActive);
     this.schedule();
@@ -189,6 +193,7 @@ export class LeaseStoreCore {
     e.problem = info.problem;
     e.instance = info.instance ?? '';
     e.drainingInstances = info.drainingInstances ?? [];
+    this.egressGroups.place(e, info.egressIP, this.targetCooldowns, this.clock.now());
   }
 
   /** Forgets a proxy: no new leases; existing leases stay valid until released or expired. */
@@ -202,6 +207,7 @@ export class LeaseStoreCore {
     this.update(e, () => {
       e.removed = true;
     });
+    this.egressGroups.leave(e);
     this.proxies.delete(e.key);
   }
 
@@ -381,6 +387,7 @@ export class LeaseStoreCore {
       this.drop(top, now);
     }
     this.targetCooldowns.purge(now);
+    this.egressGroups.purge(now);
     this.ended.purge(now);
     for (let top = this.cooldownEnds.peek(); top && top.at <= now; top = this.cooldownEnds.peek()) {
       this.cooldownEnds.pop();

@@ -70,8 +70,9 @@ export class LeaseStore extends LeaseStoreCore {
   }
 
   /**
-   * Outcome of using a lease. `blocked` cools the proxy down for the lease's target only
-   * (a lease without a target cannot be blocked: LeaseInputError on `result`), `failed` cools
+   * Outcome of using a lease. `blocked` cools the proxy down for the lease's target only, with
+   * every proxy sharing its egress IP (a lease without a target cannot be blocked:
+   * LeaseInputError on `result`), `failed` cools
    * it down for everyone and asks for a re-probe. A lease released or expired within the last
    * 15 minutes can still be reported (nothing left to release). Returns false when the lease is
    * unknown.
@@ -107,7 +108,8 @@ export class LeaseStore extends LeaseStoreCore {
     }
     if (req.result === 'blocked' && target !== undefined) {
       const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
-      this.targetCooldowns.set(e, target, until);
+      // The site blocked an address: every proxy leaving from it is blocked there too.
+      this.egressGroups.block(e, target, until, this.targetCooldowns);
       this.changeCount++;
     } else if (req.result === 'failed') {
       this.coolDown(e, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);

@@ -36,6 +36,11 @@ export interface ProxyInfo {
   instance?: string;
   /** Replaced instances still serving the leases granted on them, but no new ones. */
   drainingInstances?: DrainingInstanceInfo[];
+  /**
+   * The source address its traffic leaves from (status.egressIP): proxies sharing one share
+   * `blocked` cooldowns, since a site that blocks the address blocks them all.
+   */
+  egressIP?: string;
 }
 
 export interface DrainingInstanceSnapshot {
@@ -138,6 +143,8 @@ export interface ProxySnapshot {
   deleting: boolean;
   host: string | null;
   port: number | null;
+  /** The source address its traffic leaves from, when known (status.egressIP). */
+  egressIP: string | null;
   latencyMillis: number | null;
   activeLeases: number;
   maxLeases: number;

@@ -44,6 +44,11 @@ export interface CreateRequest {
   image?: string;
   /** Port the proxy listens on. */
   port: number;
+  /**
+   * The source address the Proxy's traffic left from before (`status.egressIP`): a provider
+   * that assigns source addresses (local `egressAddresses`) keeps it when it can.
+   */
+  egressIP?: string;
   /** cloud-init user-data; never logged. */
   cloudInit?: string;
   /** Basic auth the proxy must require; never logged. */
@@ -58,6 +63,8 @@ export interface Instance {
   address?: string;
   /** Port clients connect to, when the backend decides it (local provider). */
   port?: number;
+  /** The source address its upstream connections use, when the backend assigns one (local). */
+  egressIP?: string;
   /** Read back from the backend's labels: GC relies on them. */
   uid?: string;
   namespace?: string;

@@ -12,6 +12,7 @@ const row = (over: Partial<ProxySnapshot>): ProxySnapshot => ({
   deleting: false,
   host: '203.0.113.7',
   port: 3128,
+  egressIP: null,
   latencyMillis: 42,
   activeLeases: 1,
   maxLeases: 0,
@@ -25,10 +26,10 @@ const row = (over: Partial<ProxySnapshot>): ProxySnapshot => ({
 });
 
 describe('status table', () => {
-  it('shows phase, address, health, latency, leases, leasability and cooldowns, aligned', () => {
+  it('shows phase, address, egress IP, health, latency, leases, leasability and cooldowns, aligned', () => {
     const text = formatStatusTable(
       [
-        row({}),
+        row({ egressIP: '203.0.113.9' }),
         row({
           name: 'eu-2',
           healthy: false,
@@ -47,11 +48,13 @@ describe('status table', () => {
     );
     const lines = text.split('\n');
     expect(lines[0]).toMatch(
-      /^NAMESPACE\s+NAME\s+PHASE\s+ADDRESS\s+HEALTHY\s+LATENCY\s+LEASES\s+LEASABLE\s+COOLDOWNS$/,
+      /^NAMESPACE\s+NAME\s+PHASE\s+ADDRESS\s+EGRESS IP\s+HEALTHY\s+LATENCY\s+LEASES\s+LEASABLE\s+COOLDOWNS$/,
     );
-    expect(lines[1]).toMatch(/eu-1\s+Ready\s+203\.0\.113\.7:3128\s+yes\s+42ms\s+1\s+yes\s+-$/);
+    expect(lines[1]).toMatch(
+      /eu-1\s+Ready\s+203\.0\.113\.7:3128\s+203\.0\.113\.9\s+yes\s+42ms\s+1\s+yes\s+-$/,
+    );
     expect(lines[2]).toMatch(
-      /eu-2\s+Ready\s+-\s+no\s+-\s+2\/2\s+no \(Unhealthy\)\s+all 60s, example\.com 10m$/,
+      /eu-2\s+Ready\s+-\s+-\s+no\s+-\s+2\/2\s+no \(Unhealthy\)\s+all 60s, example\.com 10m$/,
     );
     // Columns line up: every row has the NAME column at the same offset.
     const col = lines[0]?.search(/\bNAME\b/);

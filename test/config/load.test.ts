@@ -9,6 +9,7 @@ import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bindProblem } from '../../src/config/egress-addresses.ts';
 import { loadProvidersConfig, ProvidersConfigError } from '../../src/config/load.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -48,6 +49,42 @@ describe('loadProvidersConfig', () => {
   it('loads the standalone quick start config', async () => {
     const config = await loadProvidersConfig(join(root, 'examples/standalone/providers.yaml'));
     expect(config.providers.map((p) => p.type)).toContain('local');
+  });
+
+  it('names the egress addresses this machine cannot bind, and loads the ones it can', async () => {
+    // 203.0.113.0/24 (TEST-NET-3) is documentation space; 127.0.0.0/8 all binds.
+    const taken = (await Promise.all(['203.0.113.1', '203.0.113.7'].map(bindProblem))).filter((c) => !c);
+    expect(taken, 'this test needs 203.0.113.0/24 (TEST-NET-3) on no interface of this machine').toEqual([]);
+    const listed = await failure(
+      await file(
+        'unbindable.yaml',
+        'providers:\n  - name: fleet\n    type: local\n    local:\n      egressAddresses: [127.0.0.2, 203.0.113.7, 127.0.0.3]\n',
+      ),
+    );
+    expect(listed.issues).toHaveLength(1);
+    expect(listed.message).toContain(
+      'providers[0] (fleet): local.egressAddresses[1] "203.0.113.7" cannot be bound on this machine (EADDRNOTAVAIL)',
+    );
+    expect(listed.issues[0]?.path).toBe('providers[0].local.egressAddresses[1]');
+
+    const block = await failure(
+      await file(
+        'unbindable-block.yaml',
+        'providers:\n  - name: fleet\n    type: local\n    local:\n      egressAddresses: {cidr: 203.0.113.0/24, count: 40}\n',
+      ),
+    );
+    expect(block.message).toContain(
+      'local.egressAddresses: 40 of 40 addresses cannot be bound on this machine: 203.0.113.1 (EADDRNOTAVAIL), 203.0.113.2 (EADDRNOTAVAIL)',
+    );
+    expect(block.message).toContain('and 30 more');
+
+    const fine = await loadProvidersConfig(
+      await file(
+        'bindable.yaml',
+        'providers:\n  - name: fleet\n    type: local\n    local:\n      egressAddresses: {cidr: 127.0.0.0/29, count: 6}\n',
+      ),
+    );
+    expect(fine.providers[0]?.local?.egressAddresses).toEqual({ cidr: '127.0.0.0/29', count: 6 });
   });
 
   it('reads JSON too', async () => {

@@ -424,6 +424,46 @@ const CASES: Case[] = [
     errors: [['providers[0].local.portRange.to', 'at most 65535']],
   },
   { name: 'local single port', config: cfg(local({ portRange: { from: 20000, to: 20000 } })) },
+  { name: 'local egressAddresses list', config: cfg(local({ egressAddresses: ['127.0.0.2', '::1'] })) },
+  {
+    name: 'local egressAddresses blocks',
+    config: cfg(local({ egressAddresses: { cidr: '203.0.113.8/29', count: 6 } }), {
+      ...local({ egressAddresses: { cidr: '2001:db8:7::/64', count: 65536 } }),
+      name: 'v6',
+    }),
+  },
+  {
+    name: 'local egressAddresses list problems',
+    config: cfg(local({ egressAddresses: ['127.0.0.2', 'eth0', '0.0.0.0', '127.0.0.02', '::1', '0:0::1'] })),
+    errors: [
+      ['providers[0].local.egressAddresses[1]', '"eth0" must be an IP address'],
+      ['providers[0].local.egressAddresses[2]', 'unspecified address'],
+      ['providers[0].local.egressAddresses[3]', '"127.0.0.02" must be an IP address'],
+      ['providers[0].local.egressAddresses[5]', '"0:0::1" is listed twice (also [4])'],
+    ],
+  },
+  {
+    name: 'local egressAddresses empty',
+    config: cfg(local({ egressAddresses: [] })),
+    errors: [['providers[0].local.egressAddresses', 'names no address']],
+  },
+  {
+    name: 'local egressAddresses count beyond the block',
+    config: cfg(local({ egressAddresses: { cidr: '203.0.113.8/29', count: 7 } })),
+    errors: [
+      ['providers[0].local.egressAddresses.count', '7 is more than the 6 usable addresses of 203.0.113.8/29'],
+    ],
+  },
+  {
+    name: 'local egressAddresses bad block',
+    config: cfg(local({ egressAddresses: { cidr: '203.0.113.9/29', count: 1 } })),
+    errors: [['providers[0].local.egressAddresses.cidr', 'host bits set']],
+  },
+  {
+    name: 'local egressAddresses count zero',
+    config: cfg(local({ egressAddresses: { cidr: '203.0.113.8/29', count: 0 } })),
+    errors: [['providers[0].local.egressAddresses.count', '0 must be at least 1']],
+  },
   // Egress policy: the same block on every provider type.
   {
     name: 'egress policy on every type',

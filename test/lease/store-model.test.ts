@@ -216,6 +216,7 @@ class Model {
           draining: p.draining,
           deleting: p.deleting,
           host: p.host || null,
+          egressIP: null,
           port: p.host ? p.port : null,
           latencyMillis: p.latency ?? null,
           activeLeases: p.active,

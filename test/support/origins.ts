@@ -2,7 +2,9 @@
  * test/support/origins — real origin servers on 127.0.0.1 for probe tests: an HTTPS server
  * with a certificate from a throwaway CA (made with the openssl CLI, once per process) and a
  * plain HTTP server. Paths choose the behaviour: `/status/<code>` answers that code, `/hang`
- * never answers, anything else answers `defaultStatus`.
+ * never answers, anything else answers `defaultStatus` — or, for a source address listed in
+ * `statusBySource`, that status (a site blocking one egress IP). Every request's source address
+ * is recorded in `sources`.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -87,8 +89,10 @@ export interface Origin {
   defaultStatus: number;
   /** Requests answered or held so far. */
   requests: number;
-  /** Requests per source address. */
-  peers: Map<string, number>;
+  /** The source address of every request, in arrival order (IPv4-mapped forms unwrapped). */
+  sources: string[];
+  /** Status for every path but /status/<n> and /hang from these source addresses. */
+  statusBySource: Map<string, number>;
   /** TLS handshakes that resumed a session (https only). */
   resumedSessions: () => number;
   close(): Promise<void>;
@@ -97,33 +101,40 @@ export interface Origin {
 /** What an origin may do per request besides the defaults. */
 export interface OriginOptions {
   defaultStatus?: number;
-  /** A status for requests from this source address (e.g. 403 to one upstream's egress IP). */
-  statusFor?: (peer: string, host: string) => number | undefined;
+  /** A status for requests from this source address to this host (e.g. 403 to one upstream's egress IP for one site). */
+  statusFor?: (source: string, host: string) => number | undefined;
 }
 
-type OriginState = { defaultStatus: number; requests: number; peers: Map<string, number> };
+interface OriginState {
+  defaultStatus: number;
+  requests: number;
+  sources: string[];
+  statusBySource: Map<string, number>;
+}
 
 function handler(origin: OriginState, statusFor: OriginOptions['statusFor']) {
   return (req: IncomingMessage, res: ServerResponse) => {
     origin.requests++;
-    const peer = (req.socket.remoteAddress ?? '').replace(/^::ffff:/, '');
-    origin.peers.set(peer, (origin.peers.get(peer) ?? 0) + 1);
+    const source = (req.socket.remoteAddress ?? '').replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/, '$1');
+    origin.sources.push(source);
     // The source address the request came from, so a client can tell which upstream carried it.
-    res.setHeader('X-Peer', peer);
+    res.setHeader('X-Peer', source);
     const path = req.url ?? '/';
     if (path.startsWith('/hang')) return; // held until the client gives up or close()
     const m = /^\/status\/(\d{3})/.exec(path);
     const host = (req.headers.host ?? '').replace(/:\d+$/, '');
-    res.statusCode = m ? Number(m[1]) : (statusFor?.(peer, host) ?? origin.defaultStatus);
+    res.statusCode = m
+      ? Number(m[1])
+      : (origin.statusBySource.get(source) ?? statusFor?.(source, host) ?? origin.defaultStatus);
     res.setHeader('Connection', 'close');
     res.end();
   };
 }
 
-async function listen(server: import('node:net').Server): Promise<number> {
+async function listen(server: import('node:net').Server, host = '127.0.0.1'): Promise<number> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
+    server.listen(0, host, () => resolve());
   });
   return (server.address() as AddressInfo).port;
 }
@@ -131,7 +142,12 @@ async function listen(server: import('node:net').Server): Promise<number> {
 /** An HTTPS origin with the test CA's leaf certificate. */
 export async function startTlsOrigin(opts: OriginOptions = {}): Promise<Origin> {
   const { cert, key } = testPki();
-  const state: OriginState = { defaultStatus: opts.defaultStatus ?? 204, requests: 0, peers: new Map() };
+  const state: OriginState = {
+    defaultStatus: opts.defaultStatus ?? 204,
+    requests: 0,
+    sources: [],
+    statusBySource: new Map(),
+  };
   let resumed = 0;
   const server = createHttpsServer({ cert, key }, handler(state, opts.statusFor));
   server.on('secureConnection', (s) => {
@@ -146,14 +162,20 @@ export async function startTlsOrigin(opts: OriginOptions = {}): Promise<Origin> 
   });
 }
 
-/** A plain HTTP origin. */
-export async function startHttpOrigin(opts: OriginOptions = {}): Promise<Origin> {
-  const state: OriginState = { defaultStatus: opts.defaultStatus ?? 204, requests: 0, peers: new Map() };
+/** A plain HTTP origin, on 127.0.0.1 unless `host` says otherwise (`::1` for IPv6). */
+export async function startHttpOrigin(opts: OriginOptions & { host?: string } = {}): Promise<Origin> {
+  const state: OriginState = {
+    defaultStatus: opts.defaultStatus ?? 204,
+    requests: 0,
+    sources: [],
+    statusBySource: new Map(),
+  };
   const server = createHttpServer(handler(state, opts.statusFor));
-  const port = await listen(server);
+  const host = opts.host ?? '127.0.0.1';
+  const port = await listen(server, host);
   return Object.assign(state, {
     port,
-    baseUrl: `http://127.0.0.1:${port}`,
+    baseUrl: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     resumedSessions: () => 0,
     close: () => closeServer(server),
   });

@@ -86,9 +86,16 @@ export class EgressGuard {
 
   /**
    * Where a CONNECT (`http` undefined) or an absolute-form http:// request may go. Ports are
-   * checked before any DNS lookup, so a refused port costs nothing.
+   * checked before any DNS lookup, so a refused port costs nothing. A proxy bound to a source
+   * address of one `family` connects to an address of that family: every address is still
+   * checked, and a target with none of that family does not resolve for this proxy.
    */
-  async decide(host: string, port: number, http?: HttpRequestTarget): Promise<EgressDecision> {
+  async decide(
+    host: string,
+    port: number,
+    http?: HttpRequestTarget,
+    family?: 4 | 6,
+  ): Promise<EgressDecision> {
     const probe =
       http !== undefined &&
       port === this.operator.probePort &&
@@ -105,11 +112,17 @@ export class EgressGuard {
     if (addresses.length === 0) return { allowed: false, reason: 'unresolvable', error: undefined };
     // Every address is checked: the client cannot choose which one gets connected.
     const local = addresses.map(isThisHost);
-    if (probe && local.every(Boolean)) return { allowed: true, address: addresses[0] as string };
+    const dialled = family === undefined ? addresses[0] : addresses.find((a) => isIP(a) === family);
+    const noneOfFamily: EgressDecision = {
+      allowed: false,
+      reason: 'unresolvable',
+      error: new Error(`${host} has no IPv${family} address`),
+    };
+    if (probe && local.every(Boolean)) return dialled ? { allowed: true, address: dialled } : noneOfFamily;
     if (!ports.includes(port)) return { allowed: false, reason: 'port' };
     if (local.some(Boolean) && this.operator.isOwnPort(port))
       return { allowed: false, reason: 'operator-port' };
     if (addresses.some(this.denied)) return { allowed: false, reason: 'address' };
-    return { allowed: true, address: addresses[0] as string };
+    return dialled ? { allowed: true, address: dialled } : noneOfFamily;
   }
 }

@@ -46,7 +46,12 @@ export interface ForwardProxyOptions {
    * Opens every origin connection (tunnels and forwarded requests) to an address the egress
    * guard checked; tests substitute one that records or never connects.
    */
-  dial?: (host: string, port: number) => net.Socket;
+  dial?: (host: string, port: number, localAddress?: string) => net.Socket;
+  /**
+   * Source address of every origin connection (`local.egressAddresses`): the origin sees this
+   * proxy leave from it. Targets are then dialled on an address of the same family.
+   */
+  localAddress?: string;
   /** What lease holders may reach. Default: the default policy, no operator ports known. */
   egress?: EgressGuard;
   /** Called once per refused request (metrics). */
@@ -79,6 +84,7 @@ export class ForwardProxy {
   private readonly log: Logger;
   private readonly connectTimeoutMs: number;
   private readonly dial: (host: string, port: number) => net.Socket;
+  private readonly family: 4 | 6 | undefined;
   private readonly egress: EgressGuard;
   private readonly onDenied: (reason: DenialReason) => void;
   private readonly limits: ProxyLimits;
@@ -88,7 +94,18 @@ export class ForwardProxy {
     this.authorized = proxyAuthChecker(opts.credentials, opts.leaseCredentials);
     this.log = opts.log;
     this.connectTimeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
-    this.dial = opts.dial ?? ((host, port) => net.connect({ host, port, allowHalfOpen: true }));
+    const localAddress = opts.localAddress;
+    const dial =
+      opts.dial ??
+      ((host: string, port: number, local?: string) =>
+        net.connect({
+          host,
+          port,
+          allowHalfOpen: true,
+          ...(local === undefined ? {} : { localAddress: local }),
+        }));
+    this.dial = (host, port) => dial(host, port, localAddress);
+    this.family = localAddress === undefined ? undefined : net.isIP(localAddress) === 6 ? 6 : 4;
     this.egress = opts.egress ?? new EgressGuard();
     this.onDenied = opts.onDenied ?? (() => undefined);
     const limits = { ...DEFAULT_PROXY_LIMITS, ...opts.limits };
@@ -183,7 +200,7 @@ export class ForwardProxy {
       endRaw(client, 400, 'Bad Request');
       return;
     }
-    void this.egress.decide(target.host, target.port).then((d) => {
+    void this.egress.decide(target.host, target.port, undefined, this.family).then((d) => {
       if (client.destroyed) return;
       if (d.allowed) return this.tunnel(client, head, d.address, target.port, req.url ?? '');
       if (d.reason === 'unresolvable') {
@@ -270,7 +287,7 @@ export class ForwardProxy {
     const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
     const port = url.port === '' ? 80 : Number(url.port);
     const path = `${url.pathname}${url.search}`;
-    void this.egress.decide(host, port, { method: req.method ?? 'GET', path }).then((d) => {
+    void this.egress.decide(host, port, { method: req.method ?? 'GET', path }, this.family).then((d) => {
       if (res.destroyed) return;
       if (d.allowed) return this.forward(req, res, url, d.address, port, path);
       if (d.reason === 'unresolvable') {

@@ -4,20 +4,24 @@
  * test suite and the standalone quick start. Instances live and die with the process: after a
  * restart `get` answers NotFound and the reconciler re-creates them (on the same port when it can).
  */
-import { createHash } from 'node:crypto';
 import net from 'node:net';
 import type { Logger } from 'pino';
 import type { Counter, Registry } from 'prom-client';
 import type { TargetStatus } from '../../api/providerhealth.ts';
 import { resolveEgressPolicy } from '../../config/egress.ts';
+import { egressAddressProblems, expandEgressAddresses } from '../../config/egress-addresses.ts';
 import type { LocalProviderConfig } from '../../config/schema.ts';
 import { errorMessage } from '../../log/errors.ts';
 import { silentLogger } from '../../log/index.ts';
 import { counter } from '../../metrics/register.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
 import { notFound, permanent, quotaExceeded, transient } from '../errors.ts';
+import { EgressAddressPool, type EgressReservation } from './address-pool.ts';
 import { EgressGuard } from './egress.ts';
 import { ForwardProxy, type ProxyLimits } from './forward-proxy.ts';
+import { portCandidates, tryBind } from './ports.ts';
+
+export { preferredPort } from './ports.ts';
 
 export const LOCAL_PROVIDER_TYPE = 'local';
 export const LOCAL_ID_PREFIX = 'local/';
@@ -50,13 +54,20 @@ export interface LocalProviderOptions {
    */
   leaseCredentials?: (providerID: string, username: string, password: string) => boolean;
   /** Opens origin connections (tests); default net.connect. */
-  dial?: (host: string, port: number) => net.Socket;
+  dial?: (host: string, port: number, localAddress?: string) => net.Socket;
+  /**
+   * The source addresses Proxies of this provider hold in `status.egressIP` (wired in cmd from
+   * the object store): with `egressAddresses`, another Proxy's address is not handed out.
+   */
+  egressReservations?: () => EgressReservation[];
 }
 
 interface Entry {
   name: string;
   proxy: ForwardProxy;
   port: number;
+  /** Source address of its upstream connections (`egressAddresses`), if any. */
+  egressIP?: string;
   uid: string;
   namespace: string;
   /** Local instances live in this process, so they only ever carry its own installation. */
@@ -102,6 +113,9 @@ class LocalProxyProvider implements Provider, Checker {
   private readonly starting = new Map<string, Promise<Entry>>();
   /** Ports instances had, so a re-created instance gets its old port back when it is free. */
   private readonly lastPort = new Map<string, number>();
+  /** The `egressAddresses` and who holds which; undefined when the system picks the source. */
+  private readonly pool: EgressAddressPool | undefined;
+  private readonly reservations: () => EgressReservation[];
   private closed = false;
 
   constructor(opts: LocalProviderOptions) {
@@ -135,6 +149,14 @@ class LocalProxyProvider implements Provider, Checker {
     }
     this.from = range.from;
     this.to = range.to;
+    if (cfg.egressAddresses !== undefined) {
+      const problem = egressAddressProblems(cfg.egressAddresses)[0];
+      if (problem) {
+        throw new Error(`providers[${opts.name}].local.egressAddresses${problem.field}: ${problem.message}`);
+      }
+      this.pool = new EgressAddressPool(expandEgressAddresses(cfg.egressAddresses));
+    }
+    this.reservations = opts.egressReservations ?? (() => []);
     this.connectTimeoutMs = opts.connectTimeoutMs;
     const own = new Set(opts.operator?.ports ?? []);
     const { from, to } = range;
@@ -219,7 +241,16 @@ class LocalProxyProvider implements Provider, Checker {
       address: this.bindAddress,
       ready: false,
       reason: 'Unknown',
-      details: { listeners: String(this.instances.size), portRange: `${this.from}-${this.to}` },
+      details: {
+        listeners: String(this.instances.size),
+        portRange: `${this.from}-${this.to}`,
+        ...(this.pool
+          ? {
+              egressAddresses: String(this.pool.addresses.length),
+              egressAddressesFree: String(this.pool.free),
+            }
+          : {}),
+      },
     };
     try {
       const broken = [...this.instances.values()].filter((e) => !e.proxy.listening).map((e) => e.name);
@@ -255,8 +286,42 @@ class LocalProxyProvider implements Provider, Checker {
   }
 
   private async start(ctx: CallContext, req: CreateRequest): Promise<Entry> {
+    const egressIP = this.takeEgressAddress(req);
+    try {
+      return await this.startOn(ctx, req, egressIP);
+    } catch (err) {
+      this.pool?.release(req.name);
+      throw err;
+    }
+  }
+
+  /** The source address of a new instance (`egressAddresses`); shared when none is free. */
+  private takeEgressAddress(req: CreateRequest): string | undefined {
+    if (!this.pool) return undefined;
+    let reserved: EgressReservation[] = [];
+    try {
+      reserved = this.reservations();
+    } catch (err) {
+      this.log.warn({ err }, 'reading egress address reservations failed');
+    }
+    const choice = this.pool.take(req.name, req.uid, req.egressIP, reserved);
+    if (choice.sharedWith > 0) {
+      this.log.warn(
+        { instance: req.name, egressIP: choice.address, sharedWith: choice.sharedWith },
+        'more local proxies than egress addresses: this one shares its address (and its blocks)',
+      );
+    }
+    return choice.address;
+  }
+
+  private async startOn(ctx: CallContext, req: CreateRequest, egressIP: string | undefined): Promise<Entry> {
     const taken = new Set([...this.instances.values()].map((e) => e.port));
-    for (const port of this.candidates(req, taken)) {
+    for (const port of portCandidates(
+      req.name,
+      [this.lastPort.get(req.name), req.port],
+      { from: this.from, to: this.to },
+      taken,
+    )) {
       this.throwIfAborted(ctx, 'create', req.name);
       const id = `${LOCAL_ID_PREFIX}${req.name}`;
       const check = this.leaseCredentials;
@@ -266,6 +331,7 @@ class LocalProxyProvider implements Provider, Checker {
         log: this.log.child({ instance: req.name }),
         ...(this.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: this.connectTimeoutMs }),
         ...(this.dial ? { dial: this.dial } : {}),
+        ...(egressIP === undefined ? {} : { localAddress: egressIP }),
         ...(this.limits ? { limits: this.limits } : {}),
         egress: this.egress,
         onDenied: (reason) => this.deniedTotal?.inc({ provider: this.name, reason }),
@@ -299,6 +365,7 @@ class LocalProxyProvider implements Provider, Checker {
         name: req.name,
         proxy,
         port,
+        ...(egressIP === undefined ? {} : { egressIP }),
         uid: req.uid,
         namespace: req.namespace,
         ...(req.installation ? { installation: req.installation } : {}),
@@ -307,7 +374,7 @@ class LocalProxyProvider implements Provider, Checker {
       this.instances.set(req.name, entry);
       this.lastPort.set(req.name, port);
       this.log.info(
-        { instance: req.name, port, proxy: `${req.namespace}/${req.proxyName}` },
+        { instance: req.name, port, egressIP, proxy: `${req.namespace}/${req.proxyName}` },
         'local proxy started',
       );
       return entry;
@@ -316,29 +383,6 @@ class LocalProxyProvider implements Provider, Checker {
       `${this.name} create ${req.name}: no free port in ${this.from}-${this.to} on ${this.bindAddress}`,
       this.where('create'),
     );
-  }
-
-  /**
-   * Remembered port, then the requested port if in range, then the whole range starting at a
-   * slot derived from the name: instance names are deterministic, so after a restart of the
-   * process a re-created instance usually lands on the port it had before.
-   */
-  private *candidates(req: CreateRequest, taken: Set<number>): Generator<number> {
-    const tried = new Set<number>();
-    const preferred = [this.lastPort.get(req.name), req.port];
-    for (const p of preferred) {
-      if (p === undefined || p < this.from || p > this.to || taken.has(p) || tried.has(p)) continue;
-      tried.add(p);
-      yield p;
-    }
-    const size = this.to - this.from + 1;
-    const first = preferredPort(req.name, this.from, this.to);
-    for (let i = 0; i < size; i++) {
-      const p = this.from + ((first - this.from + i) % size);
-      if (taken.has(p) || tried.has(p)) continue;
-      tried.add(p);
-      yield p;
-    }
   }
 
   /** Whether some port of the range not held by us can be bound right now. */
@@ -356,7 +400,10 @@ class LocalProxyProvider implements Provider, Checker {
   }
 
   private async stop(entry: Entry): Promise<void> {
-    if (this.instances.get(entry.name) === entry) this.instances.delete(entry.name);
+    if (this.instances.get(entry.name) === entry) {
+      this.instances.delete(entry.name);
+      this.pool?.release(entry.name);
+    }
     await entry.proxy.close();
     this.log.info({ instance: entry.name, port: entry.port }, 'local proxy stopped');
   }
@@ -368,6 +415,7 @@ class LocalProxyProvider implements Provider, Checker {
       state: 'Running',
       address: this.advertiseAddress,
       port: e.port,
+      ...(e.egressIP === undefined ? {} : { egressIP: e.egressIP }),
       uid: e.uid,
       namespace: e.namespace,
       ...(e.installation ? { installation: e.installation } : {}),
@@ -387,19 +435,4 @@ class LocalProxyProvider implements Provider, Checker {
   private where(op: string, providerID?: string) {
     return providerID === undefined ? { op, provider: this.name } : { op, provider: this.name, providerID };
   }
-}
-
-/** The first port tried for an instance name: a stable hash of the name into the range. */
-export function preferredPort(name: string, from: number, to: number): number {
-  const h = createHash('sha256').update(name).digest().readUInt32BE(0);
-  return from + (h % (to - from + 1));
-}
-
-/** Binds and releases a port; the error code when that fails. */
-function tryBind(host: string, port: number): Promise<string | undefined> {
-  return new Promise((resolve) => {
-    const srv = net.createServer();
-    srv.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? 'EUNKNOWN'));
-    srv.listen({ host, port, exclusive: true }, () => srv.close(() => resolve(undefined)));
-  });
 }
