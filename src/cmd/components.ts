@@ -1,6 +1,6 @@
 /**
  * cmd/components — builds the components of one process (stores' clients, lease store and feed,
- * health engine, reconciler, GC, provider health, discovery) from what the mode prepared, in
+ * health engine, reconciler, pool controller, GC, provider health, discovery) from what the mode prepared, in
  * dependency order, each registered for teardown as soon as it exists.
  */
 import type { Tracer } from '@opentelemetry/api';
@@ -17,6 +17,7 @@ import { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
 import { registerProxyPhaseGauge } from '../metrics/fleet.ts';
+import { createPoolReconciler, type PoolReconciler } from '../pool/reconciler.ts';
 import { LOCAL_ID_PREFIX } from '../provider/local/index.ts';
 import type { ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor } from '../providerhealth/monitor.ts';
@@ -45,6 +46,8 @@ export interface Components extends Shared {
   checkpointer: LeaseCheckpointer;
   reconciler: ReturnType<typeof createProxyReconciler>;
   queue: WorkQueue;
+  pools: PoolReconciler;
+  poolQueue: WorkQueue;
   gc: OrphanGC;
   monitor: ProviderHealthMonitor;
 }
@@ -107,6 +110,20 @@ export function buildComponents(shared: Shared): Components {
     leasesOn: (key, providerID) => leases.leasesOn(key, providerID),
   });
   const queue = new WorkQueue({ name: 'proxy', clock, registry, log: log.child({ component: 'workqueue' }) });
+  const pools = createPoolReconciler({
+    store,
+    clock,
+    log: log.child({ component: 'pool' }),
+    leasesOn: (key, providerID) => leases.leasesOn(key, providerID),
+    providerType: (name) => providers.type(name),
+    drainTimeoutMs: flags.leases.drainTimeoutMs,
+  });
+  const poolQueue = new WorkQueue({
+    name: 'pool',
+    clock,
+    registry,
+    log: log.child({ component: 'workqueue' }),
+  });
   const gc = new OrphanGC({
     store,
     clock,
@@ -149,7 +166,20 @@ export function buildComponents(shared: Shared): Components {
     registry,
   });
 
-  return { ...shared, health, leases, egress, authority, checkpointer, reconciler, queue, gc, monitor };
+  return {
+    ...shared,
+    health,
+    leases,
+    egress,
+    authority,
+    checkpointer,
+    reconciler,
+    queue,
+    pools,
+    poolQueue,
+    gc,
+    monitor,
+  };
 }
 
 /** Hands every component to the manager; returns where the discovery API listens once started. */
