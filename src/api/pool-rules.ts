@@ -7,6 +7,9 @@
 import { type CelRule, checkProxyRules } from './rules.ts';
 import type { FieldError } from './schema-errors.ts';
 
+interface PoolView {
+  metadata?: { name?: string };
+}
 interface PoolSpecView {
   template?: { spec?: { type?: string } };
   rollingUpdate?: RollingView;
@@ -22,6 +25,18 @@ interface RotationView {
 
 /** The shortest maxAge: recycling faster than a proxy can come up and pass its probes thrashes. */
 export const MIN_MAX_AGE_SECONDS = 10;
+
+/** The pool's name is the value of its Proxies' pool label, and label values stop at 63 characters. */
+export const POOL_ROOT_RULES: readonly CelRule<PoolView>[] = [
+  {
+    rule: 'self.metadata.name.size() <= 63',
+    message:
+      'must be at most 63 characters: it is the value of the crawl.example.com/pool label on every Proxy',
+    fieldPath: '.metadata.name',
+    reason: 'FieldValueInvalid',
+    holds: (p) => (p.metadata?.name ?? '').length <= 63,
+  },
+];
 
 export const POOL_SPEC_RULES: readonly CelRule<PoolSpecView>[] = [
   {
@@ -63,6 +78,7 @@ export const POOL_ROTATION_RULES: readonly CelRule<RotationView>[] = [
 
 /** Where each pool rule set sits (dotted from the object root), for the CEL tests. */
 export const POOL_RULE_LOCATIONS = {
+  '': POOL_ROOT_RULES,
   spec: POOL_SPEC_RULES,
   'spec.rollingUpdate': POOL_ROLLING_RULES,
   'spec.rotation': POOL_ROTATION_RULES,
@@ -86,8 +102,15 @@ function apply<T>(
  * Every rule of a schema-valid, defaulted pool spec: the pool's own, then the Proxy rules on the
  * template (with `oldSpec`'s template for the transition rules, as the API server runs them).
  */
-export function checkProxyPoolRules(spec: PoolSpecView, oldSpec?: PoolSpecView): FieldError[] {
+export function checkProxyPoolRules(
+  pool: PoolView & { spec: PoolSpecView },
+  oldSpec?: PoolSpecView,
+): FieldError[] {
   const out: FieldError[] = [];
+  const spec = pool.spec;
+  for (const r of POOL_ROOT_RULES) {
+    if (!r.holds(pool)) out.push({ path: (r.fieldPath ?? '').slice(1), message: r.message });
+  }
   apply('spec', POOL_SPEC_RULES, spec, out);
   apply('spec.rollingUpdate', POOL_ROLLING_RULES, spec.rollingUpdate, out);
   apply('spec.rotation', POOL_ROTATION_RULES, spec.rotation, out);

@@ -112,7 +112,7 @@ export function validateProxyPool(obj: unknown, opts: { old?: ProxyPool } = {}):
   ];
   if (errors.length === 0) {
     const oldSpec = opts.old ? (defaultProxyPool(opts.old).spec as ProxyPoolSpec | undefined) : undefined;
-    errors.push(...checkProxyPoolRules(value.spec as ProxyPoolSpec, oldSpec));
+    errors.push(...checkProxyPoolRules(value as { spec: ProxyPoolSpec }, oldSpec));
   }
   return errors.length === 0 ? { ok: true, value: value as ProxyPool } : { ok: false, errors };
 }

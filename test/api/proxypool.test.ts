@@ -21,8 +21,15 @@ const base = () => ({
   } as Node,
 });
 
-const CASES: { name: string; edit: (spec: Node) => void; errors: string[] }[] = [
+const CASES: { name: string; edit: (spec: Node, meta: Node) => void; errors: string[] }[] = [
   { name: 'a minimal pool', edit: () => {}, errors: [] },
+  {
+    name: 'a name too long for the pool label',
+    edit: (_s, m) => {
+      m.name = 'p'.repeat(64);
+    },
+    errors: ['metadata.name'],
+  },
   {
     name: 'rolling limits and rotation',
     edit: (s) => {
@@ -115,7 +122,7 @@ function celFailures(obj: unknown): string[] {
     if (self === undefined) continue;
     const result = run(r.rule, { self: toCel(self) as never });
     if (isCelError(result)) throw new Error(`${r.rule}: ${result.message}`);
-    if (result === false) out.push(`${r.location.join('.')}${r.fieldPath ?? ''}`);
+    if (result === false) out.push(`${r.location.join('.')}${r.fieldPath ?? ''}`.replace(/^\./, ''));
   }
   return out.sort();
 }
@@ -123,7 +130,7 @@ function celFailures(obj: unknown): string[] {
 describe('ProxyPool admission', () => {
   it.each(CASES)('$name: the validator and the CRD CEL rules agree', ({ edit, errors }) => {
     const obj = base();
-    edit(obj.spec);
+    edit(obj.spec, obj.metadata);
     const result = validateProxyPool(obj);
     expect(result.ok ? [] : result.errors.map((e) => e.path).sort()).toEqual([...errors].sort());
     expect(celFailures(defaultProxyPool(obj))).toEqual([...errors].sort());
