@@ -1,5 +1,5 @@
 /**
- * api/validate — admission for Proxy and ProviderHealth objects outside a cluster: applies the
+ * api/validate — admission for Proxy, ProxyPool and ProviderHealth objects outside a cluster: applies the
  * schema defaults, checks the JSON schema (unknown spec fields rejected), the object's identity
  * and the cross-field rules of api/rules — the same verdicts the API server gives with the
  * generated CRD, so a manifest accepted in standalone mode is accepted by a cluster and back.
