@@ -102,10 +102,11 @@ async function steady(
   n: number,
   what: string,
   extra: (names: string[]) => boolean = () => true,
+  selector = SELECTOR,
 ) {
   return waitFor(
     async () => {
-      const list = await client.listProxies({ selector: SELECTOR });
+      const list = await client.listProxies({ selector });
       const ok =
         list.length === n &&
         list.every((p) => p.phase === 'Ready' && p.healthy && !p.draining && !p.deleting) &&
@@ -121,12 +122,15 @@ describe('ProxyPool end to end (standalone, local provider)', () => {
   it('scales 5 → 8 → 3 around held leases, rolls a template out and rotates by age without dropping capacity', async () => {
     const origin = await startHttpOrigin();
     onTestFinished(() => origin.close());
-    const ws = await createWorkspace({ openPorts: [origin.port] });
+    // The example's own pool (`npm start`) comes up beside the one under test.
+    const ws = await createWorkspace({ openPorts: [origin.port], pool: true });
     writePool(ws, 5);
     startStandalone(ws);
     const client = clientFor(ws);
     const five = await steady(client, 5, '5 pool proxies');
     for (const name of five) expect(name).toMatch(/^e2e-[bcdfghjklmnpqrstvwxz2456789]{5}$/);
+    const demo = await steady(client, 2, "the example's demo pool", () => true, 'pool=demo');
+    for (const name of demo) expect(name).toMatch(/^demo-[bcdfghjklmnpqrstvwxz2456789]{5}$/);
 
     writePool(ws, 8);
     await steady(client, 8, '8 pool proxies');
