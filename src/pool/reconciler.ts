@@ -69,6 +69,66 @@ export function unsupportedSpec(
   return `spec.rotation.strategy: Restart is not supported: ${which}; use strategy Replace (a new Proxy per rotation)`;
 }
 
+/** Stops new leases on `m` (spec.drain) and records when, so it is deleted once drained. */
+async function startDrain(
+  store: ObjectStore,
+  m: Member,
+  sinceIso: string,
+  signal: AbortSignal,
+): Promise<void> {
+  await retryOnConflict(
+    m.proxy,
+    async (p: ProxyObject) => {
+      if (p.metadata.deletionTimestamp || p.metadata.annotations?.[ANNOTATION_POOL_DRAIN_SINCE]) return;
+      const next = structuredClone(p);
+      next.spec.drain = true;
+      next.metadata.annotations = {
+        ...(p.metadata.annotations ?? {}),
+        [ANNOTATION_POOL_DRAIN_SINCE]: sinceIso,
+      };
+      await store.proxies.update(next, { signal });
+    },
+    () => store.proxies.read(parseKey(m.key), { signal }),
+    { signal },
+  );
+}
+
+/** Deletes a drained pool Proxy (its finalizer deletes the instance first). */
+async function removeMember(store: ObjectStore, m: Member, signal: AbortSignal): Promise<void> {
+  try {
+    await store.proxies.delete(parseKey(m.key), { signal, uid: m.proxy.metadata.uid ?? '' });
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+  }
+}
+
+/** Pool events, and every event of a pool's Proxy, enqueue the pool. */
+function watchPoolSources(store: ObjectStore, enqueue: (key: string) => void): Unsubscribe {
+  const offPools = store.proxyPools.watch((ev) => {
+    if (ev.type === 'DELETED') return;
+    const a = ev.old;
+    const b = ev.object;
+    // The pool's own status writes are no reason to look again.
+    if (
+      a &&
+      a.metadata.generation === b.metadata.generation &&
+      a.metadata.deletionTimestamp === b.metadata.deletionTimestamp
+    ) {
+      return;
+    }
+    enqueue(keyOf(b));
+  });
+  // Any change to a pool's Proxy (ready, healthy, drained, gone) may let the pool move on.
+  const offProxies = store.proxies.watch((ev) => {
+    const pool = ev.object.metadata.labels?.[LABEL_POOL];
+    if (pool && ev.object.metadata.namespace) enqueue(`${ev.object.metadata.namespace}/${pool}`);
+  });
+  return () => {
+    offPools();
+    offProxies();
+  };
+}
+
 export function createPoolReconciler(deps: PoolReconcilerDeps): PoolReconciler {
   const { store } = deps;
   const log = deps.log ?? silentLogger();
@@ -105,34 +165,6 @@ export function createPoolReconciler(deps: PoolReconcilerDeps): PoolReconciler {
     for (let done = 0; done < n; done += CREATE_CONCURRENCY) {
       const batch = Math.min(CREATE_CONCURRENCY, n - done);
       await Promise.all(Array.from({ length: batch }, () => createOne(pool, hash, signal)));
-    }
-  }
-
-  /** Stops new leases on `m` (spec.drain) and records when, so it is deleted once drained. */
-  async function startDrain(m: Member, signal: AbortSignal): Promise<void> {
-    const since = new Date(clock.now()).toISOString();
-    await retryOnConflict(
-      m.proxy,
-      async (p: ProxyObject) => {
-        if (p.metadata.deletionTimestamp || p.metadata.annotations?.[ANNOTATION_POOL_DRAIN_SINCE]) return;
-        const next = structuredClone(p);
-        next.spec.drain = true;
-        next.metadata.annotations = {
-          ...(p.metadata.annotations ?? {}),
-          [ANNOTATION_POOL_DRAIN_SINCE]: since,
-        };
-        await store.proxies.update(next, { signal });
-      },
-      () => store.proxies.read(parseKey(m.key), { signal }),
-      { signal },
-    );
-  }
-
-  async function remove(m: Member, signal: AbortSignal): Promise<void> {
-    try {
-      await store.proxies.delete(parseKey(m.key), { signal, uid: m.proxy.metadata.uid ?? '' });
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
     }
   }
 
@@ -180,8 +212,9 @@ export function createPoolReconciler(deps: PoolReconcilerDeps): PoolReconciler {
       drainTimeoutMs,
       drainPollMs,
     });
-    for (const m of plan.drain) await startDrain(m, signal);
-    for (const m of plan.remove) await remove(m, signal);
+    const since = new Date(clock.now()).toISOString();
+    for (const m of plan.drain) await startDrain(store, m, since, signal);
+    for (const m of plan.remove) await removeMember(store, m, signal);
     if (plan.create > 0) await createMany(pool, plan.create, signal);
     if (plan.drain.length + plan.remove.length + plan.create > 0) {
       runLog.info(
@@ -197,31 +230,5 @@ export function createPoolReconciler(deps: PoolReconcilerDeps): PoolReconciler {
     return plan.requeueAfterMs !== undefined ? { requeueAfter: plan.requeueAfterMs } : {};
   }
 
-  function watchSources(enqueue: (key: string) => void): Unsubscribe {
-    const offPools = store.proxyPools.watch((ev) => {
-      if (ev.type === 'DELETED') return;
-      const a = ev.old;
-      const b = ev.object;
-      // The pool's own status writes are no reason to look again.
-      if (
-        a &&
-        a.metadata.generation === b.metadata.generation &&
-        a.metadata.deletionTimestamp === b.metadata.deletionTimestamp
-      ) {
-        return;
-      }
-      enqueue(keyOf(b));
-    });
-    // Any change to a pool's Proxy (ready, healthy, drained, gone) may let the pool move on.
-    const offProxies = store.proxies.watch((ev) => {
-      const pool = ev.object.metadata.labels?.[LABEL_POOL];
-      if (pool && ev.object.metadata.namespace) enqueue(`${ev.object.metadata.namespace}/${pool}`);
-    });
-    return () => {
-      offPools();
-      offProxies();
-    };
-  }
-
-  return { reconcile, watchSources };
+  return { reconcile, watchSources: (enqueue) => watchPoolSources(store, enqueue) };
 }
