@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 
 const BENCHES = [
   ['reconcile', 'reconcile.ts'],
+  ['pool', 'pool.ts'],
   ['lease', 'lease.ts'],
   ['health', 'health.ts'],
   ['memory', 'memory.ts'],

@@ -11,10 +11,13 @@ import {
   PROVIDER_HEALTH_PLURAL,
   PROXY_KIND,
   PROXY_PLURAL,
+  PROXY_POOL_KIND,
+  PROXY_POOL_PLURAL,
   VERSION,
 } from './constants.ts';
 import { ProviderHealthSchema } from './providerhealth.ts';
 import { ProxySchema } from './proxy.ts';
+import { POOL_SCALE_PATHS, ProxyPoolSchema } from './proxypool.ts';
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 type JsonObject = { [k: string]: Json };
@@ -148,6 +151,8 @@ interface CrdInput {
   scope: 'Namespaced' | 'Cluster';
   schema: JsonObject;
   columns: PrinterColumn[];
+  /** The scale subresource (`kubectl scale`, HPA), where the resource has one. */
+  scale?: { specReplicasPath: string; statusReplicasPath: string; labelSelectorPath: string };
 }
 
 export const CRD_CATEGORIES = ['crawl'];
@@ -174,7 +179,7 @@ function crd(input: CrdInput): JsonObject {
           served: true,
           storage: true,
           schema: { openAPIV3Schema: input.schema },
-          subresources: { status: {} },
+          subresources: input.scale ? { status: {}, scale: { ...input.scale } } : { status: {} },
           additionalPrinterColumns: input.columns.map((c) => ({ ...c }) as JsonObject),
         },
       ],
@@ -221,6 +226,25 @@ export function providerHealthCrd(): JsonObject {
   });
 }
 
+/** The ProxyPool CRD as a plain object. */
+export function proxyPoolCrd(): JsonObject {
+  return crd({
+    kind: PROXY_POOL_KIND,
+    plural: PROXY_POOL_PLURAL,
+    shortName: 'pxp',
+    scope: 'Namespaced',
+    schema: resourceSchema(ProxyPoolSchema),
+    scale: POOL_SCALE_PATHS,
+    columns: [
+      { name: 'Desired', type: 'integer', jsonPath: '.spec.replicas' },
+      { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
+      { name: 'Healthy', type: 'integer', jsonPath: '.status.healthyReplicas' },
+      { name: 'Leasable', type: 'integer', jsonPath: '.status.leasableReplicas' },
+      AGE,
+    ],
+  });
+}
+
 /** Recursively sorts object keys; list order is meaningful and kept. */
 export function sortKeys(value: Json): Json {
   if (Array.isArray(value)) return value.map(sortKeys);
@@ -244,14 +268,16 @@ export const CRD_BASES_DIR = 'config/crd/bases';
 export function renderCrdFiles(): Record<string, string> {
   const proxies = `${CRD_BASES_DIR}/${GROUP}_${PROXY_PLURAL}.yaml`;
   const providerHealths = `${CRD_BASES_DIR}/${GROUP}_${PROVIDER_HEALTH_PLURAL}.yaml`;
+  const pools = `${CRD_BASES_DIR}/${GROUP}_${PROXY_POOL_PLURAL}.yaml`;
   const kustomization = {
     apiVersion: 'kustomize.config.k8s.io/v1beta1',
     kind: 'Kustomization',
-    resources: [proxies, providerHealths].map((p) => p.slice('config/crd/'.length)),
+    resources: [proxies, providerHealths, pools].map((p) => p.slice('config/crd/'.length)),
   };
   return {
     [proxies]: toYaml(proxyCrd()),
     [providerHealths]: toYaml(providerHealthCrd()),
+    [pools]: toYaml(proxyPoolCrd()),
     'config/crd/kustomization.yaml': `${HEADER}${stringify(kustomization, { lineWidth: 0, indentSeq: false })}`,
   };
 }

@@ -1,14 +1,16 @@
 /**
- * api/validate — admission for Proxy and ProviderHealth objects outside a cluster: applies the
+ * api/validate — admission for Proxy, ProxyPool and ProviderHealth objects outside a cluster: applies the
  * schema defaults, checks the JSON schema (unknown spec fields rejected), the object's identity
  * and the cross-field rules of api/rules — the same verdicts the API server gives with the
  * generated CRD, so a manifest accepted in standalone mode is accepted by a cluster and back.
  */
 import { Compile } from 'typebox/compile';
 import Value from 'typebox/value';
-import { API_VERSION, PROVIDER_HEALTH_KIND, PROXY_KIND } from './constants.ts';
+import { API_VERSION, PROVIDER_HEALTH_KIND, PROXY_KIND, PROXY_POOL_KIND } from './constants.ts';
+import { checkProxyPoolRules } from './pool-rules.ts';
 import { type ProviderHealth, ProviderHealthSchema } from './providerhealth.ts';
 import { type ProxyObject, ProxySchema, type ProxySpec } from './proxy.ts';
+import { type ProxyPool, ProxyPoolSchema, type ProxyPoolSpec } from './proxypool.ts';
 import { checkProxyRules } from './rules.ts';
 import { type FieldError, schemaErrors } from './schema-errors.ts';
 
@@ -18,6 +20,7 @@ export type ValidationResult<T> = { ok: true; value: T } | { ok: false; errors: 
 
 const proxyValidator = Compile(ProxySchema);
 const providerHealthValidator = Compile(ProviderHealthSchema);
+const proxyPoolValidator = Compile(ProxyPoolSchema);
 
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
@@ -92,6 +95,26 @@ export function validateProxy(obj: unknown, opts: { old?: ProxyObject } = {}): V
     errors.push(...checkProxyRules(spec, oldSpec));
   }
   return errors.length === 0 ? { ok: true, value: value as ProxyObject } : { ok: false, errors };
+}
+
+/** Fills in what the API server would default (replicas, limits, the template's type and port). */
+export function defaultProxyPool<T>(obj: T): T {
+  return Value.Default(ProxyPoolSchema, structuredClone(obj)) as T;
+}
+
+/** Validates a ProxyPool as the API server would with the generated CRD, after applying defaults. */
+export function validateProxyPool(obj: unknown, opts: { old?: ProxyPool } = {}): ValidationResult<ProxyPool> {
+  if (!isRecord(obj)) return { ok: false, errors: [{ path: '', message: 'must be an object' }] };
+  const value = defaultProxyPool(obj);
+  const errors = [
+    ...identityErrors(value, PROXY_POOL_KIND, 'Namespaced'),
+    ...schemaErrors(value, proxyPoolValidator.Errors(value)),
+  ];
+  if (errors.length === 0) {
+    const oldSpec = opts.old ? (defaultProxyPool(opts.old).spec as ProxyPoolSpec | undefined) : undefined;
+    errors.push(...checkProxyPoolRules(value as { spec: ProxyPoolSpec }, oldSpec));
+  }
+  return errors.length === 0 ? { ok: true, value: value as ProxyPool } : { ok: false, errors };
 }
 
 /** Validates a ProviderHealth object (status only, cluster-scoped). */

@@ -1,6 +1,6 @@
 /**
  * cmd/components — builds the components of one process (stores' clients, lease store and feed,
- * health engine, reconciler, GC, provider health, discovery) from what the mode prepared, in
+ * health engine, reconciler, pool controller, GC, provider health, discovery) from what the mode prepared, in
  * dependency order, each registered for teardown as soon as it exists.
  */
 import type { Tracer } from '@opentelemetry/api';
@@ -19,6 +19,7 @@ import { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
 import { registerHealthyProxiesGauge, registerProxyPhaseGauge } from '../metrics/fleet.ts';
+import { createPoolReconciler, type PoolReconciler } from '../pool/reconciler.ts';
 import { LOCAL_ID_PREFIX } from '../provider/local/index.ts';
 import type { ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor } from '../providerhealth/monitor.ts';
@@ -52,6 +53,8 @@ export interface Components extends Shared {
   checkpointer: LeaseCheckpointer;
   reconciler: ReturnType<typeof createProxyReconciler>;
   queue: WorkQueue;
+  pools: PoolReconciler;
+  poolQueue: WorkQueue;
   gc: OrphanGC;
   monitor: ProviderHealthMonitor;
   dashboard: Dashboard;
@@ -118,6 +121,20 @@ export function buildComponents(shared: Shared): Components {
     leasesOn: (key, providerID) => leases.leasesOn(key, providerID),
   });
   const queue = new WorkQueue({ name: 'proxy', clock, registry, log: log.child({ component: 'workqueue' }) });
+  const pools = createPoolReconciler({
+    store,
+    clock,
+    log: log.child({ component: 'pool' }),
+    leasesOn: (key, providerID) => leases.leasesOn(key, providerID),
+    providerType: (name) => providers.type(name),
+    drainTimeoutMs: flags.leases.drainTimeoutMs,
+  });
+  const poolQueue = new WorkQueue({
+    name: 'pool',
+    clock,
+    registry,
+    log: log.child({ component: 'workqueue' }),
+  });
   const gc = new OrphanGC({
     store,
     clock,
@@ -178,6 +195,8 @@ export function buildComponents(shared: Shared): Components {
     checkpointer,
     reconciler,
     queue,
+    pools,
+    poolQueue,
     gc,
     monitor,
     dashboard,

@@ -9,6 +9,8 @@ import type { ListenerInputs } from './compose.ts';
 
 /** Reconcile workers: enough to overlap slow provider calls, few enough to stay under quotas. */
 const RECONCILE_WORKERS = 8;
+/** Pool workers: a pass is mostly cache reads, and one pool is never handled by two at once. */
+const POOL_WORKERS = 2;
 
 function service(
   name: string,
@@ -137,6 +139,21 @@ export function addRunnables(
         },
         signal,
       );
+    }),
+  );
+  // Pools (docs/configuration.md): leader only, like every controller that writes.
+  manager.add(
+    service('pool-controller', true, async (signal) => {
+      const unsubscribe = c.pools.watchSources((key) => c.poolQueue.add(key));
+      try {
+        await c.poolQueue.runWorkers({
+          concurrency: POOL_WORKERS,
+          signal,
+          process: (key) => c.pools.reconcile(key, signal),
+        });
+      } finally {
+        unsubscribe();
+      }
     }),
   );
   manager.add(service('orphan-gc', true, (signal) => gc.start(signal)));

@@ -29,7 +29,8 @@ export type HealthCheck = () => void | Promise<void>;
 
 export interface ManagerOptions {
   /** Caches to start and wait for before anything else runs. */
-  store?: Pick<ObjectStore, 'start' | 'stop' | 'proxies' | 'providerHealths' | 'secrets'>;
+  store?: Pick<ObjectStore, 'start' | 'stop' | 'proxies' | 'providerHealths' | 'secrets'> &
+    Partial<Pick<ObjectStore, 'proxyPools'>>;
   /** Default: a StandaloneElector (leads at once). */
   elector?: LeaderElector;
   /** `host:port`, `:port` or `[v6]:port` for /healthz and /readyz; `0`/empty disables. */
@@ -201,6 +202,7 @@ export class Manager {
       await store.start(this.intake.signal);
       await Promise.all([
         store.proxies.synced(signal),
+        store.proxyPools?.synced(signal),
         store.providerHealths.synced(signal),
         store.secrets.synced(signal),
       ]);

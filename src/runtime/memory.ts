@@ -9,9 +9,11 @@ import type { ProxyObject } from '../api/proxy.ts';
 import type { Logger } from '../log/index.ts';
 import type { Clock } from './clock.ts';
 import { type Collection, ObjectEngine } from './objects/engine.ts';
+import { collectOwnedObjects } from './objects/owners.ts';
 import { storeOnEngine } from './objects/store-adapter.ts';
 import {
   PROVIDER_HEALTH_RESOURCE,
+  PROXY_POOL_RESOURCE,
   PROXY_RESOURCE,
   SECRET_RESOURCE,
   type StoredObject,
@@ -23,6 +25,8 @@ export interface MemoryStoreOptions {
   log?: Logger;
   /** Share an engine (e.g. with a test server); a fresh one otherwise. */
   engine?: ObjectEngine;
+  /** Delete objects whose owners are gone, like the Kubernetes garbage collector (default off). */
+  collectGarbage?: boolean;
 }
 
 /** Deep partial, for seeding objects without spelling out every field. */
@@ -43,7 +47,12 @@ export interface MemoryStore extends ObjectStore {
   /** Creates a Secret; `stringData` is accepted and turned into base64 `data`. */
   seedSecret(s: Secret & { stringData?: Record<string, string> }): Secret;
   /** Synchronous raw access to the three collections (for assertions and fault setups). */
-  readonly collections: { proxies: Collection; providerHealths: Collection; secrets: Collection };
+  readonly collections: {
+    proxies: Collection;
+    proxyPools: Collection;
+    providerHealths: Collection;
+    secrets: Collection;
+  };
 }
 
 function seedWithStatus(c: Collection, obj: StoredObject): StoredObject {
@@ -65,9 +74,11 @@ export function createMemoryStore(opts: MemoryStoreOptions = {}): MemoryStore {
   const store = storeOnEngine(engine, opts.log ? { log: opts.log } : {});
   const collections = {
     proxies: engine.register(PROXY_RESOURCE),
+    proxyPools: engine.register(PROXY_POOL_RESOURCE),
     providerHealths: engine.register(PROVIDER_HEALTH_RESOURCE),
     secrets: engine.register(SECRET_RESOURCE),
   };
+  if (opts.collectGarbage) collectOwnedObjects(engine);
   return {
     ...store,
     engine,

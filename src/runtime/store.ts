@@ -8,6 +8,7 @@
 import type { KubeObject, ObjectKey, Secret } from '../api/meta.ts';
 import type { ProviderHealth } from '../api/providerhealth.ts';
 import type { ProxyObject } from '../api/proxy.ts';
+import type { ProxyPool } from '../api/proxypool.ts';
 
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
 
@@ -105,6 +106,7 @@ export interface SecretClient {
 
 export interface ObjectStore {
   readonly proxies: ResourceClient<ProxyObject>;
+  readonly proxyPools: ResourceClient<ProxyPool>;
   readonly providerHealths: ResourceClient<ProviderHealth>;
   readonly secrets: SecretClient;
   /** Start informers/watches (idempotent). */

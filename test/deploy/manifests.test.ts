@@ -252,6 +252,7 @@ const API_CALLS: ApiCall[] = [
     calls: ['listNamespacedCustomObject', 'listClusterCustomObject'],
     needs: [
       { ...PROXY, resource: 'proxies', verbs: ['list', 'watch'] },
+      { ...PROXY, resource: 'proxypools', verbs: ['list', 'watch'] },
       { ...PROXY, resource: 'providerhealths', verbs: ['list', 'watch'] },
     ],
     why: 'reflector caches (list, then watch from the resourceVersion)',
@@ -268,8 +269,11 @@ const API_CALLS: ApiCall[] = [
   {
     source: STORE,
     calls: ['createClusterCustomObject', 'createNamespacedCustomObject'],
-    needs: [{ ...PROXY, resource: 'providerhealths', verbs: ['create'] }],
-    why: 'one ProviderHealth per provider; Proxies are never created by the operator',
+    needs: [
+      { ...PROXY, resource: 'providerhealths', verbs: ['create'] },
+      { ...PROXY, resource: 'proxies', verbs: ['create'] },
+    ],
+    why: 'one ProviderHealth per provider; a pool creates its Proxies',
   },
   {
     source: STORE,
@@ -288,6 +292,7 @@ const API_CALLS: ApiCall[] = [
     calls: ['patchNamespacedCustomObjectStatus', 'patchClusterCustomObjectStatus'],
     needs: [
       { ...PROXY, resource: 'proxies/status', verbs: ['patch'] },
+      { ...PROXY, resource: 'proxypools/status', verbs: ['patch'] },
       { ...PROXY, resource: 'providerhealths/status', verbs: ['patch'] },
     ],
     why: 'status writes (reconciler, health engine, provider health monitor)',
@@ -295,14 +300,23 @@ const API_CALLS: ApiCall[] = [
   {
     source: STORE,
     calls: ['deleteClusterCustomObject', 'deleteNamespacedCustomObject'],
-    needs: [{ ...PROXY, resource: 'providerhealths', verbs: ['delete'] }],
-    why: 'ProviderHealth of a provider no longer configured; Proxies are never deleted',
+    needs: [
+      { ...PROXY, resource: 'providerhealths', verbs: ['delete'] },
+      { ...PROXY, resource: 'proxies', verbs: ['delete'] },
+    ],
+    why: 'ProviderHealth of a provider no longer configured; a pool deletes its drained Proxies',
   },
   {
     source: 'src/controller/inputs.ts',
     calls: ['blockOwnerDeletion: true'],
     needs: [{ ...PROXY, resource: 'proxies/finalizers', verbs: ['update'] }],
-    why: 'OwnerReferencesPermissionEnforcement: owner reference with blockOwnerDeletion',
+    why: 'the generated <proxy>-auth Secret is owned by its Proxy with blockOwnerDeletion',
+  },
+  {
+    source: 'src/pool/template.ts',
+    calls: ['blockOwnerDeletion: true'],
+    needs: [{ ...PROXY, resource: 'proxypools/finalizers', verbs: ['update'] }],
+    why: "a pool's Proxies are owned by the pool with blockOwnerDeletion",
   },
   {
     source: STORE,

@@ -372,6 +372,9 @@ describe('kube test server with client-node', () => {
     expect(doc.resources.map((r) => `${r.name}:${r.namespaced}`)).toEqual([
       'proxies:true',
       'proxies/status:true',
+      'proxypools:true',
+      'proxypools/status:true',
+      'proxypools/scale:true',
       'providerhealths:false',
       'providerhealths/status:false',
     ]);

@@ -71,15 +71,22 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
+/** The example's ProxyPool manifest, left out of a workspace unless asked for. */
+export const EXAMPLE_POOL_FILE = 'pool.yaml';
+
 /**
  * Copies examples/standalone to a temp dir and points every port at a free one. `openPorts`:
  * loopback origin ports the tests send traffic to through the proxies, which the default egress
  * policy refuses; the workspace's local provider allows exactly 127.0.0.1 on those ports.
+ * `pool`: keep the example ProxyPool (off by default, so the fleet is the three named Proxies).
  */
-export async function createWorkspace(opts: { openPorts?: number[] } = {}): Promise<Workspace> {
+export async function createWorkspace(
+  opts: { openPorts?: number[]; pool?: boolean } = {},
+): Promise<Workspace> {
   const dir = mkdtempSync(join(tmpdir(), 'standalone-e2e-'));
   workspaces.push(dir);
   cpSync(EXAMPLE, dir, { recursive: true });
+  if (!opts.pool) rmSync(join(dir, 'proxies', EXAMPLE_POOL_FILE), { force: true });
   const [discoveryPort, healthPort, portRange] = [
     await freePort(),
     await freePort(),

@@ -1,5 +1,5 @@
 /**
- * runtime/embedded/manifests — reads Proxy and Secret manifests (one YAML file, or a directory
+ * runtime/embedded/manifests — reads Proxy, ProxyPool and Secret manifests (one YAML file, or a directory
  * of multi-document YAML/JSON files) and validates every document. A file with any bad
  * document is rejected whole, with errors naming the file, the document (1-based) and the
  * field, so the store can keep that file's previous good version in effect.
@@ -8,9 +8,11 @@ import { readdir, readFile, readlink, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import type { ProxyObject } from '../../api/proxy.ts';
+import type { ProxyPool } from '../../api/proxypool.ts';
 import type { FieldError, ValidationResult } from '../../api/validate.ts';
-import { isDnsLabel, isDnsSubdomain } from '../../api/validate.ts';
+import { isDnsLabel, isDnsSubdomain, validateProxyPool } from '../../api/validate.ts';
 import {
+  PROXY_POOL_RESOURCE,
   PROXY_RESOURCE,
   qualifiedName,
   type ResourceType,
@@ -202,6 +204,25 @@ function validateProxyDoc(
   };
 }
 
+function validatePoolDoc(
+  doc: Record<string, unknown>,
+  old: StoredLookup,
+): { obj?: StoredObject; errors: FieldError[] } {
+  const errors: FieldError[] = [];
+  const meta = baseMeta(doc, errors);
+  if (errors.length) return { errors };
+  const candidate = { apiVersion: doc.apiVersion, kind: doc.kind, metadata: meta, spec: doc.spec };
+  const prev = meta.name
+    ? old(manifestRef(PROXY_POOL_RESOURCE, meta.namespace as string, meta.name))
+    : undefined;
+  const res = validateProxyPool(candidate, prev ? { old: prev as unknown as ProxyPool } : {});
+  if (!res.ok) return { errors: res.errors };
+  return {
+    errors,
+    obj: { apiVersion: res.value.apiVersion, kind: 'ProxyPool', metadata: meta, spec: res.value.spec },
+  };
+}
+
 /**
  * Parses and validates one file. `old` returns the stored object a document defines (for
  * transition rules such as spec.type immutability).
@@ -238,6 +259,9 @@ function parseManifestText(
     if (value.kind === 'Proxy') {
       type = PROXY_RESOURCE;
       res = validateProxyDoc(value, validate, old);
+    } else if (value.kind === 'ProxyPool') {
+      type = PROXY_POOL_RESOURCE;
+      res = validatePoolDoc(value, old);
     } else if (value.kind === 'Secret') {
       type = SECRET_RESOURCE;
       res = validateSecretDoc(value);
@@ -246,7 +270,7 @@ function parseManifestText(
         file,
         document,
         path: 'kind',
-        message: `must be Proxy or Secret, got ${JSON.stringify(value.kind)}`,
+        message: `must be Proxy, ProxyPool or Secret, got ${JSON.stringify(value.kind)}`,
       });
       return;
     }

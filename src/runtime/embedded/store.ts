@@ -12,9 +12,11 @@ import type { Logger } from '../../log/index.ts';
 import { silentLogger } from '../../log/index.ts';
 import { type Clock, systemClock } from '../clock.ts';
 import { ObjectEngine } from '../objects/engine.ts';
+import { collectOwnedObjects } from '../objects/owners.ts';
 import { storeOnEngine } from '../objects/store-adapter.ts';
 import {
   PROVIDER_HEALTH_RESOURCE,
+  PROXY_POOL_RESOURCE,
   PROXY_RESOURCE,
   qualifiedName,
   SECRET_RESOURCE,
@@ -76,7 +78,9 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
   const log = opts.log ?? silentLogger();
   const clock = opts.clock ?? systemClock;
   const engine = new ObjectEngine({ clock });
-  for (const t of [PROXY_RESOURCE, PROVIDER_HEALTH_RESOURCE, SECRET_RESOURCE]) engine.register(t);
+  for (const t of [PROXY_RESOURCE, PROXY_POOL_RESOURCE, PROVIDER_HEALTH_RESOURCE, SECRET_RESOURCE]) {
+    engine.register(t);
+  }
   const loaded = await readState(statePath);
   if (loaded) {
     engine.restore(loaded.state.engine);
@@ -117,6 +121,8 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
     });
     sync.observe(ev);
   });
+  // Deleting a ProxyPool deletes its Proxies, as the garbage collector does in a cluster.
+  const garbage = collectOwnedObjects(engine);
 
   const store = storeOnEngine(engine, {
     log,
@@ -131,6 +137,8 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
     if (stopped) return;
     stopped = true;
     await sync.stop();
+    garbage.stop();
+    await garbage.settled();
     await persister.close();
     lock.release();
   }

@@ -1,14 +1,15 @@
 /**
  * runtime/kube/store — the ObjectStore backed by a Kubernetes API server (cluster mode): wires
  * one informer and one resource client per resource, and runs the reflectors that feed the
- * caches (Proxies, optionally restricted to one namespace; all ProviderHealths; only labelled
- * Secrets). Reads and writes themselves live in resource-client.ts and rest.ts.
+ * caches (Proxies and ProxyPools, optionally restricted to one namespace; all ProviderHealths;
+ * only labelled Secrets). Reads and writes themselves live in resource-client.ts and rest.ts.
  */
 import type { KubeConfig } from '@kubernetes/client-node';
-import { PROVIDER_HEALTH_PLURAL, PROXY_PLURAL } from '../../api/constants.ts';
+import { PROVIDER_HEALTH_PLURAL, PROXY_PLURAL, PROXY_POOL_PLURAL } from '../../api/constants.ts';
 import type { KubeObject, Secret } from '../../api/meta.ts';
 import type { ProviderHealth } from '../../api/providerhealth.ts';
 import type { ProxyObject } from '../../api/proxy.ts';
+import type { ProxyPool } from '../../api/proxypool.ts';
 import { type Logger, silentLogger } from '../../log/index.ts';
 import type { ObjectStore } from '../store.ts';
 import { createKubeClients, type KubeClientOptions, type KubeClients } from './client.ts';
@@ -37,6 +38,7 @@ export interface KubeStoreOptions extends KubeClientOptions {
 
 export class KubeStore implements ObjectStore {
   readonly proxies: KubeResourceClient<ProxyObject>;
+  readonly proxyPools: KubeResourceClient<ProxyPool>;
   readonly providerHealths: KubeResourceClient<ProviderHealth>;
   readonly secrets: KubeSecretClient;
   readonly reflectors: Reflector<KubeObject>[] = [];
@@ -58,6 +60,11 @@ export class KubeStore implements ObjectStore {
     this.proxies = new KubeResourceClient(
       customApi<ProxyObject>(clients, PROXY_PLURAL, true),
       new Informer<ProxyObject>('proxies', this.log),
+      inNamespace,
+    );
+    this.proxyPools = new KubeResourceClient(
+      customApi<ProxyPool>(clients, PROXY_POOL_PLURAL, true),
+      new Informer<ProxyPool>('proxypools', this.log),
       inNamespace,
     );
     this.providerHealths = new KubeResourceClient(
@@ -101,6 +108,16 @@ export class KubeStore implements ObjectStore {
       onSynced: () => this.proxies.informer.markSynced(),
     });
     reflectors.push(proxies as unknown as Reflector<KubeObject>);
+    const poolsApi = customApi<ProxyPool>(this.clients, PROXY_POOL_PLURAL, true);
+    const pools = new Reflector<ProxyPool>({
+      ...tuning,
+      name: 'proxypools',
+      list: (q) => poolsApi.list(ns, q, q.signal),
+      watchPath: poolsApi.collectionPath(ns),
+      sink: this.proxyPools.informer,
+      onSynced: () => this.proxyPools.informer.markSynced(),
+    });
+    reflectors.push(pools as unknown as Reflector<KubeObject>);
     const phs = new Reflector<ProviderHealth>({
       ...tuning,
       name: 'providerhealths',

@@ -10,6 +10,7 @@ import { LABEL_CLOUD_INIT_SECRET, LABEL_CREDENTIALS_FOR } from '../../api/consta
 import { type KubeObject, keyOf, type ObjectKey, parseKey, type Secret } from '../../api/meta.ts';
 import type { ProviderHealth } from '../../api/providerhealth.ts';
 import type { ProxyObject } from '../../api/proxy.ts';
+import type { ProxyPool } from '../../api/proxypool.ts';
 import type { Logger } from '../../log/index.ts';
 import { silentLogger } from '../../log/index.ts';
 import { CacheIndexes } from '../indexer.ts';
@@ -24,7 +25,13 @@ import type {
   WriteOptions,
 } from '../store.ts';
 import type { Collection, EngineEvent, ObjectEngine } from './engine.ts';
-import { PROVIDER_HEALTH_RESOURCE, PROXY_RESOURCE, SECRET_RESOURCE, type StoredObject } from './types.ts';
+import {
+  PROVIDER_HEALTH_RESOURCE,
+  PROXY_POOL_RESOURCE,
+  PROXY_RESOURCE,
+  SECRET_RESOURCE,
+  type StoredObject,
+} from './types.ts';
 
 export interface EngineStoreOptions {
   log?: Logger;
@@ -277,11 +284,12 @@ class EngineSecretClient extends EngineClient implements SecretClient {
   }
 }
 
-/** An ObjectStore whose cache and truth are the given engine (Proxy, ProviderHealth, Secret registered). */
+/** An ObjectStore whose cache and truth are the given engine (Proxy, ProxyPool, ProviderHealth, Secret registered). */
 export function storeOnEngine(engine: ObjectEngine, opts: EngineStoreOptions = {}): ObjectStore {
   const d = new Dispatcher(opts.log ?? silentLogger(), opts.schedule ?? queueMicrotask);
   const durable = opts.durable ?? (async () => {});
   const proxies = new EngineResourceClient<ProxyObject>(engine.register(PROXY_RESOURCE), d, durable);
+  const proxyPools = new EngineResourceClient<ProxyPool>(engine.register(PROXY_POOL_RESOURCE), d, durable);
   const providerHealths = new EngineResourceClient<ProviderHealth>(
     engine.register(PROVIDER_HEALTH_RESOURCE),
     d,
@@ -290,6 +298,7 @@ export function storeOnEngine(engine: ObjectEngine, opts: EngineStoreOptions = {
   const secrets = new EngineSecretClient(engine.register(SECRET_RESOURCE), d, durable);
   return {
     proxies,
+    proxyPools,
     providerHealths,
     secrets,
     async start() {},

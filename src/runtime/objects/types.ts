@@ -9,9 +9,12 @@ import {
   PROVIDER_HEALTH_PLURAL,
   PROXY_KIND,
   PROXY_PLURAL,
+  PROXY_POOL_KIND,
+  PROXY_POOL_PLURAL,
   VERSION,
 } from '../../api/constants.ts';
 import type { KubeObject } from '../../api/meta.ts';
+import { POOL_SCALE_PATHS } from '../../api/proxypool.ts';
 import { StoreError } from '../store.ts';
 
 /** A stored object: a KubeObject with any other top-level fields (spec, status, data, …). */
@@ -29,6 +32,8 @@ export interface ResourceType {
   /** Whether metadata.generation is maintained (custom resources: yes; Secrets, Leases: no). */
   generation: boolean;
   shortNames?: string[];
+  /** A scale subresource (`/scale`, autoscaling/v1 Scale): where replicas and the selector live. */
+  scale?: { specReplicasPath: string; statusReplicasPath: string; labelSelectorPath: string };
   /** Server-side conversion before validation (e.g. Secret stringData → data). */
   normalize?: (obj: StoredObject) => void;
   /** Extra server-side validation run on every create/update; return an error to reject. */
@@ -53,6 +58,18 @@ export const PROXY_RESOURCE: ResourceType = {
   statusSubresource: true,
   generation: true,
   shortNames: ['px'],
+};
+
+export const PROXY_POOL_RESOURCE: ResourceType = {
+  group: GROUP,
+  version: VERSION,
+  kind: PROXY_POOL_KIND,
+  plural: PROXY_POOL_PLURAL,
+  namespaced: true,
+  statusSubresource: true,
+  generation: true,
+  shortNames: ['pxp'],
+  scale: POOL_SCALE_PATHS,
 };
 
 export const PROVIDER_HEALTH_RESOURCE: ResourceType = {

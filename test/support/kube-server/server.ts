@@ -3,11 +3,13 @@
  * built on the same object engine as the standalone store. It follows the conventions
  * @kubernetes/client-node 2.0.1 relies on: JSON Status errors, list with selectors and paging,
  * watch streams from a resourceVersion with 410 and bookmarks, status subresource, merge / JSON /
- * apply patches, finalizers, Lease MicroTime validation, bearer auth, and fault injection.
+ * apply patches, finalizers, Lease MicroTime validation, bearer auth, the scale subresource
+ * (scale.ts), ownerReference garbage collection (background propagation, runtime/objects/owners)
+ * and fault injection.
  *
  * Deliberately not modelled (cover with the e2e suite on a real cluster): server-side apply
  * field ownership and its conflicts (apply is a merge that needs a fieldManager), CRD schema
- * validation/defaulting/pruning, admission, RBAC, ownerReference garbage collection, namespace
+ * validation/defaulting/pruning, admission, RBAC, foreground deletion, namespace
  * existence, dryRun, resourceVersionMatch / sendInitialEvents, and consistent snapshots across
  * list pages (later pages show current state; a page token older than compaction gets 410).
  */
@@ -24,11 +26,13 @@ import {
   ObjectEngine,
   type PatchType,
 } from '../../../src/runtime/objects/engine.ts';
+import { collectOwnedObjects, type OwnerCollector } from '../../../src/runtime/objects/owners.ts';
 import {
   apiVersionOf,
   LEASE_RESOURCE,
   POD_RESOURCE,
   PROVIDER_HEALTH_RESOURCE,
+  PROXY_POOL_RESOURCE,
   PROXY_RESOURCE,
   type ResourceType,
   SECRET_RESOURCE,
@@ -36,6 +40,7 @@ import {
 } from '../../../src/runtime/objects/types.ts';
 import { isPlainObject } from '../../../src/runtime/patch.ts';
 import { StoreError } from '../../../src/runtime/store.ts';
+import { handleScale } from './scale.ts';
 import { HttpError, type StatusBody, statusOf, toStatus } from './status.ts';
 
 export const EVENT_RESOURCE: ResourceType = {
@@ -61,6 +66,7 @@ export const CONFIGMAP_RESOURCE: ResourceType = {
 
 export const DEFAULT_RESOURCES: ResourceType[] = [
   PROXY_RESOURCE,
+  PROXY_POOL_RESOURCE,
   PROVIDER_HEALTH_RESOURCE,
   SECRET_RESOURCE,
   POD_RESOURCE,
@@ -77,7 +83,7 @@ export interface KubeServerOptions {
   historyLimit?: number;
   /** Period of BOOKMARK events on watches that ask for them (default 5000 ms). */
   bookmarkIntervalMs?: number;
-  /** Resource types served (default: Proxy, ProviderHealth, Secret, Pod, Event, Lease, ConfigMap). */
+  /** Resource types served (default: Proxy, ProxyPool, ProviderHealth, Secret, Pod, Event, Lease, ConfigMap). */
   resources?: ResourceType[];
   /** Share an engine with other code (e.g. a memory store). */
   engine?: ObjectEngine;
@@ -135,6 +141,8 @@ export interface KubeServer {
   openWatches(): number;
   /** Drops watch history: resuming from an older resourceVersion gets 410 Expired. */
   compact(): void;
+  /** The ownerReference garbage collector: `settled()` waits for the deletions it started. */
+  readonly garbageCollector: OwnerCollector;
   stop(): Promise<void>;
 }
 
@@ -221,6 +229,7 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
   const faults = new Set<ActiveFault>();
   const watches = new Set<OpenWatch>();
   const sockets = new Set<Socket>();
+  const garbageCollector = collectOwnedObjects(engine);
 
   const groups = () => {
     const m = new Map<string, Set<string>>();
@@ -250,7 +259,16 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
           kind: t.kind,
           verbs: ['get', 'patch', 'update'],
         };
-        return t.statusSubresource ? [main, status] : [main];
+        const scale = {
+          name: `${t.plural}/scale`,
+          singularName: '',
+          namespaced: t.namespaced,
+          group: 'autoscaling',
+          version: 'v1',
+          kind: 'Scale',
+          verbs: ['get', 'patch', 'update'],
+        };
+        return [main, ...(t.statusSubresource ? [status] : []), ...(t.scale ? [scale] : [])];
       });
     if (resources.length === 0) return undefined;
     return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion: apiVersion, resources };
@@ -461,6 +479,20 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
       ...(r.name ? { name: r.name } : {}),
       ...(r.subresource === 'status' ? { subresource: 'status' as const } : {}),
     };
+    if (r.subresource === 'scale' && r.type.scale && r.name) {
+      const name = r.name;
+      return sendJson(
+        res,
+        200,
+        handleScale(
+          c,
+          method,
+          { ...(r.namespace ? { namespace: r.namespace } : {}), name },
+          () => parseJson(bodyText),
+          () => patchType(req.headers['content-type'], r),
+        ),
+      );
+    }
     if (r.subresource && r.subresource !== 'status') {
       throw new HttpError(404, 'NotFound', `the server could not find the requested resource`);
     }
@@ -695,7 +727,9 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
     },
     openWatches: () => watches.size,
     compact: () => engine.compact(),
+    garbageCollector,
     async stop() {
+      garbageCollector.stop();
       for (const w of [...watches]) w.close(true);
       const closed = once(server, 'close');
       server.close();

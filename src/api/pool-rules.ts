@@ -1,0 +1,124 @@
+/**
+ * api/pool-rules — the ProxyPool's cross-field rules, written twice side by side like the
+ * Proxy's (api/rules): the CEL the CRD carries and the TypeScript twin standalone mode runs.
+ * The template's Proxy spec carries the Proxy rules themselves; `checkProxyPoolRules` runs them
+ * too, reporting under `spec.template.spec`.
+ */
+import { type CelRule, checkProxyRules } from './rules.ts';
+import type { FieldError } from './schema-errors.ts';
+
+interface PoolView {
+  metadata?: { name?: string };
+}
+interface PoolSpecView {
+  template?: { spec?: { type?: string } };
+  rollingUpdate?: RollingView;
+  rotation?: RotationView;
+}
+interface RollingView {
+  maxSurge?: number;
+  maxUnavailable?: number;
+}
+interface RotationView {
+  maxAge?: string;
+}
+
+/** The shortest maxAge: recycling faster than a proxy can come up and pass its probes thrashes. */
+export const MIN_MAX_AGE_SECONDS = 10;
+
+/** The pool's name is the value of its Proxies' pool label, and label values stop at 63 characters. */
+export const POOL_ROOT_RULES: readonly CelRule<PoolView>[] = [
+  {
+    rule: 'self.metadata.name.size() <= 63',
+    message:
+      'must be at most 63 characters: it is the value of the crawl.example.com/pool label on every Proxy',
+    fieldPath: '.metadata.name',
+    reason: 'FieldValueInvalid',
+    holds: (p) => (p.metadata?.name ?? '').length <= 63,
+  },
+];
+
+export const POOL_SPEC_RULES: readonly CelRule<PoolSpecView>[] = [
+  {
+    rule: "!has(self.template.spec.type) || self.template.spec.type == 'Managed'",
+    message: 'template.spec.type must be Managed: a pool provisions its Proxies through a provider',
+    fieldPath: '.template.spec.type',
+    reason: 'FieldValueInvalid',
+    holds: (s) => (s.template?.spec?.type ?? 'Managed') === 'Managed',
+  },
+];
+
+export const POOL_ROLLING_RULES: readonly CelRule<RollingView>[] = [
+  {
+    rule: '(has(self.maxSurge) ? self.maxSurge : 1) > 0 || (has(self.maxUnavailable) ? self.maxUnavailable : 0) > 0',
+    message: 'maxSurge and maxUnavailable cannot both be 0: a roll-out could never replace a Proxy',
+    fieldPath: '.maxSurge',
+    reason: 'FieldValueInvalid',
+    holds: (r) => (r.maxSurge ?? 1) > 0 || (r.maxUnavailable ?? 0) > 0,
+  },
+];
+
+/** Seconds of a Go-style duration without days (`90s`, `1h30m`); NaN for anything else. */
+export function durationSeconds(text: string): number {
+  if (text === '') return Number.NaN;
+  const m = /^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(text);
+  if (!m) return Number.NaN;
+  return (Number(m[1] ?? 0) * 60 + Number(m[2] ?? 0)) * 60 + Number(m[3] ?? 0);
+}
+
+export const POOL_ROTATION_RULES: readonly CelRule<RotationView>[] = [
+  {
+    rule: `duration(self.maxAge) >= duration('${MIN_MAX_AGE_SECONDS}s')`,
+    message: `maxAge must be at least ${MIN_MAX_AGE_SECONDS}s`,
+    fieldPath: '.maxAge',
+    reason: 'FieldValueInvalid',
+    holds: (r) => r.maxAge === undefined || durationSeconds(r.maxAge) >= MIN_MAX_AGE_SECONDS,
+  },
+];
+
+/** Where each pool rule set sits (dotted from the object root), for the CEL tests. */
+export const POOL_RULE_LOCATIONS = {
+  '': POOL_ROOT_RULES,
+  spec: POOL_SPEC_RULES,
+  'spec.rollingUpdate': POOL_ROLLING_RULES,
+  'spec.rotation': POOL_ROTATION_RULES,
+} as const;
+
+function apply<T>(
+  location: string,
+  rules: readonly CelRule<T>[],
+  self: T | undefined,
+  out: FieldError[],
+): void {
+  if (self === undefined) return;
+  for (const r of rules) {
+    if (r.transition) continue;
+    if (!r.holds(self))
+      out.push({ path: r.fieldPath ? `${location}${r.fieldPath}` : location, message: r.message });
+  }
+}
+
+/**
+ * Every rule of a schema-valid, defaulted pool spec: the pool's own, then the Proxy rules on the
+ * template (with `oldSpec`'s template for the transition rules, as the API server runs them).
+ */
+export function checkProxyPoolRules(
+  pool: PoolView & { spec: PoolSpecView },
+  oldSpec?: PoolSpecView,
+): FieldError[] {
+  const out: FieldError[] = [];
+  const spec = pool.spec;
+  for (const r of POOL_ROOT_RULES) {
+    if (!r.holds(pool)) out.push({ path: (r.fieldPath ?? '').slice(1), message: r.message });
+  }
+  apply('spec', POOL_SPEC_RULES, spec, out);
+  apply('spec.rollingUpdate', POOL_ROLLING_RULES, spec.rollingUpdate, out);
+  apply('spec.rotation', POOL_ROTATION_RULES, spec.rotation, out);
+  const tmpl = spec.template?.spec;
+  if (tmpl) {
+    for (const e of checkProxyRules(tmpl, oldSpec?.template?.spec)) {
+      out.push({ path: `spec.template.${e.path}`, message: e.message });
+    }
+  }
+  return out;
+}

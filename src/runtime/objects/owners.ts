@@ -1,0 +1,117 @@
+/**
+ * runtime/objects/owners — ownerReference garbage collection on an ObjectEngine, as the
+ * Kubernetes garbage collector does it with background propagation: once an object is gone,
+ * every object naming it in `metadata.ownerReferences` whose owners are all gone is deleted —
+ * an ordinary delete, so a dependent's finalizers still run first. The standalone store and
+ * the Kubernetes REST test server turn it on; deleting a ProxyPool deletes its Proxies this way.
+ */
+import type { ObjectEngine } from './engine.ts';
+import { apiVersionOf, qualifiedName, type StoredObject } from './types.ts';
+
+interface Dependent {
+  resource: string;
+  namespace: string | undefined;
+  name: string;
+  uid: string;
+}
+
+export interface OwnerCollector {
+  /** Stops following the engine. */
+  stop(): void;
+  /** Resolves once every deletion the collector started so far has been committed. */
+  settled(): Promise<void>;
+}
+
+/**
+ * Follows `engine` from now on. Dependents whose owners vanished while nobody collected (a crash
+ * between an owner's deletion and its dependents', a restored state) are deleted at once, but
+ * only where the owner's kind is served by this engine — anything else cannot be judged.
+ */
+export function collectOwnedObjects(engine: ObjectEngine): OwnerCollector {
+  const live = new Set<string>();
+  /** owner uid → dependents naming it. */
+  const dependents = new Map<string, Map<string, Dependent>>();
+  const servedKinds = new Set(engine.types().map((t) => `${apiVersionOf(t)}|${t.kind}`));
+  let work = Promise.resolve();
+
+  const depKey = (d: Dependent) => `${d.resource}|${d.namespace ?? ''}/${d.name}`;
+  const track = (resource: string, o: StoredObject, add: boolean) => {
+    const uid = o.metadata.uid;
+    if (!uid) return;
+    if (add) live.add(uid);
+    else live.delete(uid);
+    const d: Dependent = { resource, namespace: o.metadata.namespace, name: o.metadata.name, uid };
+    for (const ref of o.metadata.ownerReferences ?? []) {
+      let set = dependents.get(ref.uid);
+      if (!set && add) {
+        set = new Map();
+        dependents.set(ref.uid, set);
+      }
+      if (add) set?.set(depKey(d), d);
+      else {
+        set?.delete(depKey(d));
+        if (set?.size === 0) dependents.delete(ref.uid);
+      }
+    }
+  };
+  const orphaned = (o: StoredObject) => {
+    const refs = o.metadata.ownerReferences ?? [];
+    return refs.length > 0 && refs.every((r) => !live.has(r.uid));
+  };
+  const remove = (d: Dependent) => {
+    const c = engine.collection(d.resource);
+    const cur = c.get(d.namespace, d.name);
+    if (!cur || cur.metadata.uid !== d.uid || cur.metadata.deletionTimestamp || !orphaned(cur)) return;
+    c.delete(d.namespace, d.name, { uid: d.uid });
+  };
+  // Deletions run after the commit that caused them has reached every listener (the journal
+  // records changes in commit order), never nested inside it.
+  const later = (ds: Dependent[]) => {
+    work = work.then(() => {
+      for (const d of ds) remove(d);
+    });
+  };
+
+  for (const t of engine.types()) {
+    for (const o of engine.collection(t).all()) track(qualifiedName(t), o, true);
+  }
+  const stale: Dependent[] = [];
+  for (const t of engine.types()) {
+    for (const o of engine.collection(t).all()) {
+      const judged = (o.metadata.ownerReferences ?? []).every((r) =>
+        servedKinds.has(`${r.apiVersion}|${r.kind}`),
+      );
+      if (judged && orphaned(o)) {
+        stale.push({
+          resource: qualifiedName(t),
+          namespace: o.metadata.namespace,
+          name: o.metadata.name,
+          uid: o.metadata.uid ?? '',
+        });
+      }
+    }
+  }
+  if (stale.length > 0) later(stale);
+
+  const off = engine.onCommit((ev) => {
+    const resource = qualifiedName(ev.resource);
+    if (ev.old) track(resource, ev.old, false);
+    if (ev.type !== 'DELETED') {
+      track(resource, ev.object, true);
+      return;
+    }
+    const uid = ev.object.metadata.uid;
+    const owned = uid ? dependents.get(uid) : undefined;
+    if (owned && owned.size > 0) later([...owned.values()]);
+  });
+  return {
+    stop: off,
+    settled: async () => {
+      let seen: Promise<void>;
+      do {
+        seen = work;
+        await seen;
+      } while (seen !== work);
+    },
+  };
+}

@@ -1,0 +1,191 @@
+/**
+ * test/pool/pool — the ProxyPool controller on both real backends (the embedded standalone store
+ * and client-node against the Kubernetes REST test server): replicas kept with named, labelled,
+ * owned Proxies; scale-down victims in order, drained before deletion; template roll-outs and
+ * age rotation one surge at a time without leasable Proxies dropping below the minimum; the
+ * pool's status; cascading deletion through ownerReferences; and the Restart refusal.
+ */
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { ANNOTATION_POOL_DRAIN_SINCE, LABEL_POOL } from '../../src/api/constants.ts';
+import type { ProxyObject } from '../../src/api/proxy.ts';
+import type { ProxyPoolSpec } from '../../src/api/proxypool.ts';
+import { BACKENDS, NAMESPACE, openWorld, type PoolWorld, poolSpec } from './world.ts';
+
+const NAME = /^eu-[bcdfghjklmnpqrstvwxz2456789]{5}$/;
+const WAIT = { timeout: 5000, interval: 10 };
+
+let world: PoolWorld | undefined;
+afterEach(async () => {
+  await world?.close();
+  world = undefined;
+});
+
+const leasable = (ps: ProxyObject[]) =>
+  ps.filter(
+    (p) =>
+      p.status?.address &&
+      p.spec.drain !== true &&
+      p.status.conditions?.some((c) => c.type === 'Healthy' && c.status === 'True'),
+  ).length;
+
+/** Reconciles and serves until the pool is steady, checking `invariant` after every pass. */
+async function settle(
+  w: PoolWorld,
+  pool: string,
+  invariant: () => void = () => {},
+  passes = 60,
+): Promise<number> {
+  let changes = 0;
+  for (let i = 0; i < passes; i++) {
+    const before = JSON.stringify(w.members(pool).map((p) => [p.metadata.name, p.spec.drain]));
+    await w.reconcile(pool);
+    invariant();
+    await w.serve();
+    invariant();
+    const after = JSON.stringify(w.members(pool).map((p) => [p.metadata.name, p.spec.drain]));
+    if (before === after) return changes;
+    changes += 1;
+  }
+  throw new Error(`pool ${pool} did not settle in ${passes} passes`);
+}
+
+async function updateSpec(w: PoolWorld, pool: string, edit: (s: ProxyPoolSpec) => void): Promise<void> {
+  const cur = await w.store.proxyPools.read({ namespace: NAMESPACE, name: pool });
+  edit(cur.spec);
+  await w.store.proxyPools.update(cur);
+}
+
+describe.each(BACKENDS)('ProxyPool controller on the %s backend', (backend) => {
+  it('creates replicas named <pool>-<5 chars>, labelled and owned by the pool, and reports status', async () => {
+    world = await openWorld(backend);
+    const pool = await world.createPool('eu', poolSpec(3));
+    await settle(world, 'eu');
+    const members = world.members('eu');
+    expect(members).toHaveLength(3);
+    for (const p of members) {
+      expect(p.metadata.name).toMatch(NAME);
+      expect(p.metadata.labels).toMatchObject({ [LABEL_POOL]: 'eu', tier: 'a' });
+      expect(p.metadata.ownerReferences).toEqual([
+        expect.objectContaining({ kind: 'ProxyPool', name: 'eu', uid: pool.metadata.uid, controller: true }),
+      ]);
+      expect(p.spec.provider).toBe('local');
+    }
+    await world.reconcile('eu');
+    const status = world.pool('eu')?.status;
+    expect(status).toMatchObject({
+      replicas: 3,
+      readyReplicas: 3,
+      healthyReplicas: 3,
+      leasableReplicas: 3,
+      updatedReplicas: 3,
+      selector: `${LABEL_POOL}=eu`,
+    });
+    const conditions = Object.fromEntries((status?.conditions ?? []).map((c) => [c.type, c.status]));
+    expect(conditions).toEqual({ Available: 'True', Progressing: 'False', SpecValid: 'True' });
+  });
+
+  it('scales down not-Ready, then fewest leases first, and deletes a victim only once drained', async () => {
+    world = await openWorld(backend, { drainTimeoutMs: 60_000 });
+    const w = world;
+    await w.createPool('eu', poolSpec(5));
+    await settle(w, 'eu');
+    const [notReady, busy, lessBusy, ...idle] = w.members('eu').map((p) => p.metadata.name);
+    await w.store.proxies.patchStatus(
+      { namespace: NAMESPACE, name: notReady as string },
+      { phase: 'Provisioning', address: null },
+    );
+    w.leases.set(busy as string, 3);
+    w.leases.set(lessBusy as string, 1);
+
+    await updateSpec(w, 'eu', (s) => {
+      s.replicas = 1;
+    });
+    await w.reconcile('eu');
+    const draining = w.members('eu').filter((p) => p.metadata.annotations?.[ANNOTATION_POOL_DRAIN_SINCE]);
+    // Four victims: the not-Ready one, the idle ones, then the one with one lease; the busiest stays.
+    expect(draining.map((p) => p.metadata.name).sort()).toEqual([notReady, lessBusy, ...idle].sort());
+    for (const p of draining) expect(p.spec.drain).toBe(true);
+
+    await w.reconcile('eu');
+    // Drained victims are gone; the one still holding a lease waits for it.
+    expect(
+      w
+        .members('eu')
+        .map((p) => p.metadata.name)
+        .sort(),
+    ).toEqual([busy, lessBusy].sort());
+    w.clock.advance(30_000);
+    await w.reconcile('eu');
+    expect(w.members('eu')).toHaveLength(2);
+    // Its lease ends (or the drain timeout passes): then it goes.
+    w.leases.set(lessBusy as string, 0);
+    await w.reconcile('eu');
+    expect(w.members('eu').map((p) => p.metadata.name)).toEqual([busy]);
+    expect(w.pool('eu')?.status).toMatchObject({ replicas: 1, drainingReplicas: 0 });
+  });
+
+  it('rolls a template change out one surge at a time, never below replicas − maxUnavailable leasable', async () => {
+    world = await openWorld(backend);
+    const w = world;
+    await w.createPool('eu', poolSpec(4));
+    await settle(w, 'eu');
+    const before = new Set(w.members('eu').map((p) => p.metadata.name));
+    await updateSpec(w, 'eu', (s) => {
+      s.template.spec.maxLeases = 5;
+    });
+    let most = 0;
+    const steps = await settle(w, 'eu', () => {
+      const live = w.members('eu');
+      expect(leasable(live)).toBeGreaterThanOrEqual(4);
+      most = Math.max(most, live.filter((p) => p.spec.drain !== true).length);
+    });
+    const after = w.members('eu');
+    expect(after).toHaveLength(4);
+    for (const p of after) {
+      expect(before.has(p.metadata.name)).toBe(false);
+      expect(p.spec.maxLeases).toBe(5);
+    }
+    expect(most).toBeLessThanOrEqual(5); // replicas + maxSurge
+    expect(steps).toBeGreaterThanOrEqual(4); // one at a time
+  });
+
+  it('recycles Proxies past maxAge × (1 − jitter × r), staggered, under the same limits', async () => {
+    world = await openWorld(backend);
+    const w = world;
+    await w.createPool('eu', poolSpec(3, { rotation: { maxAge: '20s', jitter: 0.5 } }));
+    await settle(w, 'eu');
+    const first = new Set(w.members('eu').map((p) => p.metadata.name));
+    const res = await w.reconcile('eu');
+    // The earliest rotation is due between 10 s and 20 s from now.
+    expect(res.requeueAfter).toBeGreaterThanOrEqual(10_000);
+    expect(res.requeueAfter).toBeLessThanOrEqual(20_000);
+    w.clock.advance(20_000);
+    await settle(w, 'eu', () => expect(leasable(w.members('eu'))).toBeGreaterThanOrEqual(3));
+    const now = w.members('eu');
+    expect(now).toHaveLength(3);
+    for (const p of now) expect(first.has(p.metadata.name)).toBe(false);
+  });
+
+  it('deleting the pool deletes its Proxies (ownerReference garbage collection)', async () => {
+    world = await openWorld(backend);
+    const w = world;
+    await w.createPool('eu', poolSpec(3));
+    await settle(w, 'eu');
+    expect(w.members('eu')).toHaveLength(3);
+    await w.store.proxyPools.delete({ namespace: NAMESPACE, name: 'eu' });
+    await vi.waitFor(() => expect(w.members('eu')).toHaveLength(0), WAIT);
+  });
+
+  it('refuses strategy Restart where the provider cannot change IP in place, changing nothing', async () => {
+    world = await openWorld(backend);
+    const w = world;
+    await w.createPool('eu', poolSpec(2, { rotation: { maxAge: '1h', strategy: 'Restart' } }));
+    await w.reconcile('eu');
+    expect(w.members('eu')).toHaveLength(0);
+    const valid = w.pool('eu')?.status?.conditions?.find((c) => c.type === 'SpecValid');
+    expect(valid?.status).toBe('False');
+    expect(valid?.message).toMatch(
+      /^spec\.rotation\.strategy: Restart is not supported: provider "local" \(type local\)/,
+    );
+  });
+});
