@@ -127,6 +127,7 @@ export function buildComponents(shared: Shared): Components {
     log: log.child({ component: 'pool' }),
     leasesOn: (key, providerID) => leases.leasesOn(key, providerID),
     providerType: (name) => providers.type(name),
+    canRestart: (name) => providers.canRestart(name),
     drainTimeoutMs: flags.leases.drainTimeoutMs,
   });
   const poolQueue = new WorkQueue({

@@ -20,6 +20,7 @@ import { ensureGeneration } from './generations.ts';
 import { type Desired, resolveDesired } from './inputs.ts';
 import { lookupProvider } from './providers.ts';
 import { provisionOrReplace } from './provision.ts';
+import { restartIfRequested } from './restart.ts';
 import { rotateCredentials, untilNextRotation } from './rotation.ts';
 import { notProvisioned, provisionedCondition, REASONS } from './status.ts';
 import { writeStatus } from './writer.ts';
@@ -59,10 +60,12 @@ export async function reconcileManaged(ctx: ReconcileContext, p0: ProxyObject): 
       result = readyRequeue(ctx);
     } else {
       const generation = await ensureGeneration(ctx, p, desired.request.credentials);
-      ({ proxy: p, result } = await provisionOrReplace(ctx, provider, p, {
-        request: desired.request,
-        generation,
-      }));
+      const want = { request: desired.request, generation };
+      const step = await restartIfRequested(ctx, provider, p, want);
+      p = step.proxy;
+      ({ proxy: p, result } = step.result
+        ? { proxy: p, result: step.result }
+        : await provisionOrReplace(ctx, provider, p, want));
     }
   } catch (err) {
     if (!(err instanceof ProviderError) || ctx.signal.aborted) throw err;
