@@ -79,7 +79,11 @@ async function openStore(
 
 export async function openWorld(
   backend: Backend,
-  opts: { providerType?: (name: string) => string | undefined; drainTimeoutMs?: number } = {},
+  opts: {
+    providerType?: (name: string) => string | undefined;
+    canRestart?: (name: string) => boolean | undefined;
+    drainTimeoutMs?: number;
+  } = {},
 ): Promise<PoolWorld> {
   const clock = new FakeClock();
   const { store, server, close } = await openStore(backend, clock);
@@ -91,6 +95,7 @@ export async function openWorld(
     leasesOn: (key, providerID) =>
       providerID === `fake/${key}` ? (leases.get(key.split('/')[1] ?? '') ?? 0) : 0,
     providerType: opts.providerType ?? (() => 'local'),
+    ...(opts.canRestart ? { canRestart: opts.canRestart } : {}),
     ...(opts.drainTimeoutMs !== undefined ? { drainTimeoutMs: opts.drainTimeoutMs } : {}),
   });
   const ac = new AbortController();
