@@ -4,7 +4,8 @@
  * (the pool sets it with spec.drain, so the lease store stops granting the proxy), answered in
  * status.restart:
  *
- *   Draining   — waits for the proxy's live leases to end, at most --drain-timeout;
+ *   Draining   — at least one drain poll (the lease stores see spec.drain), then until the
+ *                proxy's live leases end, at most --drain-timeout;
  *   Restarting — the proxy serves nothing (phase Restarting, no address, so the health engine
  *                drops its verdict to Unknown), and the provider stops and starts the instance,
  *                one call per pass until it runs again (the provider follows its operations);
@@ -67,8 +68,12 @@ export async function restartIfRequested(
   if (r?.requestedAt !== requested || r.phase !== 'Draining') {
     const draining: RestartStatus = { requestedAt: requested, phase: 'Draining', since: ctx.now() };
     ctx.log.info({ requestedAt: requested, providerID }, 'restart requested: draining before the restart');
-    const proxy = await writeStatus(ctx, p, { restart: draining });
-    return drainThenRestart(ctx, provider, proxy, want, draining, providerID);
+    // Not on in this pass: every lease store must first see spec.drain, or a lease granted
+    // meanwhile would point at a proxy about to stop.
+    return {
+      proxy: await writeStatus(ctx, p, { restart: draining }),
+      result: { requeueAfter: ctx.options.drainPollMs },
+    };
   }
   return drainThenRestart(ctx, provider, p, want, r, providerID);
 }
