@@ -317,7 +317,7 @@ describe.each(BACKENDS)('pool rotation strategy Restart on gcp, %s backend', (ba
       expect(restarting, lines.join(' → ')).toBeGreaterThanOrEqual(0);
       const after = lines.slice(restarting);
       const unknown = after.findIndex((l) => l.endsWith('/Unknown'));
-      const healthyAgain = after.findIndex((l) => l === 'Ready/Done/True');
+      const healthyAgain = after.indexOf('Ready/Done/True');
       expect(unknown, lines.join(' → ')).toBeGreaterThanOrEqual(0);
       expect(healthyAgain, lines.join(' → ')).toBeGreaterThan(unknown);
       // Serving again (Ready at the new address) only after the old verdict was taken back.
