@@ -1,7 +1,8 @@
 /**
  * controller/managed — a Managed Proxy that is not being deleted, row by row of the state
  * table in docs/architecture.md ("The Proxy state machine"): provider, inputs, permanent
- * failure, finalizer and spec-hash, the instance, the retiring IDs. Provider failures become
+ * failure, finalizer and spec-hash, an in-place restart (controller/restart), the instance, the
+ * retiring IDs. Provider failures become
  * the Provisioned condition and the queue's retry policy; anything else goes to the queue.
  */
 import { ANNOTATION_SPEC_HASH, FINALIZER } from '../api/constants.ts';
