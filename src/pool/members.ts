@@ -40,6 +40,8 @@ export interface Member {
   restarting: boolean;
   /** Its instance runs again after the requested restart (status.restart Done for the request). */
   restartDone: boolean;
+  /** When it did (status.restart.finishedAt, ms); NaN otherwise. */
+  restartDoneAtMs: number;
   /** The requested restart failed (status.restart Failed for the request): replaced instead. */
   restartFailed: boolean;
 }
@@ -118,6 +120,7 @@ export function memberOf(p: ProxyObject, inputs: MemberInputs): Member {
     leases: leasesOnProxy(p, inputs.leasesOn),
     restarting: requested !== undefined,
     restartDone: answer?.phase === 'Done',
+    restartDoneAtMs: answer?.phase === 'Done' ? Date.parse(answer.finishedAt ?? '') : Number.NaN,
     restartFailed: answer?.phase === 'Failed',
   };
 }

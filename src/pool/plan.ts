@@ -145,7 +145,25 @@ function nextRotation(active: Member[], nowMs: number): number | undefined {
   return next;
 }
 
-export function planPool(inputs: PlanInputs): PoolPlan {
+/**
+ * A restart that ended (Done) but whose new instance has not passed its health checks within
+ * the drain timeout counts as failed: the Proxy is replaced, rather than holding a place under
+ * maxUnavailable for ever.
+ */
+function withStuckRestarts(inputs: PlanInputs): PlanInputs {
+  const stuck = (m: Member) =>
+    m.restarting &&
+    m.restartDone &&
+    !m.healthy &&
+    !m.restartFailed &&
+    inputs.nowMs - (Number.isNaN(m.restartDoneAtMs) ? inputs.nowMs : m.restartDoneAtMs) >=
+      inputs.drainTimeoutMs;
+  if (!inputs.members.some(stuck)) return inputs;
+  return { ...inputs, members: inputs.members.map((m) => (stuck(m) ? { ...m, restartFailed: true } : m)) };
+}
+
+export function planPool(given: PlanInputs): PoolPlan {
+  const inputs = withStuckRestarts(given);
   const active = activeMembers(inputs.members);
   const drain = victims(active, inputs);
   const create = creations(active, drain, inputs);

@@ -24,6 +24,7 @@ function member(name: string, over: Partial<Member> = {}): Member {
     leases: 0,
     restarting: false,
     restartDone: false,
+    restartDoneAtMs: Number.NaN,
     restartFailed: false,
     ...over,
   };
@@ -153,6 +154,12 @@ describe('pool plan', () => {
     const plan = planPool(inputs([failed, member('b'), member('c')], restart));
     expect(names(plan.drain)).toEqual(['a']);
     expect(plan.create).toBe(1);
+    // Done, but never healthy within the drain timeout: replaced like a failed one.
+    const done = { restarting: true, restartDone: true, healthy: false, leasable: false };
+    const recent = member('a', { ...done, restartDoneAtMs: now - 1_000 });
+    expect(planPool(inputs([recent, member('b'), member('c')], restart)).drain).toEqual([]);
+    const stuck = member('a', { ...done, restartDoneAtMs: now - 600_000 });
+    expect(names(planPool(inputs([stuck, member('b'), member('c')], restart)).drain)).toEqual(['a']);
     const outdated = [member('x', { current: false, rotateAtMs: now - 1 }), member('y', { current: false })];
     const roll = planPool(inputs(outdated, restart));
     expect(roll.restart).toEqual([]);
