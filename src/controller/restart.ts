@@ -24,8 +24,7 @@ import { errorMessage } from '../log/errors.ts';
 import { canRestart, type Provider } from '../provider/contract.ts';
 import { classify, ProviderError } from '../provider/errors.ts';
 import { provisionPoll, type ReconcileContext, type ReconcileResult, readyRequeue } from './context.ts';
-import type { Wanted } from './provision.ts';
-import { instanceVerdict } from './provision.ts';
+import { instanceVerdict, type Wanted } from './provision.ts';
 import { REASONS, readyIntent } from './status.ts';
 import { writeStatus } from './writer.ts';
 
@@ -96,7 +95,7 @@ function failed(
 /** Draining: on to Restarting once the live leases ended or the drain timed out. */
 async function drainThenRestart(
   ctx: ReconcileContext,
-  provider: Provider & { restart?: Provider['restart'] },
+  provider: Provider,
   p: ProxyObject,
   want: Wanted,
   r: RestartStatus,
