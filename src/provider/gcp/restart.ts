@@ -63,8 +63,10 @@ export class Restarter {
     switch (inst.status) {
       case 'RUNNING': {
         if (mine?.started || stoppedSince(inst, sinceMs)) {
-          this.started.delete(id);
-          return this.toInstance(inst, ref);
+          const out = this.toInstance(inst, ref);
+          // Over once it serves (RUNNING without its new IP yet is still starting).
+          if (out.state === 'Running') this.started.delete(id);
+          return out;
         }
         const stopped = await this.send(ctx, c, ref, 'stop', where);
         if (stopped === 'running') return this.read(ctx, c, ref, where);
