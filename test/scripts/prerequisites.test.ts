@@ -15,6 +15,7 @@ import {
   stopStragglers,
   UP_SCRIPT,
 } from '../../scripts/test/prerequisites.ts';
+import { TEST_IPV6_ADDRESSES } from '../../scripts/test/test-addresses.ts';
 
 const ready = { missingPackages: [], isRoot: false, isDebian: true, daemonsUp: true };
 
@@ -77,6 +78,15 @@ describe('the package list', () => {
       expect.arrayContaining(['squid', 'libvirt-daemon', 'openssh-server']),
     );
     expect(readFileSync(INSTALL_SCRIPT, 'utf8')).toContain(PACKAGES_FILE);
+  });
+
+  it('the README names every package of the list, and the IPv6 test addresses', () => {
+    const readme = readFileSync('README.md', 'utf8');
+    const missing = parsePackages(readFileSync(PACKAGES_FILE, 'utf8'))
+      .map((p) => p.name)
+      .filter((name) => !readme.includes(`\`${name}\``));
+    expect(missing, `README.md does not name these packages of ${PACKAGES_FILE}`).toEqual([]);
+    expect(readme).toContain(`\`${TEST_IPV6_ADDRESSES[0]}\`–\`::${TEST_IPV6_ADDRESSES.length}\``);
   });
 
   it('without dpkg, a package is missing when the file it installs is', () => {
