@@ -106,7 +106,8 @@ export async function runSession(o: SessionOptions): Promise<number> {
       );
       return;
     }
-    forward?.(sig);
+    if (forward) forward(sig);
+    else say(`${sig}: stopping once ${o.upScript} has finished (it is not cut off halfway)`);
   };
   // Installed before anything is started, removed after everything is stopped.
   for (const s of SIGNALS) process.on(s, handler);

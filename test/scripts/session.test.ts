@@ -26,6 +26,9 @@ import { until } from '../support/wait.ts';
 const UP = `set -eu
 mkdir -p "$LIBVIRT_CI_DIR/run"
 echo up >> "$LIBVIRT_CI_DIR/log"
+if [ -e "$LIBVIRT_CI_DIR/hold-up" ]; then
+  for i in $(seq 1 500); do [ -e "$LIBVIRT_CI_DIR/release-up" ] && break; sleep 0.02; done
+fi
 for d in ${DAEMONS.join(' ')}; do
   sleep 300 </dev/null >/dev/null 2>&1 &
   echo $! > "$LIBVIRT_CI_DIR/run/$d.pid"
@@ -115,7 +118,7 @@ function setup() {
     rmSync(work, { recursive: true, force: true });
   });
 
-  const start = async (name: string): Promise<Run> => {
+  const spawnRun = (name: string): Run => {
     const child = spawn(process.execPath, [join(work, 'driver.mjs'), stateDir, name, work], {
       // Its own process group, like a shell job: the "terminal" below signals that group only.
       detached: true,
@@ -135,8 +138,12 @@ function setup() {
       ctrlC: () => process.kill(-(child.pid as number), 'SIGINT'),
     };
     runs.push(run);
+    return run;
+  };
+  const start = async (name: string): Promise<Run> => {
+    const run = spawnRun(name);
     await until(`run ${name} to start its tests`, () => existsSync(join(work, `${name}.started`)), {
-      failFast: () => (child.exitCode !== null ? `run ${name} exited: ${err}` : undefined),
+      failFast: () => (run.child.exitCode !== null ? `run ${name} exited: ${run.stderr()}` : undefined),
     });
     return run;
   };
@@ -145,11 +152,17 @@ function setup() {
     work,
     stateDir,
     start,
+    spawnRun,
     daemons,
     straggler,
+    /** The down script sent them SIGTERM; a process dies a moment after kill() returns. */
+    daemonsGone: (pids: number[]) =>
+      until('the stub daemons to exit', () => pids.filter(pidAlive).length === 0, 5_000),
     log: () =>
       existsSync(join(stateDir, 'log')) ? readFileSync(join(stateDir, 'log'), 'utf8').trim().split('\n') : [],
     release: () => writeFileSync(join(stateDir, 'release'), ''),
+    hold: (what: 'up') => writeFileSync(join(stateDir, `hold-${what}`), ''),
+    releaseUp: () => writeFileSync(join(stateDir, 'release-up'), ''),
     finish: (name: string) => writeFileSync(join(work, `${name}.finish`), ''),
     users: () => readdirSync(join(stateDir, 'run', 'npm-test-users')),
     markedOurs: () => existsSync(join(stateDir, 'run', 'started-by-npm-test')),
@@ -185,7 +198,7 @@ describe('npm test session: what a run starts, it stops', () => {
 
     expect(await a.exited).toEqual({ code: 130, signal: null });
     expect(s.log()).toEqual(['up', 'down-start', 'down-end']);
-    expect(daemons.filter(pidAlive)).toEqual([]);
+    await s.daemonsGone(daemons);
     expect(s.markedOurs()).toBe(false);
     expect(s.users()).toEqual([]);
     expect(a.stderr()).toContain('interrupted (SIGINT)');
@@ -212,8 +225,26 @@ describe('npm test session: what a run starts, it stops', () => {
     b.ctrlC();
     expect(await b.exited).toEqual({ code: 130, signal: null });
     expect(s.log()).toEqual(['up', 'down-start', 'down-end']);
-    expect(daemons.filter(pidAlive)).toEqual([]);
+    await s.daemonsGone(daemons);
     expect(pidAlive(s.straggler('b'))).toBe(false);
+    expect(s.markedOurs()).toBe(false);
+  });
+
+  it('Ctrl-C while the daemons start: the up script finishes, no test runs, and the daemons are stopped', async () => {
+    const s = setup();
+    s.release();
+    s.hold('up');
+    const a = s.spawnRun('a');
+    await until('the up script to start', () => s.log().includes('up'));
+    a.ctrlC();
+    await until('the run to say it stops after the up script', () => a.stderr().includes('stopping once'), {
+      failFast: () => (a.child.exitCode !== null ? `the run ended: ${a.stderr()}` : undefined),
+    });
+    s.releaseUp();
+    expect(await a.exited).toEqual({ code: 130, signal: null });
+    expect(existsSync(join(s.work, 'a.started'))).toBe(false);
+    expect(s.log()).toEqual(['up', 'down-start', 'down-end']);
+    await s.daemonsGone(s.daemons());
     expect(s.markedOurs()).toBe(false);
   });
 });
