@@ -259,6 +259,7 @@ async function assemble(
   };
 }
 
+/** Entry for `standalone` and `operator`: runs until SIGTERM/SIGINT; returns the exit code. */
 export async function runServer(
   parsed: Extract<ParsedCommand, { command: 'standalone' | 'operator' }>,
   version: string,
