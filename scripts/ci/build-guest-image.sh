@@ -7,6 +7,7 @@
 #
 # Output, cached by this script's own hash (a second run on the same machine does nothing):
 #   /var/tmp/egress-proxies-ci/guest-image/<hash>/{root.qcow2,vmlinuz,initrd.img,image.json}
+# image.json names the files, the disk's sha256 and the kernel command line.
 # Prints that directory on stdout (progress goes to stderr). Needs root, debootstrap, e2fsprogs,
 # qemu-utils, and the Debian mirror ($GUEST_IMAGE_MIRROR) — the only step of the tier that
 # leaves this machine.
@@ -93,11 +94,14 @@ log "qemu-img convert to qcow2"
 qemu-img convert -O qcow2 "$WORK/root.raw" "$WORK/root.qcow2"
 rm -f "$WORK/root.raw"
 
+SHA256=$(sha256sum "$WORK/root.qcow2" | cut -d' ' -f1)
+
 cat >"$WORK/image.json" <<JSON
 {
   "suite": "$SUITE",
   "kernelVersion": "$KVER",
   "disk": "$OUT/root.qcow2",
+  "sha256": "$SHA256",
   "kernel": "$OUT/vmlinuz",
   "initrd": "$OUT/initrd.img",
   "cmdline": "root=/dev/vda rw console=ttyS0 net.ifnames=0",

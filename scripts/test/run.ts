@@ -1,7 +1,9 @@
 /**
  * scripts/test/run — `npm test`: check the machine, set it up when root (system packages,
- * IPv6 test addresses on lo, libvirtd + sshd on loopback), type-check, lint, run vitest, and stop the daemons it started —
- * also when interrupted. Arguments after `npm test --` go to vitest. See docs/testing.md.
+ * IPv6 test addresses on lo, libvirtd + sshd on loopback, the VMs' bridge), type-check, lint, run
+ * vitest, then the KVM end-to-end tier (test/e2e-kvm, with its guest image built or taken from the
+ * cache), and stop the daemons it started — also when interrupted. Arguments after `npm test --`
+ * go to vitest, and the KVM tier is then left out (it says so). See docs/testing.md.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
@@ -10,6 +12,7 @@ import {
   DaemonUsers,
   DOWN_SCRIPT,
   daemonsUp,
+  GUEST_IMAGE_SCRIPT,
   INSTALL_SCRIPT,
   planPrerequisites,
   RUN_MARKER,
@@ -22,6 +25,7 @@ import { ensureTestAddresses } from './test-addresses.ts';
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = join(ROOT, 'node_modules', '.bin');
 const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+const KVM_TIER_CONFIG = 'test/e2e-kvm/vitest.config.ts';
 
 function say(msg: string): void {
   process.stderr.write(`[npm test] ${msg}\n`);
@@ -38,7 +42,7 @@ function step(what: string, cmd: string, args: string[]): void {
 
 function stopDaemonsIfLast(users: DaemonUsers): void {
   if (!users.unregister()) return;
-  say('stopping libvirtd and sshd (started by npm test)');
+  say('stopping libvirtd, sshd and the bridge (started by npm test)');
   spawnSync('bash', [DOWN_SCRIPT], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
   users.clear();
 }
@@ -68,6 +72,26 @@ function runForwardingSignals(cmd: string, args: string[]): Promise<number> {
   });
 }
 
+/**
+ * The KVM end-to-end tier: a real Debian guest on TCG (minutes). Its image is built first when
+ * this machine has none cached (root only; the test says what to run otherwise).
+ */
+async function runKvmTier(): Promise<number> {
+  const started = Date.now();
+  if (process.getuid?.() === 0) {
+    say(`guest image for the KVM tier: ${GUEST_IMAGE_SCRIPT} (cached after the first build)`);
+    const built = spawnSync('bash', [GUEST_IMAGE_SCRIPT], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+    if (built.status !== 0) {
+      say(`${GUEST_IMAGE_SCRIPT} failed (exit ${built.status ?? built.signal}): the KVM tier cannot run`);
+      return 1;
+    }
+  }
+  say('KVM end-to-end tier (test/e2e-kvm): a Debian guest on TCG, a few minutes');
+  const code = await runForwardingSignals(join(BIN, 'vitest'), ['run', '--config', KVM_TIER_CONFIG]);
+  say(`KVM end-to-end tier finished in ${Math.round((Date.now() - started) / 1000)} s (exit ${code})`);
+  return code;
+}
+
 async function main(): Promise<number> {
   const plan = planPrerequisites(readMachineFacts(ROOT));
   if (!plan.ok) {
@@ -93,7 +117,7 @@ async function main(): Promise<number> {
   };
   for (const s of SIGNALS) process.once(s, bailOut);
   if (plan.startDaemons && !daemonsUp()) {
-    say('starting libvirtd and sshd on loopback for the kvm tests');
+    say('starting libvirtd and sshd on loopback and the VMs\' bridge for the kvm tests');
     users.markStartedByUs();
     const up = spawnSync('bash', [UP_SCRIPT], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
     if (up.status !== 0) {
@@ -102,12 +126,19 @@ async function main(): Promise<number> {
       return 1;
     }
   } else {
-    say('reusing the running libvirtd and sshd');
+    say('reusing the running libvirtd, sshd and bridge');
   }
   for (const s of SIGNALS) process.off(s, bailOut);
 
   try {
-    return await runForwardingSignals(join(BIN, 'vitest'), ['run', ...process.argv.slice(2)]);
+    const args = process.argv.slice(2);
+    const code = await runForwardingSignals(join(BIN, 'vitest'), ['run', ...args]);
+    if (code === 130 || code === 143) return code;
+    if (args.length > 0) {
+      say('KVM end-to-end tier (test/e2e-kvm) not run: vitest arguments were given; run it with npm run test:kvm');
+      return code;
+    }
+    return Math.max(code, await runKvmTier());
   } finally {
     const left = stopStragglers(String(process.pid));
     if (left > 0) say(`stopped ${left} process(es) the tests left running`);
