@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tears down what scripts/ci/libvirt-up.sh started: test domains ('ci-' prefix), the test pool and its
+# Tears down what scripts/ci/libvirt-up.sh started: test domains ('ci-' and 'px-'), the test pool and its
 # volumes, then sshd, libvirtd, virtlogd and dnsmasq by pid file, and the VMs' bridge. Safe to run
 # when nothing is up.
 set -uo pipefail
@@ -15,7 +15,8 @@ pid_of() { [ -f "$1" ] && cat "$1" 2>/dev/null || true; }
 
 if alive "$(pid_of "$DIR/run/libvirtd.pid")"; then
   # Domains first: a running qemu outlives libvirtd.
-  for d in $("${V[@]}" list --all --name 2>/dev/null | grep "^$PREFIX"); do
+  # 'px-': VMs the operator created in the KVM end-to-end tier (test/e2e-kvm), if a run was cut off.
+  for d in $("${V[@]}" list --all --name 2>/dev/null | grep -E "^($PREFIX|px-)"); do
     "${V[@]}" destroy "$d" >/dev/null 2>&1
     "${V[@]}" undefine "$d" --nvram >/dev/null 2>&1 || "${V[@]}" undefine "$d" >/dev/null 2>&1
   done

@@ -54,7 +54,7 @@ export function planPrerequisites(m: MachineFacts): Plan {
     else lines.push('Install them (or their equivalents) with your package manager.');
   }
   if (!m.daemonsUp) {
-    lines.push('Not running: libvirtd and sshd on loopback, the VMs\' bridge (for the kvm provider tests).');
+    lines.push("Not running: libvirtd and sshd on loopback, the VMs' bridge (for the kvm provider tests).");
     commands.push(`sudo bash ${UP_SCRIPT}`);
   }
   if (commands.length > 0) lines.push(`Run once: ${commands.join(' && ')}`, 'then npm test again.');

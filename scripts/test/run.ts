@@ -80,7 +80,10 @@ async function runKvmTier(): Promise<number> {
   const started = Date.now();
   if (process.getuid?.() === 0) {
     say(`guest image for the KVM tier: ${GUEST_IMAGE_SCRIPT} (cached after the first build)`);
-    const built = spawnSync('bash', [GUEST_IMAGE_SCRIPT], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+    const built = spawnSync('bash', [GUEST_IMAGE_SCRIPT], {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
     if (built.status !== 0) {
       say(`${GUEST_IMAGE_SCRIPT} failed (exit ${built.status ?? built.signal}): the KVM tier cannot run`);
       return 1;
@@ -117,7 +120,7 @@ async function main(): Promise<number> {
   };
   for (const s of SIGNALS) process.once(s, bailOut);
   if (plan.startDaemons && !daemonsUp()) {
-    say('starting libvirtd and sshd on loopback and the VMs\' bridge for the kvm tests');
+    say("starting libvirtd and sshd on loopback and the VMs' bridge for the kvm tests");
     users.markStartedByUs();
     const up = spawnSync('bash', [UP_SCRIPT], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
     if (up.status !== 0) {
@@ -135,7 +138,9 @@ async function main(): Promise<number> {
     const code = await runForwardingSignals(join(BIN, 'vitest'), ['run', ...args]);
     if (code === 130 || code === 143) return code;
     if (args.length > 0) {
-      say('KVM end-to-end tier (test/e2e-kvm) not run: vitest arguments were given; run it with npm run test:kvm');
+      say(
+        'KVM end-to-end tier (test/e2e-kvm) not run: vitest arguments were given; run it with npm run test:kvm',
+      );
       return code;
     }
     return Math.max(code, await runKvmTier());
