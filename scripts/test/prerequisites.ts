@@ -17,7 +17,9 @@ export const DOWN_SCRIPT = 'scripts/ci/libvirt-down.sh';
 export const LIBVIRT_CI_DIR = process.env.LIBVIRT_CI_DIR ?? '/var/tmp/egress-proxies-ci/libvirt';
 
 /** The daemons scripts/ci/libvirt-up.sh starts, by the name of their pid file. */
-export const DAEMONS = ['virtlogd', 'libvirtd', 'sshd'] as const;
+export const DAEMONS = ['virtlogd', 'libvirtd', 'sshd', 'dnsmasq'] as const;
+/** Builds (or finds in its cache) the guest image of the KVM end-to-end tier; prints its directory. */
+export const GUEST_IMAGE_SCRIPT = 'scripts/ci/build-guest-image.sh';
 
 export interface SystemPackage {
   name: string;
@@ -30,7 +32,7 @@ export interface MachineFacts {
   isRoot: boolean;
   /** apt-get and dpkg are there: packages can be installed the Debian way. */
   isDebian: boolean;
-  /** libvirtd and sshd from scripts/ci/libvirt-up.sh are alive. */
+  /** libvirtd, sshd and the bridge's dnsmasq from scripts/ci/libvirt-up.sh are alive. */
   daemonsUp: boolean;
   /**
    * IPv6 test addresses (scripts/test/test-addresses.ts) that `lo` lacks; empty where IPv6 is
@@ -63,7 +65,7 @@ export function planPrerequisites(m: MachineFacts): Plan {
     else lines.push('Install them (or their equivalents) with your package manager.');
   }
   if (!m.daemonsUp) {
-    lines.push('Not running: libvirtd and sshd on loopback (for the kvm provider tests).');
+    lines.push("Not running: libvirtd and sshd on loopback, the VMs' bridge (for the kvm provider tests).");
     commands.push(`sudo bash ${UP_SCRIPT}`);
   }
   if (needAddresses) {
@@ -146,11 +148,14 @@ function pidFromFile(file: string): number {
   }
 }
 
-/** libvirtd and sshd of scripts/ci/libvirt-up.sh run, and the env file the tests read exists. */
+/**
+ * libvirtd, sshd and the bridge's dnsmasq of scripts/ci/libvirt-up.sh run, and the env file the
+ * tests read exists.
+ */
 export function daemonsUp(dir = LIBVIRT_CI_DIR): boolean {
   return (
     existsSync(join(dir, 'env.json')) &&
-    ['libvirtd', 'sshd'].every((d) => pidAlive(pidFromFile(join(dir, 'run', `${d}.pid`))))
+    ['libvirtd', 'sshd', 'dnsmasq'].every((d) => pidAlive(pidFromFile(join(dir, 'run', `${d}.pid`))))
   );
 }
 

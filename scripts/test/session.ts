@@ -29,11 +29,26 @@ export interface SessionOptions {
   /** The tests: vitest, or a stub. Gets `RUN_MARKER=<runId>` in its environment. */
   command: string;
   args: string[];
+  /**
+   * Run after the tests, in order, unless the run was interrupted (the KVM end-to-end tier: its
+   * image build, then its vitest). The run's exit code is the worst of all.
+   */
+  afterwards?: FollowUp[];
   /** Marks the processes of this run (default: this process's pid). */
   runId?: string;
   /** How long stragglers get between SIGTERM and SIGKILL (default 3 s). */
   stragglerGraceMs?: number;
   say?: (msg: string) => void;
+}
+
+/** A command run after the tests, with the same signal handling and marker. */
+export interface FollowUp {
+  /** Said before it starts and, with its exit code and duration, after it ends. */
+  name: string;
+  command: string;
+  args: string[];
+  /** When it fails, the follow-ups after it are not run (and the run says so). */
+  gate?: boolean;
 }
 
 /** The exit code of a process ended by `sig`, as a shell reports it. */
@@ -118,7 +133,7 @@ export async function runSession(o: SessionOptions): Promise<number> {
   try {
     let ready = true;
     if (o.mayStartDaemons && !daemonsUp(o.stateDir)) {
-      say('starting libvirtd and sshd on loopback for the kvm tests');
+      say("starting libvirtd and sshd on loopback and the VMs' bridge for the kvm tests");
       users.markStartedByUs();
       const up = await runScript(o, o.upScript);
       if (up.code !== 0) {
@@ -132,6 +147,20 @@ export async function runSession(o: SessionOptions): Promise<number> {
       code = await runForwardingSignals(o, runId, (l) => {
         forward = l;
       });
+      for (const f of o.afterwards ?? []) {
+        if (interrupted !== undefined) break;
+        say(f.name);
+        const started = Date.now();
+        const c = await runForwardingSignals({ ...o, command: f.command, args: f.args }, runId, (l) => {
+          forward = l;
+        });
+        say(`${f.name}: exit ${c} after ${Math.round((Date.now() - started) / 1000)} s`);
+        code = Math.max(code, c);
+        if (c !== 0 && f.gate) {
+          say(`not running what follows ${f.name}: it failed`);
+          break;
+        }
+      }
     }
   } finally {
     stopping = true;

@@ -152,13 +152,14 @@ export class CliProcess {
   private exit: Exit | undefined;
   private partial = '';
 
-  constructor(args: string[], cwd: string) {
+  /** `env`: variables added to the test runner's (cleaned) environment, e.g. NODE_EXTRA_CA_CERTS. */
+  constructor(args: string[], cwd: string, env: NodeJS.ProcessEnv = {}) {
     this.child = spawn(NODE, [MAIN, ...args], {
       cwd,
       // Own process group: cleanup kills everything the CLI might have started.
       detached: true,
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: cliEnv(),
+      env: { ...cliEnv(), ...env },
     });
     running.add(this);
     this.child.stdout?.setEncoding('utf8').on('data', (chunk: string) => this.onStdout(chunk));
