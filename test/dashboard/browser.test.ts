@@ -42,6 +42,8 @@ let page: Page;
 let client: DiscoveryClient;
 /** Every response body the page received, and every secret that must never be in one. */
 const bodies: { url: string; body: string }[] = [];
+/** Every URL the page asked for: all of them on the discovery API's origin (no CDN). */
+const requested: string[] = [];
 const secrets = new Set<string>([TOKEN]);
 
 const tracing = () => ({ tracer: trace.getTracer('test'), enabled: false, shutdown: async () => {} });
@@ -85,6 +87,7 @@ beforeAll(async () => {
   );
   browser = await launchChromium();
   page = await browser.context.newPage();
+  page.on('request', (req) => requested.push(req.url()));
   page.on('response', (res) => {
     void res.text().then(
       (body) => bodies.push({ url: res.url(), body }),
@@ -201,6 +204,12 @@ describe('dashboard in Chromium', () => {
     expect(await research.locator('.pool-status').textContent()).toContain('no ProxyPool');
     await expect.poll(() => added.locator('td').nth(3).textContent(), { timeout: 60_000 }).toContain('Ready');
     await page.locator('#events li[data-kind="added"]').first().waitFor();
+  });
+
+  it('loads nothing from another origin', () => {
+    expect(requested.length).toBeGreaterThan(5);
+    const foreign = requested.filter((u) => !u.startsWith(`${ws.discoveryUrl}/`) && !u.startsWith('data:'));
+    expect(foreign).toEqual([]);
   });
 
   it('never has a credential in the DOM or in any response', async () => {
