@@ -221,16 +221,17 @@ describe.each(BACKENDS)('the dashboard on the %s backend', (backend) => {
     const running = dashboard.run(ac.signal);
     const state = () => JSON.parse(dashboard.stateJson(0)) as DashboardState;
     const pool = () => state().pools.find((p) => p.key === `${NAMESPACE}/eu`);
+    /** The pool controller and the Proxy side at work until the page shows `n` of everything. */
+    const settle = (n: number) =>
+      vi.waitFor(async () => {
+        await w.reconcile('eu');
+        await w.serve();
+        expect(pool()).toMatchObject({ replicas: n, ready: n, healthy: n, leasable: n, stale: false });
+      }, WAIT);
     try {
       await w.createPool('eu', poolSpec(2));
       await vi.waitFor(() => expect(pool()).toMatchObject({ desired: 2, stale: true }), WAIT);
-      for (let i = 0; i < 3; i++) {
-        await vi.waitFor(() => expect(w.pool('eu')).toBeDefined(), WAIT);
-        await w.reconcile('eu');
-        await vi.waitFor(() => expect(w.members('eu').length).toBe(2), WAIT);
-        await w.serve();
-      }
-      await w.reconcile('eu');
+      await settle(2);
       // The members' leases come from the lease store, keyed by their names.
       const [first] = w.members('eu');
       leases.upsertProxy(proxyInfo(first?.metadata.name ?? ''));
@@ -263,16 +264,8 @@ describe.each(BACKENDS)('the dashboard on the %s backend', (backend) => {
       cur.spec.replicas = 3;
       await w.store.proxyPools.update(cur);
       await vi.waitFor(() => expect(pool()).toMatchObject({ desired: 3, replicas: 2, stale: true }), WAIT);
-      for (let i = 0; i < 3; i++) {
-        await w.reconcile('eu');
-        await vi.waitFor(() => expect(w.members('eu').length).toBe(3), WAIT);
-        await w.serve();
-      }
-      await w.reconcile('eu');
-      await vi.waitFor(
-        () => expect(pool()).toMatchObject({ desired: 3, replicas: 3, leasable: 3, stale: false }),
-        WAIT,
-      );
+      await settle(3);
+      expect(pool()).toMatchObject({ desired: 3, updated: 3 });
       const events = state()
         .events.filter((e) => e.kind === 'pool')
         .map((e) => e.message);
