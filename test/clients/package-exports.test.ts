@@ -1,9 +1,10 @@
 /**
  * The TypeScript client as an installed package: `npm run build`'s output (tsconfig.build.json)
- * with the repository's package.json, installed in a consumer's node_modules. The import
- * docs/api.md shows — `import { DiscoveryClient, NoneLeasableError } from
- * 'egress-proxies-operator'` — resolves through package.json's `exports` in Node and type-checks
- * with its declarations under a strict nodenext tsconfig.
+ * with the repository's package.json, installed in a consumer's node_modules. The imports
+ * docs/api.md shows — `DiscoveryClient`, `NoneLeasableError` and the crawler helpers
+ * (`withLease`, `classifyError`, …) from 'egress-proxies-operator' — resolve through
+ * package.json's `exports` in Node and type-check with its declarations under a strict nodenext
+ * tsconfig.
  */
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -41,19 +42,19 @@ describe("the package's exports", () => {
   it('resolves the documented import in Node', () => {
     writeFileSync(
       join(consumer, 'use.js'),
-      `import { DiscoveryClient, NoneLeasableError } from 'egress-proxies-operator';
+      `import { DiscoveryClient, NoneLeasableError, classifyError, withLease } from 'egress-proxies-operator';
 const c = new DiscoveryClient({ baseUrl: 'http://127.0.0.1:1' });
-console.log(JSON.stringify([typeof DiscoveryClient, typeof NoneLeasableError, typeof c.lease, typeof c.reportProxy]));
+console.log(JSON.stringify([typeof DiscoveryClient, typeof NoneLeasableError, typeof c.lease, typeof c.reportProxy, typeof withLease, classifyError(new Error('x'))]));
 `,
     );
     const out = execFileSync(NODE, ['use.js'], { cwd: consumer, encoding: 'utf8' });
-    expect(JSON.parse(out)).toEqual(['function', 'function', 'function', 'function']);
+    expect(JSON.parse(out)).toEqual(['function', 'function', 'function', 'function', 'function', 'unknown']);
   });
 
   it('type-checks the documented import with the declarations the build ships', () => {
     writeFileSync(
       join(consumer, 'check.ts'),
-      `import { DiscoveryClient, type LeaseGrant, NoneLeasableError } from 'egress-proxies-operator';
+      `import { DiscoveryClient, type LeaseGrant, NoneLeasableError, PROXY_FAULT, classifyError, withLease } from 'egress-proxies-operator';
 const discovery = new DiscoveryClient({ baseUrl: 'http://127.0.0.1:1', token: process.env.DISCOVERY_TOKEN });
 export async function once(): Promise<LeaseGrant | string | null> {
   try {
@@ -63,6 +64,11 @@ export async function once(): Promise<LeaseGrant | string | null> {
     throw err;
   }
 }
+export const held = (url: string) =>
+  withLease(discovery, { target: url }, async (lease) => {
+    await lease.report('blocked', { cooldownSeconds: 30 });
+    return classifyError(new Error(url)) === PROXY_FAULT ? lease.grant.proxy.url : null;
+  }, { waitMs: 1000 });
 `,
     );
     writeFileSync(

@@ -37,7 +37,7 @@ function exampleModule(api: string): string {
   if (!code) throw new Error('docs/api.md: no TypeScript example under "## TypeScript"');
   for (const needle of [EXAMPLE_API, "from 'egress-proxies-operator'", "from 'undici'"])
     if (!code.includes(needle)) throw new Error(`docs/api.md's TypeScript example no longer has ${needle}`);
-  const client = pathToFileURL(join(REPO_ROOT, 'src/discovery/client.ts')).href;
+  const client = pathToFileURL(join(REPO_ROOT, 'src/crawler/index.ts')).href;
   return `${code
     .replace(EXAMPLE_API, JSON.stringify(api))
     .replace("from 'egress-proxies-operator'", `from ${JSON.stringify(client)}`)
