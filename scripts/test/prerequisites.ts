@@ -1,12 +1,14 @@
 /**
- * scripts/test/prerequisites — what `npm test` needs from the machine (system packages, and
- * libvirtd + sshd on loopback for the kvm provider), what is missing, and what to do about it.
+ * scripts/test/prerequisites — what `npm test` needs from the machine (system packages, the
+ * IPv6 test addresses on lo, and libvirtd + sshd on loopback for the kvm provider), what is
+ * missing, and what to do about it.
  * The decision is a pure function (`planPrerequisites`) so it is tested without root; the rest
  * reads the machine. See docs/testing.md.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { missingTestAddresses, sudoAddCommands } from './test-addresses.ts';
 
 export const PACKAGES_FILE = 'scripts/ci/system-packages.txt';
 export const INSTALL_SCRIPT = '.ci/install-system-packages.sh';
@@ -30,6 +32,11 @@ export interface MachineFacts {
   isDebian: boolean;
   /** libvirtd and sshd from scripts/ci/libvirt-up.sh are alive. */
   daemonsUp: boolean;
+  /**
+   * IPv6 test addresses (scripts/test/test-addresses.ts) that `lo` lacks; empty where IPv6 is
+   * disabled. As root, npm test adds them itself.
+   */
+  missingTestAddresses: string[];
 }
 
 export type Plan =
@@ -42,7 +49,11 @@ export function planPrerequisites(m: MachineFacts): Plan {
   if (m.isRoot && (!needPackages || m.isDebian)) {
     return { ok: true, installPackages: needPackages, startDaemons: !m.daemonsUp };
   }
-  if (!needPackages && m.daemonsUp) return { ok: true, installPackages: false, startDaemons: false };
+  // As root, run.ts adds them itself.
+  const needAddresses = !m.isRoot && m.missingTestAddresses.length > 0;
+  if (!needPackages && m.daemonsUp && !needAddresses) {
+    return { ok: true, installPackages: false, startDaemons: false };
+  }
 
   const lines = ['npm test: this machine is not ready for the test suite, which runs real components.'];
   const commands: string[] = [];
@@ -54,6 +65,12 @@ export function planPrerequisites(m: MachineFacts): Plan {
   if (!m.daemonsUp) {
     lines.push('Not running: libvirtd and sshd on loopback (for the kvm provider tests).');
     commands.push(`sudo bash ${UP_SCRIPT}`);
+  }
+  if (needAddresses) {
+    lines.push(
+      `Missing on lo: the IPv6 test addresses ${m.missingTestAddresses.join(' ')} (the egress-address tests bind them).`,
+    );
+    commands.push(...sudoAddCommands(m.missingTestAddresses));
   }
   if (commands.length > 0) lines.push(`Run once: ${commands.join(' && ')}`, 'then npm test again.');
   lines.push('As root on Debian/Ubuntu, npm test does all of this itself (see docs/testing.md).');
@@ -145,6 +162,7 @@ export function readMachineFacts(root: string): MachineFacts {
     isRoot: process.getuid?.() === 0,
     isDebian,
     daemonsUp: daemonsUp(),
+    missingTestAddresses: missingTestAddresses(),
   };
 }
 

@@ -1,6 +1,6 @@
 /**
  * metrics/listener — the HTTP(S) server under every API listener we own (discovery API,
- * metrics): header, request and idle timeouts and a connection cap, so a slow or idle client
+ * metrics, the /healthz and /readyz probe port): header, request and idle timeouts and a connection cap, so a slow or idle client
  * cannot hold a socket forever, and optional TLS from PEM files or a self-signed certificate.
  * See docs/operations.md, "Listeners".
  */
@@ -31,6 +31,8 @@ export const DEFAULT_LISTENER_TIMEOUTS = {
 
 export const DEFAULT_DISCOVERY_MAX_CONNECTIONS = 1024;
 export const DEFAULT_METRICS_MAX_CONNECTIONS = 64;
+/** The kubelet opens one short connection per probe: a handful is plenty. */
+export const DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS = 16;
 
 export interface TlsFiles {
   /** PEM certificate (chain). */
