@@ -6,7 +6,7 @@ concurrent requests share it; the lease each request used travels in `request.me
 report always names the proxy that carried it. Every lease is counted in use by the requests
 in flight through it: a `blocked` or `failed` report (or a 407) retires it from its slot, and
 it is released once the last request using it has finished — never while a sibling still
-uses it, never left to expire. Lease API calls are blocking calls of LeaseClient run on a small
+uses it, never left to expire; a slot's lease unused for EGRESS_LEASE_IDLE is released too. Lease API calls are blocking calls of LeaseClient run on a small
 thread pool of our own, and every wait (backoff, `retryAt`) is a reactor timer: the reactor
 never blocks.
 """
@@ -69,13 +69,23 @@ class EgressSettings:
     api_timeout: float
     api_retry_for: float
     api_threads: int
+    lease_idle: Optional[float]
 
     @classmethod
     def from_settings(cls, s) -> "EgressSettings":
         url = s.get("EGRESS_API_URL")
         if not url:
             raise NotConfigured("EGRESS_API_URL is not set")
-        opt_int = lambda name, default: None if s.get(name, default) is None else s.getint(name, default)  # noqa: E731
+
+        def unset(name) -> bool:
+            # Scrapy's get() falls back to the default for a None value: ask whether it was set to None.
+            return name in s and s[name] is None
+
+        def opt_int(name, default: Optional[int]) -> Optional[int]:
+            if unset(name) or (default is None and s.get(name) is None):
+                return None
+            return s.getint(name, default)
+
         return cls(
             api_url=url,
             token=s.get("EGRESS_API_TOKEN"),
@@ -95,6 +105,7 @@ class EgressSettings:
             api_timeout=s.getfloat("EGRESS_API_TIMEOUT", 10.0),
             api_retry_for=s.getfloat("EGRESS_API_RETRY_FOR", 120.0),
             api_threads=s.getint("EGRESS_API_THREADS", 4),
+            lease_idle=None if unset("EGRESS_LEASE_IDLE") else s.getfloat("EGRESS_LEASE_IDLE", 30.0),
         )
 
 
@@ -109,6 +120,8 @@ class _Held:
     users: int = 0
     # No longer handed out by its slot (blocked, failed, ended); released when `users` drops to 0.
     retired: bool = False
+    # When `users` last dropped to 0 (time.time()); a slot's lease idle for EGRESS_LEASE_IDLE goes.
+    idle_since: Optional[float] = None
 
 
 def slot_key(request) -> str:
@@ -136,6 +149,8 @@ class LeasedProxyMiddleware:
         self.locks: Dict[str, defer.DeferredLock] = {}
         self.waiting = 0
         self.pool = ThreadPool(minthreads=0, maxthreads=cfg.api_threads, name="egress-lease-api")
+        # Reactor timers (replaced in unit tests).
+        self.call_later = reactor.callLater
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -228,6 +243,7 @@ class LeasedProxyMiddleware:
             if not held:
                 held = yield self._take(slot, request, since)
             held.users += 1
+            held.idle_since = None
             return held.lease
         finally:
             lock.release()
@@ -369,7 +385,8 @@ class LeasedProxyMiddleware:
             use.retired = True
 
     def _finish(self, info) -> None:
-        """The request's use of its lease ends (once): a retired lease goes when its last user is done."""
+        """The request's use of its lease ends (once): a retired lease goes when its last user is done,
+        a slot's lease once it stayed unused for EGRESS_LEASE_IDLE."""
         if info.get("done"):
             return
         info["done"] = True
@@ -377,8 +394,35 @@ class LeasedProxyMiddleware:
         if not use:
             return
         use.users = max(0, use.users - 1)
-        if use.retired and use.users == 0:
+        if use.users > 0:
+            return
+        if use.retired:
             self._release(use)
+            return
+        idle = self.cfg.lease_idle
+        if idle is None:
+            return  # kept for the slot until it is blocked, expires or the spider closes
+        use.idle_since = time.time()
+        if idle <= 0:
+            self._release_idle(use)
+        else:
+            self.call_later(idle, self._release_idle, use)
+
+    def _release_idle(self, use: _Held) -> None:
+        """Releases a slot's lease nobody used for EGRESS_LEASE_IDLE; the slot's next request takes a new one."""
+        if use.users > 0 or use.idle_since is None or self.leases.get(use.lease.id) is not use:
+            return
+        wait = (self.cfg.lease_idle or 0) - (time.time() - use.idle_since)
+        lock = self.locks.get(use.slot)
+        if wait > 0.001 or (lock is not None and lock.locked):
+            # Used again and let go since (a later timer handles it), or the slot is busy renewing.
+            self.call_later(max(wait, 0.1), self._release_idle, use)
+            return
+        if self.held.get(use.slot) is use:
+            del self.held[use.slot]
+        use.retired = True
+        self.stats.inc_value("egress/idle_release")
+        self._release(use)
 
     def _release(self, use: _Held) -> None:
         """Releases a lease we no longer use (idempotent on the server); close waits for it."""

@@ -1,7 +1,9 @@
 """LeasedProxyMiddleware's lease bookkeeping with a fake lease client: requests of one slot share
-one lease, reports name the lease each request used and release nothing, and a lease a report
+one lease, reports name the lease each request used and release nothing, a lease a report
 retired is released exactly once, when the last request using it has finished — not before,
-and not left to expire. Lease API calls and waits are made synchronous, so no reactor runs.
+and not left to expire — and a slot's lease nobody used for EGRESS_LEASE_IDLE is released too.
+Lease API calls and waits are made synchronous and the clock and timers are fakes, so no
+reactor runs.
 """
 
 import unittest
@@ -74,6 +76,36 @@ class Stats:
         return self.values.get(key, default)
 
 
+class FakeTime:
+    """time.time()/monotonic() under the test's control."""
+
+    def __init__(self):
+        self.now = 1_800_000_000.0
+
+    def time(self):
+        return self.now
+
+    def monotonic(self):
+        return self.now
+
+
+class Timers:
+    """call_later that records (delay, fn, args); `fire_due()` runs those due at the fake time."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.pending = []
+
+    def __call__(self, delay, fn, *args):
+        self.pending.append((self.clock.now + delay, fn, args))
+
+    def fire_due(self):
+        due = [t for t in self.pending if t[0] <= self.clock.now]
+        self.pending = [t for t in self.pending if t[0] > self.clock.now]
+        for _, fn, args in due:
+            fn(*args)
+
+
 class Crawler:
     def __init__(self):
         self.stats = Stats()
@@ -97,14 +129,26 @@ class MiddlewareTest(unittest.TestCase):
         patcher = mock.patch.object(scrapy_middleware, "_sleep", lambda seconds: defer.succeed(None))
         patcher.start()
         self.addCleanup(patcher.stop)
+        self.clock = FakeTime()
+        clock_patcher = mock.patch.object(scrapy_middleware, "time", self.clock)
+        clock_patcher.start()
+        self.addCleanup(clock_patcher.stop)
         self.client = FakeClient()
+        self.mw = self.middleware()
+
+    def middleware(self, **settings):
         cfg = EgressSettings.from_settings(
-            Settings({"EGRESS_API_URL": "http://127.0.0.1:1", "EGRESS_BLOCKED_RETRIES": 2, "EGRESS_LEASE_TTL": 300})
+            Settings(
+                {"EGRESS_API_URL": "http://127.0.0.1:1", "EGRESS_BLOCKED_RETRIES": 2, "EGRESS_LEASE_TTL": 300, **settings}
+            )
         )
-        self.mw = LeasedProxyMiddleware(Crawler(), cfg, client=self.client)
-        # The lease API on the calling thread: every call completes at once.
-        self.mw._api = lambda fn, *args, **kwargs: defer.maybeDeferred(fn, *args, **kwargs)
-        self.stats = self.mw.stats.values
+        mw = LeasedProxyMiddleware(Crawler(), cfg, client=self.client)
+        # The lease API on the calling thread: every call completes at once; timers are ours.
+        mw._api = lambda fn, *args, **kwargs: defer.maybeDeferred(fn, *args, **kwargs)
+        self.timers = Timers(self.clock)
+        mw.call_later = self.timers
+        self.stats = mw.stats.values
+        return mw
 
     def send(self, url, **meta):
         request = Request(url, meta=dict(meta))
@@ -114,7 +158,7 @@ class MiddlewareTest(unittest.TestCase):
     def answer(self, request, status, headers=None):
         return resolved(self.mw.process_response(request, Response(request.url, status=status, headers=headers, request=request), None))
 
-    def fail(self, request, exc):
+    def fail_with(self, request, exc):
         return resolved(self.mw.process_exception(request, exc, None))
 
     def test_requests_of_one_slot_share_one_lease_that_stays_after_success(self):
@@ -169,11 +213,11 @@ class MiddlewareTest(unittest.TestCase):
     def test_a_proxy_failure_reports_failed_and_releases_after_the_siblings(self):
         a = self.send("https://shop.example/a")
         b = self.send("https://shop.example/b")
-        retry = self.fail(a, ConnectionRefusedError())
+        retry = self.fail_with(a, ConnectionRefusedError())
         self.assertIsInstance(retry, Request)
         self.assertEqual(self.client.of("report"), [("L1", "failed", False)])
         self.assertEqual(self.client.of("release"), [])
-        self.fail(b, ConnectionRefusedError())
+        self.fail_with(b, ConnectionRefusedError())
         self.assertEqual(self.client.of("report"), [("L1", "failed", False), ("L1", "failed", False)])
         self.assertEqual(self.client.of("release"), [("L1",)])
 
@@ -190,7 +234,7 @@ class MiddlewareTest(unittest.TestCase):
         a = self.send("https://shop.example/a")
         b = self.send("https://shop.example/b")
         self.answer(a, 502, headers={"X-Proxy-Error": "origin-unreachable"})
-        self.assertIsNone(self.fail(b, TimeoutError("cut")))
+        self.assertIsNone(self.fail_with(b, TimeoutError("cut")))
         self.assertEqual(self.client.of("report"), [])
         self.assertEqual(self.client.of("release"), [])
         self.assertEqual(self.mw.leases["L1"].users, 0)
@@ -219,6 +263,60 @@ class MiddlewareTest(unittest.TestCase):
         self.assertEqual(self.client.of("release"), [])
         self.answer(a, 200)
         self.assertEqual(self.client.of("release"), [("L1",)])
+
+    def test_a_slot_lease_unused_for_the_idle_time_is_released(self):
+        a = self.send("https://shop.example/a")
+        self.answer(a, 200)
+        self.clock.now += 29
+        self.timers.fire_due()
+        self.assertEqual(self.client.of("release"), [])
+        # Used again before the idle time ran out: the first timer finds it busy, nothing goes.
+        b = self.send("https://shop.example/b")
+        self.assertEqual(b.meta[META_LEASE]["id"], "L1")
+        self.clock.now += 2
+        self.timers.fire_due()
+        self.assertEqual(self.client.of("release"), [])
+        self.answer(b, 200)
+        self.clock.now += 29
+        self.timers.fire_due()
+        self.assertEqual(self.client.of("release"), [])
+        self.clock.now += 1
+        self.timers.fire_due()
+        self.assertEqual(self.client.of("release"), [("L1",)])
+        self.assertEqual(self.stats.get("egress/idle_release"), 1)
+        self.assertEqual(self.mw.leases, {})
+        # The slot's next request takes a new lease.
+        c = self.send("https://shop.example/c")
+        self.assertEqual(c.meta[META_LEASE]["id"], "L2")
+
+    def test_idle_release_waits_for_a_slot_busy_renewing(self):
+        a = self.send("https://shop.example/a")
+        self.answer(a, 200)
+        lock = self.mw.locks["shop.example"]
+        resolved(lock.acquire())
+        self.clock.now += 30
+        self.timers.fire_due()
+        self.assertEqual(self.client.of("release"), [])
+        lock.release()
+        self.clock.now += 1
+        self.timers.fire_due()
+        self.assertEqual(self.client.of("release"), [("L1",)])
+
+    def test_none_settings_mean_the_servers_default_or_off(self):
+        cfg = self.middleware(EGRESS_BLOCKED_COOLDOWN=None, EGRESS_LEASE_IDLE=None).cfg
+        self.assertIsNone(cfg.blocked_cooldown)
+        self.assertIsNone(cfg.failed_cooldown)
+        self.assertIsNone(cfg.lease_idle)
+        cfg = self.middleware(EGRESS_FAILED_COOLDOWN=30).cfg
+        self.assertEqual((cfg.blocked_cooldown, cfg.failed_cooldown, cfg.lease_idle), (120, 30, 30.0))
+
+    def test_no_idle_release_when_switched_off(self):
+        self.mw = self.middleware(EGRESS_LEASE_IDLE=None)
+        a = self.send("https://shop.example/a")
+        self.answer(a, 200)
+        self.assertEqual(self.timers.pending, [])
+        self.clock.now += 3600
+        self.assertEqual(self.client.of("release"), [])
 
     def test_close_releases_the_slots_leases_and_any_still_in_use(self):
         a = self.send("https://shop.example/a")
