@@ -153,6 +153,7 @@ function buildControllers(
     log: log.child({ component: 'pool' }),
     leasesOn,
     providerType: (name) => providers.type(name),
+    canRestart: (name) => providers.canRestart(name),
     drainTimeoutMs: flags.leases.drainTimeoutMs,
   });
   const queue = (name: string): WorkQueue =>
