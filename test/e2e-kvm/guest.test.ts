@@ -304,7 +304,8 @@ describe('kvm provider end to end with a real guest (TCG)', () => {
     const cliEnv = { NODE_EXTRA_CA_CERTS: caFile };
     // Removing the only manifest deletes every Proxy: a mass deletion the operator holds back
     // unless told (src/runtime/embedded/manifest-sync.ts).
-    const start = () => new CliProcess(standaloneArgs(ws, ['--allow-empty-manifests']), ws.dir, { env: cliEnv });
+    const start = () =>
+      new CliProcess(standaloneArgs(ws, ['--allow-empty-manifests']), ws.dir, { env: cliEnv });
     const timings: Record<string, number> = {};
     const mark = (what: string) => {
       timings[what] = Math.round((Date.now() - started) / 100) / 10;
