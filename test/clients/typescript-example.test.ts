@@ -89,8 +89,11 @@ describe('docs/api.md: the TypeScript example', () => {
     expect(await crawl(`${base}/refused`)).toBeUndefined();
     expect(await crawl(`${base}/slow-down`)).toBeUndefined();
 
-    const reported = proc.logs.filter((l) => l.msg === 'proxy reported');
-    expect(reported.map((l) => [l.result, l.target])).toEqual([
+    // The operator's log lines arrive through a pipe: wait until both reports are read.
+    const reported = () =>
+      proc.logs.filter((l) => l.msg === 'proxy reported').map((l) => [l.result, l.target]);
+    await expect.poll(reported, { timeout: 10_000 }).toHaveLength(2);
+    expect(reported()).toEqual([
       ['blocked', '127.0.0.1'],
       ['blocked', '127.0.0.1'],
     ]);
