@@ -12,6 +12,7 @@ import { loadProvidersConfig } from '../config/load.ts';
 import type { ProvidersConfig } from '../config/schema.ts';
 import { discoveryTokenFromEnv } from '../discovery/auth.ts';
 import { gatewayTokenFromEnv } from '../gateway/auth.ts';
+import { clusterGateway } from '../gateway/cluster.ts';
 import { GatewaySessions, gatewaySetupProblem } from '../gateway/service.ts';
 import type { HealthEngine } from '../health/engine.ts';
 import type { LeaseStore } from '../lease/store.ts';
@@ -234,6 +235,18 @@ async function assemble(
   const discoveryUrl = addRunnables(manager, parts, listeners, {
     setup: gateway,
     sessions: new GatewaySessions(),
+    ...(parsed.command === 'operator'
+      ? {
+          cluster: clusterGateway({
+            leases: parts.leases,
+            authority: parts.authority,
+            clock,
+            log: log.child({ component: 'gateway' }),
+            token: listeners.token,
+            tls: listeners.discoveryTls,
+          }),
+        }
+      : {}),
   });
   return {
     manager,

@@ -1,5 +1,6 @@
 import { registerDashboardRoutes } from '../dashboard/routes.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
+import { type ClusterGateway, registerGatewaySync } from '../gateway/cluster.ts';
 import { type GatewaySessions, type GatewaySetup, runGateway } from '../gateway/service.ts';
 import { startLeaseFeed } from '../lease/feed.ts';
 import { startMetricsServer } from '../metrics/server.ts';
@@ -29,7 +30,7 @@ export function addRunnables(
   manager: Manager,
   c: Components,
   listeners: ListenerInputs,
-  gateway: { setup: GatewaySetup; sessions: GatewaySessions },
+  gateway: { setup: GatewaySetup; sessions: GatewaySessions; cluster?: ClusterGateway },
 ): () => string | undefined {
   const {
     flags,
@@ -64,7 +65,10 @@ export function addRunnables(
         registry,
         tracer,
         authority,
-        extraRoutes: (app) => registerDashboardRoutes(app, dashboard, c.dashboardAssets),
+        extraRoutes: (app) => {
+          registerDashboardRoutes(app, dashboard, c.dashboardAssets);
+          if (gateway.cluster) registerGatewaySync(app, gateway.cluster.hub);
+        },
         sessions: gateway.sessions,
       });
       mode.advertiseDiscovery?.(discovery.url);
@@ -122,25 +126,51 @@ export function addRunnables(
   );
   // Samples on the leader, where leases and cooldowns live; standbys forward /v1/dashboard/*.
   manager.add(service('dashboard', true, (signal) => dashboard.run(signal)));
-  // Upstream choice needs the lease authority: the gateway serves where leases are decided, once
-  // the restored state is in (docs/gateway.md).
-  manager.add(
-    service('gateway', true, async (signal) => {
-      while (!authority.isServing && !signal.aborted) await new Promise<void>((r) => clock.setTimeout(r, 50));
-      await runGateway(
-        gateway.setup,
-        {
-          leases,
-          clock,
-          log: log.child({ component: 'gateway' }),
-          registry,
-          tracer,
-          sessions: gateway.sessions,
-        },
-        signal,
-      );
-    }),
-  );
+  const cluster = gateway.cluster;
+  if (cluster) {
+    // Cluster mode: every replica serves the gateway, choosing upstreams from the share and the
+    // cooldowns the leader's hub hands it (docs/architecture.md, "Gateway scale-out").
+    manager.add(
+      service('gateway', false, async (signal) => {
+        await runGateway(
+          gateway.setup,
+          {
+            leases,
+            clock,
+            log: log.child({ component: 'gateway' }),
+            registry,
+            tracer,
+            sessions: gateway.sessions,
+            chooser: cluster.replica,
+            alongside: (s) => cluster.link.run(s),
+          },
+          signal,
+        );
+        await cluster.close();
+      }),
+    );
+  } else {
+    // Standalone: the gateway serves where leases are decided, once the restored state is in
+    // (docs/gateway.md).
+    manager.add(
+      service('gateway', true, async (signal) => {
+        while (!authority.isServing && !signal.aborted)
+          await new Promise<void>((r) => clock.setTimeout(r, 50));
+        await runGateway(
+          gateway.setup,
+          {
+            leases,
+            clock,
+            log: log.child({ component: 'gateway' }),
+            registry,
+            tracer,
+            sessions: gateway.sessions,
+          },
+          signal,
+        );
+      }),
+    );
+  }
   // Pools (docs/configuration.md): leader only, like every controller that writes.
   manager.add(
     service('pool-controller', true, async (signal) => {

@@ -51,6 +51,10 @@ export interface GatewayRunDeps {
   registry: Registry;
   tracer: Tracer;
   sessions: GatewaySessions;
+  /** Who chooses upstreams; default: the lease store in this process (standalone). */
+  chooser?: UpstreamChooser;
+  /** Runs beside the listener while it serves (cluster mode: the link to the leader's hub). */
+  alongside?: (signal: AbortSignal) => Promise<void>;
 }
 
 /** Serves the gateway until `signal` aborts; returns without listening when it is off ('0'). */
@@ -66,7 +70,7 @@ export async function runGateway(
     isOwnPort: (p) => own.has(p),
     ...(setup.operatorPorts.probePort === undefined ? {} : { probePort: setup.operatorPorts.probePort }),
   });
-  const chooser = new LeaseStoreChooser(deps.leases, deps.clock);
+  const chooser = deps.chooser ?? new LeaseStoreChooser(deps.leases, deps.clock);
   const gateway = new Gateway({
     bind,
     token: setup.token,
@@ -87,7 +91,10 @@ export async function runGateway(
     );
   }
   deps.log.info({ address }, 'gateway listening');
-  await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+  await Promise.all([
+    deps.alongside?.(signal),
+    new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true })),
+  ]);
   deps.sessions.serve(undefined);
   await gateway.close();
 }

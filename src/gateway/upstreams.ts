@@ -27,6 +27,8 @@ export interface Acquired {
   leaseId: string;
   upstream: Upstream;
   session: Session | undefined;
+  /** The target host, where the chooser reports by upstream and host rather than by lease (gateway/replica). */
+  target?: string;
 }
 
 export type AcquireOutcome =

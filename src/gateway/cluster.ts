@@ -1,0 +1,76 @@
+/**
+ * gateway/cluster — the gateway in cluster mode (docs/architecture.md, "Gateway scale-out"):
+ * every replica serves it with a ReplicaChooser kept in step by a GatewayLink, and the leader's
+ * GatewayHub answers the links on `POST /v1/internal/gateway/sync`, a route of the discovery
+ * API behind its bearer token (a standby forwards it to the leader like any `/v1/*` request).
+ */
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { forwardingAgent, type LeaseAuthority } from '../discovery/authority.ts';
+import { errorBody } from '../discovery/errors.ts';
+import type { LeaseStore } from '../lease/store.ts';
+import type { TlsFiles } from '../metrics/listener.ts';
+import type { Clock } from '../runtime/clock.ts';
+import { GatewayHub } from './hub.ts';
+import { GatewayLink } from './link.ts';
+import { ReplicaChooser } from './replica.ts';
+import { parseSyncRequest, SYNC_PATH, SyncInputError } from './share.ts';
+
+/** The hub's route on the discovery API; the authority in front of it lets only the leader answer. */
+export function registerGatewaySync(app: FastifyInstance, hub: GatewayHub): void {
+  app.post(SYNC_PATH, async (req, reply) => {
+    let body: ReturnType<typeof parseSyncRequest>;
+    try {
+      body = parseSyncRequest(req.body);
+    } catch (err) {
+      if (err instanceof SyncInputError)
+        return reply.code(400).send(errorBody('bad_request', err.message, err.field));
+      throw err;
+    }
+    return reply.header('cache-control', 'no-store').send(await hub.sync(body));
+  });
+}
+
+export interface ClusterGateway {
+  hub: GatewayHub;
+  replica: ReplicaChooser;
+  link: GatewayLink;
+  close(): Promise<void>;
+}
+
+/** The hub, this replica's chooser and its link to whoever leads. */
+export function clusterGateway(o: {
+  leases: LeaseStore;
+  authority: LeaseAuthority;
+  clock: Clock;
+  log: Logger;
+  token: string | undefined;
+  tls: TlsFiles | undefined;
+}): ClusterGateway {
+  const hub = new GatewayHub({
+    leases: o.leases,
+    clock: o.clock,
+    log: o.log,
+    isServing: () => o.authority.isServing,
+  });
+  const replica = new ReplicaChooser(o.clock);
+  const agent = forwardingAgent(o.tls);
+  const link = new GatewayLink({
+    replica,
+    hub,
+    authority: o.authority,
+    token: o.token,
+    agent,
+    clock: o.clock,
+    log: o.log,
+  });
+  return {
+    hub,
+    replica,
+    link,
+    close: async () => {
+      hub.close();
+      await agent.close();
+    },
+  };
+}
