@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { LeaseInputError, type LeaseStore, TooManyLeasesError } from '../lease/store.ts';
 import type { Clock, TimerHandle } from '../runtime/clock.ts';
-import { isMutating, type Slot, type SyncAnswer, type SyncRequest } from './share.ts';
+import { isMutating, type Slot, type SyncAnswer, type SyncRequest, type UpstreamState } from './share.ts';
 
 /** Slot leases last this long and are renewed by every mutating sync (replicas sync every few seconds). */
 export const SLOT_TTL_SECONDS = 60;
@@ -20,6 +20,8 @@ export const REPLICA_TIMEOUT_MS = 30_000;
 /** Cooldown changes kept for incremental answers; a replica further behind gets a full answer. */
 const MAX_LOG = 50_000;
 const HOUSEKEEPING_MS = 1000;
+/** An upstream whose share a replica could not grow counts as contended this long. */
+const CONTENDED_MS = 10_000;
 
 interface Change {
   key: string;
@@ -48,6 +50,8 @@ export class GatewayHub {
   private unwatch: (() => void) | undefined;
   private timer: TimerHandle | undefined;
   private signature = '';
+  /** Upstream → until when it is contended. */
+  private readonly contended = new Map<string, number>();
 
   constructor(o: { leases: LeaseStore; clock: Clock; log: Logger; isServing: () => boolean }) {
     this.leases = o.leases;
@@ -129,10 +133,11 @@ export class GatewayHub {
         this.log.info({ replica: id }, 'gateway replica went silent; its capacity share is released');
       }
       if (this.waiters.size > 0) {
-        const sig = this.leases
+        for (const [key, until] of this.contended) if (until <= now) this.contended.delete(key);
+        const sig = `${this.leases
           .gatewayUpstreams()
           .map((u) => `${u.key}:${u.reason ?? ''}`)
-          .join(',');
+          .join(',')}|${[...this.contended.keys()].join(',')}`;
         if (sig !== this.signature) {
           this.signature = sig;
           this.wake();
@@ -221,7 +226,13 @@ export class GatewayHub {
             if (err instanceof TooManyLeasesError) break;
             throw err;
           }
-          if (!got.granted) break;
+          if (!got.granted) {
+            if (got.reason === 'AtCapacity') {
+              if (!this.contended.has(key)) queueMicrotask(() => this.wake());
+              this.contended.set(key, this.clock.now() + CONTENDED_MS);
+            }
+            break;
+          }
           slots.push({ id: got.grant.id, url: got.grant.proxy.url });
         }
         if (slots.length > 0) r.slots.set(key, slots);
@@ -245,6 +256,8 @@ export class GatewayHub {
         if (c.until > now) cooldowns.push([c.key, c.target, c.until - now]);
       }
     }
+    for (const u of upstreams)
+      if ((this.contended.get(u.key) ?? 0) > now) (u as UpstreamState).contended = true;
     const out: SyncAnswer = { epoch: this.epoch, cursor: this.seq, full, cooldowns, upstreams };
     if (r) out.slots = Object.fromEntries(r.slots);
     return out;

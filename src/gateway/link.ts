@@ -20,6 +20,8 @@ import { SYNC_PATH, type SyncAnswer, type SyncRequest } from './share.ts';
 export const SYNC_INTERVAL_MS = 2000;
 const WATCH_WAIT_MS = 20_000;
 const RETRY_MS = 500;
+/** The soonest a replica short of capacity asks again. */
+const KICKED_MS = 100;
 const HTTP_TIMEOUT_MS = 10_000;
 
 export interface LinkOptions {
@@ -76,8 +78,9 @@ export class GatewayLink {
         signal,
       );
       if (!ok) this.o.replica.requeue(share.reports);
-      if (this.kicked && ok) continue;
-      await this.pause(ok ? SYNC_INTERVAL_MS : RETRY_MS, signal, true);
+      if (!ok) await this.pause(RETRY_MS, signal, false);
+      else if (this.kicked) await this.pause(KICKED_MS, signal, false);
+      else await this.pause(SYNC_INTERVAL_MS, signal, true);
     }
   }
 

@@ -52,6 +52,8 @@ export class ReplicaChooser implements UpstreamChooser {
   private seq = 0;
   private connSeq = 0;
   private heard = false;
+  /** Upstreams the last share request asked slots for. */
+  private asked = new Set<string>();
   /** Called when the replica needs the link to sync soon (a report, or a share running short). */
   onNeed: () => void = () => {};
 
@@ -60,7 +62,7 @@ export class ReplicaChooser implements UpstreamChooser {
     this.sessions = new SessionTable(clock, maxSessions);
   }
 
-  /** Whether it has heard from the leader at least once. */
+  /** Whether it has had its share from the leader at least once. */
   get ready(): boolean {
     return this.heard;
   }
@@ -68,7 +70,6 @@ export class ReplicaChooser implements UpstreamChooser {
   /** Takes in a hub answer (gateway/share). */
   applyAnswer(a: SyncAnswer): void {
     const now = this.clock.now();
-    this.heard = true;
     const next = new Map<string, Known>();
     for (const u of a.upstreams) {
       const old = this.known.get(u.key);
@@ -102,6 +103,17 @@ export class ReplicaChooser implements UpstreamChooser {
       if ((this.cooldowns.get(id) ?? 0) < until) this.cooldowns.set(id, until);
     }
     for (const [id, until] of this.cooldowns) if (until <= now) this.cooldowns.delete(id);
+    // A usable upstream this replica has not asked a share of yet: ask now, not at the next round.
+    let unasked = false;
+    for (const k of next.values()) {
+      if (k.reason === null && k.slots.length === 0 && !this.asked.has(k.key)) {
+        unasked = true;
+        queueMicrotask(() => this.onNeed());
+        break;
+      }
+    }
+    // Ready once a share answer came back for every upstream it knew when asking.
+    if (a.slots && !unasked) this.heard = true;
   }
 
   /**
@@ -118,7 +130,10 @@ export class ReplicaChooser implements UpstreamChooser {
       if (k.reason === null) {
         if (k.maxLeases === 0) w = 1;
         else {
-          const headroom = Math.max(1, Math.ceil(k.inUse / 4)) + (this.short.has(k.key) ? 1 : 0);
+          // Headroom lets connections start without a round trip; when another replica is short
+          // of this upstream, idle headroom goes back to the leader.
+          const headroom =
+            (k.contended ? 0 : Math.max(1, Math.ceil(k.inUse / 4))) + (this.short.has(k.key) ? 1 : 0);
           w = Math.min(k.maxLeases, k.inUse + headroom);
         }
       }
@@ -129,6 +144,7 @@ export class ReplicaChooser implements UpstreamChooser {
       k.upstream = upstreamFor(k);
     }
     this.short.clear();
+    this.asked = new Set(Object.keys(want));
     const reports = this.reports;
     this.reports = [];
     return { want, release, held, reports };

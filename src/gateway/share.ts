@@ -52,6 +52,8 @@ export interface UpstreamState {
   /** Why no connection may use it now, capacity and target cooldowns aside; null = usable. */
   reason: NotLeasableReason | null;
   latencyMillis: number | null;
+  /** A replica was refused a larger share lately: idle shares should go back (gateway/replica). */
+  contended?: boolean;
 }
 
 export interface Slot {
