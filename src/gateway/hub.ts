@@ -32,6 +32,8 @@ interface Change {
 interface Replica {
   slots: Map<string, Slot[]>;
   lastSeen: number;
+  /** Has had a mutating sync here (before it, the slot leases it says it holds may be adopted). */
+  synced: boolean;
 }
 
 export class GatewayHub {
@@ -72,12 +74,15 @@ export class GatewayHub {
     let r = this.replicas.get(req.replica);
     const mutating = isMutating(req);
     if (!r) {
-      r = { slots: new Map(), lastSeen: now };
+      r = { slots: new Map(), lastSeen: now, synced: false };
       this.replicas.set(req.replica, r);
-      if (req.held) this.adopt(r, req.held);
     }
     r.lastSeen = now;
-    if (mutating) this.apply(r, req);
+    if (mutating) {
+      if (!r.synced && req.held) this.adopt(r, req.held);
+      r.synced = true;
+      this.apply(r, req);
+    }
     if (!mutating && req.waitMs > 0 && req.epoch === this.epoch && req.cursor >= this.seq) {
       await this.wait(req.waitMs);
       this.activate();

@@ -230,8 +230,10 @@ export class ReplicaChooser implements UpstreamChooser {
   }
 
   renew(leaseId: string): boolean {
+    // An upstream gone from the fleet, or whose share the leader would not renew (a drain
+    // deadline), ends its connections, like a lease the store will not renew.
     const k = this.known.get(keyOf(leaseId));
-    return k !== undefined && k.reason !== 'Deleting';
+    return k !== undefined && (k.reason === null || k.slots.length > 0);
   }
 
   release(a: Acquired): void {
