@@ -168,6 +168,50 @@ describe('gateway replicas', () => {
     }
   });
 
+  it('a new hub (a new leader) adopts the slot leases a replica holds instead of granting anew', async () => {
+    const leases = new LeaseStore({ clock: systemClock });
+    stops.push(async () => leases.close());
+    leases.upsertProxy(proxyInfo('cap', { maxLeases: 2 }));
+    const hub = (isServing = () => true) =>
+      new GatewayHub({ leases, clock: systemClock, log: silentLogger(), isServing });
+    const first = hub();
+    const got = await first.sync({
+      replica: 'r1',
+      epoch: '',
+      cursor: 0,
+      waitMs: 0,
+      want: { 'crawl/cap': 2 },
+    });
+    const slots = got.slots?.['crawl/cap'] ?? [];
+    expect(slots).toHaveLength(2);
+    expect(slots.every((x) => x.url.startsWith('http://'))).toBe(true);
+    first.close();
+    const second = hub();
+    stops.push(async () => second.close());
+    const again = await second.sync({
+      replica: 'r1',
+      epoch: got.epoch,
+      cursor: got.cursor,
+      waitMs: 0,
+      held: { 'crawl/cap': slots.map((x) => x.id) },
+      want: { 'crawl/cap': 2 },
+    });
+    expect(again.epoch).not.toBe(got.epoch);
+    expect(again.full).toBe(true);
+    expect(again.slots?.['crawl/cap']?.map((x) => x.id)).toEqual(slots.map((x) => x.id));
+    expect(leases.activeLeases()).toBe(2);
+    // Another replica gets nothing: the capacity is held.
+    const other = await second.sync({
+      replica: 'r2',
+      epoch: '',
+      cursor: 0,
+      waitMs: 0,
+      want: { 'crawl/cap': 1 },
+    });
+    expect(other.slots?.['crawl/cap']).toBeUndefined();
+    expect(other.upstreams[0]?.contended).toBe(true);
+  });
+
   it('refuses a bad sync body naming the field', () => {
     expect(() => parseSyncRequest({ replica: 'a b' })).toThrow(/^replica: /);
     expect(() => parseSyncRequest({ replica: 'r', want: { 'crawl/x': -1 } })).toThrow(/^want\.crawl\/x: /);
