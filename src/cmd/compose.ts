@@ -244,6 +244,7 @@ async function assemble(
             log: log.child({ component: 'gateway' }),
             token: listeners.token,
             tls: listeners.discoveryTls,
+            registry,
           }),
         }
       : {}),

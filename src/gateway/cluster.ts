@@ -6,10 +6,12 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
 import { forwardingAgent, type LeaseAuthority } from '../discovery/authority.ts';
 import { errorBody } from '../discovery/errors.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import type { TlsFiles } from '../metrics/listener.ts';
+import { collectedGauge, counter } from '../metrics/register.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { GatewayHub } from './hub.ts';
 import { GatewayLink } from './link.ts';
@@ -46,6 +48,7 @@ export function clusterGateway(o: {
   log: Logger;
   token: string | undefined;
   tls: TlsFiles | undefined;
+  registry: Registry;
 }): ClusterGateway {
   const hub = new GatewayHub({
     leases: o.leases,
@@ -55,6 +58,28 @@ export function clusterGateway(o: {
   });
   const replica = new ReplicaChooser(o.clock);
   const agent = forwardingAgent(o.tls);
+  collectedGauge(o.registry, {
+    name: 'proxy_operator_gateway_share_slots',
+    help: "Slot leases this replica's gateway holds per upstream (its share of the upstream's capacity)",
+    labelNames: ['upstream'],
+    collect() {
+      this.reset();
+      for (const s of replica.shares()) if (s.slots > 0) this.set({ upstream: s.upstream }, s.slots);
+    },
+  });
+  collectedGauge(o.registry, {
+    name: 'proxy_operator_gateway_share_in_use',
+    help: "Connections open on each upstream through this replica's gateway, counted against its share",
+    labelNames: ['upstream'],
+    collect() {
+      this.reset();
+      for (const s of replica.shares()) if (s.inUse > 0) this.set({ upstream: s.upstream }, s.inUse);
+    },
+  });
+  const syncFailures = counter(o.registry, {
+    name: 'proxy_operator_gateway_sync_failures_total',
+    help: "Gateway syncs with the leader's hub that failed (no leader, unreachable, refused)",
+  });
   const link = new GatewayLink({
     replica,
     hub,
@@ -63,6 +88,7 @@ export function clusterGateway(o: {
     agent,
     clock: o.clock,
     log: o.log,
+    onFailure: () => syncFailures.inc(),
   });
   return {
     hub,

@@ -34,6 +34,8 @@ export interface LinkOptions {
   agent: Agent;
   clock: Clock;
   log: Logger;
+  /** Counts a failed sync (a metric). */
+  onFailure?: () => void;
 }
 
 export class GatewayLink {
@@ -118,6 +120,7 @@ export class GatewayLink {
       else return false;
     } catch (err) {
       if (signal.aborted) return false;
+      this.o.onFailure?.();
       if (!this.failing) {
         this.failing = true;
         this.o.log.warn({ err: errorMessage(err) }, 'gateway sync with the leader failed; retrying');

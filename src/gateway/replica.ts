@@ -62,6 +62,11 @@ export class ReplicaChooser implements UpstreamChooser {
     this.sessions = new SessionTable(clock, maxSessions);
   }
 
+  /** Per upstream: slot leases held and connections open on this replica (the share metrics). */
+  shares(): { upstream: string; slots: number; inUse: number }[] {
+    return [...this.known.values()].map((k) => ({ upstream: k.key, slots: k.slots.length, inUse: k.inUse }));
+  }
+
   /** Whether it has had its share from the leader at least once. */
   get ready(): boolean {
     return this.heard;
