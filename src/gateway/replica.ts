@@ -11,7 +11,7 @@
 import { LeaseInputError, normalizeTarget } from '../lease/target.ts';
 import type { ReportResult } from '../lease/types.ts';
 import type { Clock } from '../runtime/clock.ts';
-import { matchesSelector, parseSelector, type Selector } from '../runtime/selector.ts';
+import { matchesSelector, parseSelector, type Selector, SelectorError } from '../runtime/selector.ts';
 import { SessionTable } from './sessions.ts';
 import type { Slot, SyncAnswer, SyncReport, UpstreamState } from './share.ts';
 import type { Acquired, AcquireOutcome, Upstream, UpstreamChooser } from './upstreams.ts';
@@ -172,7 +172,14 @@ export class ReplicaChooser implements UpstreamChooser {
       return { ok: false, status: 503, message: 'this gateway replica has not heard from the leader yet' };
     }
     const now = this.clock.now();
-    const selector = this.selector(routing.selector);
+    let selector: Selector | undefined;
+    try {
+      selector = this.selector(routing.selector);
+    } catch (err) {
+      if (err instanceof SelectorError)
+        return { ok: false, status: 400, message: `selector: ${err.message}` };
+      throw err;
+    }
     const session = routing.session
       ? this.sessions.use(
           routing.session,
