@@ -3,16 +3,24 @@
  * Kubernetes REST test server, each serving the gateway, behind a round-robin TCP front end on
  * loopback. A site that blocks an upstream through one replica is avoided through both (and only
  * for that site); tunnels held open through both replicas never put an upstream over its
- * maxLeases, counted by the upstreams the tunnels name and by the leader's lease store.
+ * maxLeases, counted by the upstreams the tunnels name and by the leader's lease store. With
+ * External Squid upstreams (which outlive the operator), kill -9 of the leader leaves the standby's
+ * gateway serving: blocks hold, and the new leader adopts the shares instead of granting anew.
  */
 import http from 'node:http';
 import net from 'node:net';
 import { describe, expect, it } from 'vitest';
+import { CONDITION_HEALTHY } from '../../src/api/constants.ts';
+import type { StoredObject } from '../../src/runtime/objects/types.ts';
 import { call, roundRobinFront } from '../support/lease-load.ts';
 import {
+  condition,
   createProxy,
   freePort,
+  getProxy,
+  kube,
   leaseSpec,
+  OPERATOR_NS,
   PROXY_NS,
   startOperator,
   until,
@@ -20,6 +28,7 @@ import {
   useOperatorEnv,
 } from '../support/operator-env.ts';
 import { startHttpOrigin } from '../support/origins.ts';
+import { type Squid, startSquid } from '../support/squid.ts';
 
 useOperatorEnv();
 
@@ -179,6 +188,141 @@ describe('gateway on every replica', () => {
       for (const s of open) s.destroy();
       await front.close();
       await origin.close();
+    }
+  }, 180_000);
+
+  it('survives kill -9 of the leader: the standby keeps serving, blocks hold, shares are adopted', async () => {
+    const origin = await startHttpOrigin();
+    const squids: Squid[] = [];
+    const aPort = await freePort();
+    const bPort = await freePort();
+    const gwA = await freePort();
+    const gwB = await freePort();
+    const gatewayConfig = `gateway:\n  egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${origin.port}]}\n`;
+    const open: net.Socket[] = [];
+    try {
+      const args = ['--lease-checkpoint-interval', '500ms'];
+      const a = await startOperator({
+        name: 'a',
+        leaderElect: true,
+        discoveryPort: aPort,
+        extraProviders: gatewayConfig,
+        extraArgs: [...args, '--gateway-bind-address', `127.0.0.1:${gwA}`],
+      });
+      await until('a to lead', () => leaseSpec().holderIdentity === a.identity());
+      const b = await startOperator({
+        name: 'b',
+        leaderElect: true,
+        discoveryPort: bPort,
+        extraProviders: gatewayConfig,
+        extraArgs: [...args, '--gateway-bind-address', `127.0.0.1:${gwB}`],
+      });
+      for (let i = 1; i <= 2; i++) {
+        const sq = await startSquid();
+        squids.push(sq);
+        kube()
+          .resource('secrets')
+          .create({
+            apiVersion: 'v1',
+            kind: 'Secret',
+            metadata: { name: `ext-${i}-auth`, namespace: PROXY_NS },
+            data: {
+              username: Buffer.from(sq.username).toString('base64'),
+              password: Buffer.from(sq.password).toString('base64'),
+            },
+          } as unknown as StoredObject);
+        await createProxy(`ext-${i}`, b, PROXY_NS, {
+          type: 'External',
+          endpoint: { host: '127.0.0.1', port: sq.port },
+          credentialsSecretRef: { name: `ext-${i}-auth` },
+          maxLeases: MAX_LEASES,
+        });
+      }
+      for (const name of ['ext-1', 'ext-2']) {
+        await until(`${name} Healthy`, () => condition(getProxy(name), CONDITION_HEALTHY)?.status === 'True');
+      }
+      // Through the standby's gateway: both upstreams, then a block of one for 127.0.0.1.
+      const ok = `http://localhost:${origin.port}/`;
+      const seen = new Set<string>();
+      await until('both upstreams through b', async () => {
+        const r = await viaGateway(gwB, ok);
+        if (r.status === 204) seen.add(r.upstream);
+        return seen.size === 2;
+      });
+      const first = await viaGateway(gwB, `http://127.0.0.1:${origin.port}/status/403`);
+      expect(first.status).toBe(403);
+      const blocked = first.upstream;
+      const spared = [...seen].find((u) => u !== blocked) as string;
+      // b holds the whole capacity of both upstreams in tunnels (its share is all of it).
+      await until(
+        'b to hold 4 tunnels',
+        async () => {
+          const t = await tunnel(gwB, `localhost:${origin.port}`);
+          if (t.status === 200) open.push(t.socket);
+          else t.socket.destroy();
+          return open.length === 2 * MAX_LEASES;
+        },
+        30_000,
+      );
+      // Let a checkpoint written from now on carry the block and the shares, then kill -9 the leader.
+      const shards = () =>
+        kube()
+          .resource('configmaps')
+          .list({ namespace: OPERATOR_NS })
+          .items.filter((c) => c.metadata.name.startsWith('egress-proxies-operator-leases-'))
+          .map((c) => c.metadata.resourceVersion)
+          .join(',');
+      const before = shards();
+      await until('a checkpoint after the tunnels opened', () => shards() !== before, 30_000);
+      a.child.kill('SIGKILL');
+      await a.exited;
+      await until('b to lead', () => leaseSpec().holderIdentity === b.identity(), 30_000);
+      // The new leader adopted b's shares: API clients get nothing while the tunnels are open.
+      await until('b to decide leases', async () => {
+        const res = await call(`http://127.0.0.1:${bPort}`, 'GET', `/v1/proxies?namespace=${PROXY_NS}`);
+        return res.status === 200 ? res : undefined;
+      });
+      await until(
+        'b serving and its shares adopted',
+        async () => {
+          const res = await call(`http://127.0.0.1:${bPort}`, 'GET', `/v1/proxies?namespace=${PROXY_NS}`);
+          const list = (res.body as { proxies: { name: string; activeLeases: number }[] }).proxies;
+          return list.length === 2 && list.every((p) => p.activeLeases === MAX_LEASES);
+        },
+        30_000,
+      );
+      const grant = await call(`http://127.0.0.1:${bPort}`, 'POST', '/v1/leases', {
+        namespace: PROXY_NS,
+        selector: 'pool=e2e',
+      });
+      expect(grant.status).toBe(409);
+      // Closing the tunnels, b hands the idle part of its share back to the new leader: proof that
+      // the leader knows those slot leases as b's (adopted), not merely restored until they expire.
+      for (const s of open.splice(0)) s.destroy();
+      await until(
+        'the idle share handed back',
+        async () => {
+          const res = await call(`http://127.0.0.1:${bPort}`, 'GET', `/v1/proxies?namespace=${PROXY_NS}`);
+          const list = (res.body as { proxies: { activeLeases: number }[] }).proxies;
+          return list.some((p) => p.activeLeases < MAX_LEASES);
+        },
+        20_000,
+      );
+      // The block holds after the handover, the other upstream carries that site.
+      await until(
+        'requests through b after the handover',
+        async () => (await viaGateway(gwB, ok)).status === 204,
+        30_000,
+      );
+      for (let i = 0; i < 8; i++) {
+        const r = await viaGateway(gwB, `http://127.0.0.1:${origin.port}/`);
+        expect(r.status).toBe(204);
+        expect(r.upstream).toBe(spared);
+      }
+    } finally {
+      for (const s of open) s.destroy();
+      await origin.close();
+      await Promise.all(squids.map((s) => s.stop()));
     }
   }, 180_000);
 });
