@@ -232,22 +232,24 @@ async function assemble(
     egressPolicy: config.gateway?.egressPolicy,
     operatorPorts: operatorPorts(flags),
   };
+  // Cluster mode: every replica serves the gateway with a share from the leader's hub, which
+  // also finds the replica that knows a reported session (docs/architecture.md, "Gateway scale-out").
+  const cluster =
+    parsed.command === 'operator'
+      ? clusterGateway({
+          leases: parts.leases,
+          authority: parts.authority,
+          clock,
+          log: log.child({ component: 'gateway' }),
+          token: listeners.token,
+          tls: listeners.discoveryTls,
+          registry,
+        })
+      : undefined;
   const discoveryUrl = addRunnables(manager, parts, listeners, {
     setup: gateway,
-    sessions: new GatewaySessions(),
-    ...(parsed.command === 'operator'
-      ? {
-          cluster: clusterGateway({
-            leases: parts.leases,
-            authority: parts.authority,
-            clock,
-            log: log.child({ component: 'gateway' }),
-            token: listeners.token,
-            tls: listeners.discoveryTls,
-            registry,
-          }),
-        }
-      : {}),
+    sessions: new GatewaySessions(cluster ? (id, r, t) => cluster.hub.askSession(id, r, t) : undefined),
+    ...(cluster ? { cluster } : {}),
   });
   return {
     manager,

@@ -11,7 +11,14 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { LeaseInputError, type LeaseStore, TooManyLeasesError } from '../lease/store.ts';
 import type { Clock, TimerHandle } from '../runtime/clock.ts';
-import { isMutating, type Slot, type SyncAnswer, type SyncRequest, type UpstreamState } from './share.ts';
+import {
+  isMutating,
+  type SessionAsk,
+  type Slot,
+  type SyncAnswer,
+  type SyncRequest,
+  type UpstreamState,
+} from './share.ts';
 
 /** Slot leases last this long and are renewed by every mutating sync (replicas sync every few seconds). */
 export const SLOT_TTL_SECONDS = 60;
@@ -22,6 +29,15 @@ const MAX_LOG = 50_000;
 const HOUSEKEEPING_MS = 1000;
 /** An upstream whose share a replica could not grow counts as contended this long. */
 const CONTENDED_MS = 10_000;
+/** How long a session report waits for the replica that knows the session. */
+const SESSION_ASK_MS = 3000;
+
+export type SessionAskOutcome = { upstream: string; target: string } | undefined;
+
+interface PendingAsk {
+  ask: SessionAsk;
+  resolve: (o: SessionAskOutcome) => void;
+}
 
 interface Change {
   key: string;
@@ -54,6 +70,8 @@ export class GatewayHub {
   private signature = '';
   /** Upstream → until when it is contended. */
   private readonly contended = new Map<string, number>();
+  private readonly asks = new Map<string, PendingAsk>();
+  private askSeq = 0;
 
   constructor(o: { leases: LeaseStore; clock: Clock; log: Logger; isServing: () => boolean }) {
     this.leases = o.leases;
@@ -83,11 +101,48 @@ export class GatewayHub {
       r.synced = true;
       this.apply(r, req);
     }
-    if (!mutating && req.waitMs > 0 && req.epoch === this.epoch && req.cursor >= this.seq) {
+    if (
+      !mutating &&
+      req.waitMs > 0 &&
+      req.epoch === this.epoch &&
+      req.cursor >= this.seq &&
+      (this.asks.size === 0 || (req.askCursor ?? 0) >= this.askSeq)
+    ) {
       await this.wait(req.waitMs);
       this.activate();
     }
     return this.answer(req, mutating ? r : undefined);
+  }
+
+  /**
+   * A session report for a session the leader's own gateway does not know: handed to every
+   * replica with the next answers; resolves with what the replica that knows it applied, or
+   * undefined when none answers within SESSION_ASK_MS.
+   */
+  askSession(
+    session: string,
+    result: SessionAsk['result'],
+    target: string | undefined,
+  ): Promise<SessionAskOutcome> {
+    this.activate();
+    const n = ++this.askSeq;
+    const ask: SessionAsk = {
+      ask: `${this.epoch}-${n}`,
+      n,
+      session,
+      result,
+      ...(target === undefined ? {} : { target }),
+    };
+    return new Promise((resolve) => {
+      const t = this.clock.setTimeout(() => done(undefined), SESSION_ASK_MS);
+      const done = (o: SessionAskOutcome) => {
+        this.clock.clearTimeout(t);
+        this.asks.delete(ask.ask);
+        resolve(o);
+      };
+      this.asks.set(ask.ask, { ask, resolve: done });
+      this.wake();
+    });
   }
 
   /** Stops: forgets every share (the slot leases stay in the store and expire, or a new hub adopts them). */
@@ -195,6 +250,9 @@ export class GatewayHub {
         else r.slots.delete(key);
       }
     }
+    for (const a of req.sessionAnswers ?? []) {
+      this.asks.get(a.ask)?.resolve({ upstream: a.upstream, target: a.target });
+    }
     for (const rep of req.reports ?? []) {
       const slash = rep.upstream.indexOf('/');
       try {
@@ -265,6 +323,7 @@ export class GatewayHub {
       if ((this.contended.get(u.key) ?? 0) > now) (u as UpstreamState).contended = true;
     const out: SyncAnswer = { epoch: this.epoch, cursor: this.seq, full, cooldowns, upstreams };
     if (r) out.slots = Object.fromEntries(r.slots);
+    if (this.asks.size > 0) out.sessionAsks = [...this.asks.values()].map((p) => p.ask);
     return out;
   }
 }

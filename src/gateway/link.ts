@@ -76,10 +76,11 @@ export class GatewayLink {
           want: share.want,
           release: share.release,
           reports: share.reports,
+          sessionAnswers: share.sessionAnswers,
         },
         signal,
       );
-      if (!ok) this.o.replica.requeue(share.reports);
+      if (!ok) this.o.replica.requeue(share.reports, share.sessionAnswers);
       if (!ok) await this.pause(RETRY_MS, signal, false);
       else if (this.kicked) await this.pause(KICKED_MS, signal, false);
       else await this.pause(SYNC_INTERVAL_MS, signal, true);
@@ -89,7 +90,13 @@ export class GatewayLink {
   private async watchLoop(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
       const ok = await this.exchange(
-        { replica: this.id, epoch: this.epoch, cursor: this.cursor, waitMs: WATCH_WAIT_MS },
+        {
+          replica: this.id,
+          epoch: this.epoch,
+          cursor: this.cursor,
+          waitMs: WATCH_WAIT_MS,
+          askCursor: this.o.replica.askCursor,
+        },
         signal,
       );
       if (!ok) await this.pause(RETRY_MS, signal, false);

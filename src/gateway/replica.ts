@@ -13,7 +13,7 @@ import type { ReportResult } from '../lease/types.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { matchesSelector, parseSelector, type Selector, SelectorError } from '../runtime/selector.ts';
 import { SessionTable } from './sessions.ts';
-import type { Slot, SyncAnswer, SyncReport, UpstreamState } from './share.ts';
+import type { SessionAnswer, Slot, SyncAnswer, SyncReport, UpstreamState } from './share.ts';
 import type { Acquired, AcquireOutcome, Upstream, UpstreamChooser } from './upstreams.ts';
 import type { RoutingOptions } from './username.ts';
 
@@ -38,6 +38,7 @@ export interface ShareRequest {
   release: string[];
   held: Record<string, string[]>;
   reports: SyncReport[];
+  sessionAnswers: SessionAnswer[];
 }
 
 export class ReplicaChooser implements UpstreamChooser {
@@ -47,6 +48,12 @@ export class ReplicaChooser implements UpstreamChooser {
   /** `upstream\ntarget` → end of its cooldown on this process's clock. */
   private cooldowns = new Map<string, number>();
   private reports: SyncReport[] = [];
+  private sessionAnswers: SessionAnswer[] = [];
+  /** Session asks already handled (bounded, oldest first). */
+  private readonly askedSessions = new Set<string>();
+  /** The newest session ask seen, per hub epoch. */
+  askCursor = 0;
+  private askEpoch = '';
   private readonly short = new Set<string>();
   private readonly selectors = new Map<string, Selector>();
   private seq = 0;
@@ -108,6 +115,23 @@ export class ReplicaChooser implements UpstreamChooser {
       if ((this.cooldowns.get(id) ?? 0) < until) this.cooldowns.set(id, until);
     }
     for (const [id, until] of this.cooldowns) if (until <= now) this.cooldowns.delete(id);
+    if (a.epoch !== this.askEpoch) {
+      this.askEpoch = a.epoch;
+      this.askCursor = 0;
+    }
+    for (const ask of a.sessionAsks ?? []) {
+      this.askCursor = Math.max(this.askCursor, ask.n);
+      if (this.askedSessions.has(ask.ask)) continue;
+      this.askedSessions.add(ask.ask);
+      if (this.askedSessions.size > 1000)
+        this.askedSessions.delete(this.askedSessions.values().next().value as string);
+      // Only the replica that knows the session answers; the others stay silent.
+      const r = this.reportSession(ask.session, ask.result, ask.target);
+      if (r.ok) {
+        this.sessionAnswers.push({ ask: ask.ask, upstream: r.upstream, target: r.target });
+        queueMicrotask(() => this.onNeed());
+      }
+    }
     // A usable upstream this replica has not asked a share of yet: ask now, not at the next round.
     let unasked = false;
     for (const k of next.values()) {
@@ -152,12 +176,15 @@ export class ReplicaChooser implements UpstreamChooser {
     this.asked = new Set(Object.keys(want));
     const reports = this.reports;
     this.reports = [];
-    return { want, release, held, reports };
+    const sessionAnswers = this.sessionAnswers;
+    this.sessionAnswers = [];
+    return { want, release, held, reports, sessionAnswers };
   }
 
   /** Reports the link could not deliver go back to the queue. */
-  requeue(reports: SyncReport[]): void {
+  requeue(reports: SyncReport[], sessionAnswers: SessionAnswer[] = []): void {
     this.reports.unshift(...reports);
+    this.sessionAnswers.unshift(...sessionAnswers);
   }
 
   acquire(target: string, routing: RoutingOptions): AcquireOutcome {

@@ -109,15 +109,30 @@ export type SessionReportOutcome =
  */
 export class GatewaySessions {
   private chooser: UpstreamChooser | undefined;
+  private readonly elsewhere: SessionAsker | undefined;
+
+  /** `elsewhere` (cluster mode): asks the other replicas' gateways about a session this one does not know. */
+  constructor(elsewhere?: SessionAsker) {
+    this.elsewhere = elsewhere;
+  }
 
   serve(chooser: UpstreamChooser | undefined): void {
     this.chooser = chooser;
   }
 
-  report(id: string, result: ReportResult, target: string | undefined): SessionReportOutcome {
+  async report(id: string, result: ReportResult, target: string | undefined): Promise<SessionReportOutcome> {
     if (!this.chooser)
       return { ok: false, status: 409, message: 'the gateway is not running in this process' };
     const r = this.chooser.reportSession(id, result, target);
-    return r.ok ? r : { ok: false, status: 404, message: r.message };
+    if (r.ok) return r;
+    const there = await this.elsewhere?.(id, result, target);
+    return there ? { ok: true, ...there } : { ok: false, status: 404, message: r.message };
   }
 }
+
+/** Applies a session report on whichever replica knows the session (gateway/hub), or undefined. */
+export type SessionAsker = (
+  id: string,
+  result: ReportResult,
+  target: string | undefined,
+) => Promise<{ upstream: string; target: string } | undefined>;

@@ -7,7 +7,7 @@
  * not seen yet. A sync with `waitMs` > 0 and nothing to change is a long poll: the leader answers
  * as soon as a cooldown begins, so a block reaches every replica without polling.
  */
-import type { NotLeasableReason } from '../lease/types.ts';
+import type { NotLeasableReason, ReportResult } from '../lease/types.ts';
 
 export const SYNC_PATH = '/v1/internal/gateway/sync';
 /** The longest a watch may wait for news. */
@@ -41,6 +41,26 @@ export interface SyncRequest {
   /** Slot leases handed back (the replica no longer counts them). */
   release?: string[];
   reports?: SyncReport[];
+  /** The newest session ask (`SessionAsk.n`) the replica has seen in this epoch. */
+  askCursor?: number;
+  /** Session reports this replica applied for the leader (answers to `sessionAsks`). */
+  sessionAnswers?: SessionAnswer[];
+}
+
+/** A `POST /v1/sessions/{id}/report` the leader could not apply itself: whoever knows the session does. */
+export interface SessionAsk {
+  ask: string;
+  /** Its number in the hub's epoch: a watch sent with `askCursor` below the newest one is answered at once. */
+  n: number;
+  session: string;
+  result: ReportResult;
+  target?: string;
+}
+
+export interface SessionAnswer {
+  ask: string;
+  upstream: string;
+  target: string;
 }
 
 export interface UpstreamState {
@@ -72,6 +92,8 @@ export interface SyncAnswer {
   upstreams: UpstreamState[];
   /** The replica's whole share, when the request was a mutating one (not a pure watch). */
   slots?: Record<string, Slot[]>;
+  /** Session reports waiting for the replica that knows the session. */
+  sessionAsks?: SessionAsk[];
 }
 
 export class SyncInputError extends Error {
@@ -129,6 +151,7 @@ export function parseSyncRequest(body: unknown): SyncRequest {
     cursor: int(body.cursor ?? 0, 'cursor', Number.MAX_SAFE_INTEGER),
     waitMs: int(body.waitMs ?? 0, 'waitMs', MAX_WAIT_MS),
   };
+  if (body.askCursor !== undefined) req.askCursor = int(body.askCursor, 'askCursor', Number.MAX_SAFE_INTEGER);
   if (body.held !== undefined) req.held = record(body.held, 'held', ids);
   if (body.want !== undefined)
     req.want = record(body.want, 'want', (x, f) => int(x, f, MAX_SLOTS_PER_UPSTREAM));
@@ -153,6 +176,20 @@ export function parseSyncRequest(body: unknown): SyncRequest {
       return out;
     });
   }
+  if (body.sessionAnswers !== undefined) {
+    if (!Array.isArray(body.sessionAnswers) || body.sessionAnswers.length > MAX_REPORTS) {
+      throw new SyncInputError('sessionAnswers', `must be an array of at most ${MAX_REPORTS} answers`);
+    }
+    req.sessionAnswers = body.sessionAnswers.map((x, i) => {
+      const f = `sessionAnswers[${i}]`;
+      if (!isObject(x)) throw new SyncInputError(f, 'must be an object');
+      return {
+        ask: str(x.ask, `${f}.ask`, 64),
+        upstream: str(x.upstream, `${f}.upstream`, 512),
+        target: str(x.target, `${f}.target`, 253),
+      };
+    });
+  }
   return req;
 }
 
@@ -162,6 +199,7 @@ export function isMutating(req: SyncRequest): boolean {
     req.held !== undefined ||
     req.want !== undefined ||
     (req.release?.length ?? 0) > 0 ||
-    (req.reports?.length ?? 0) > 0
+    (req.reports?.length ?? 0) > 0 ||
+    (req.sessionAnswers?.length ?? 0) > 0
   );
 }

@@ -11,6 +11,7 @@ import { LeaseAuthority } from '../../src/discovery/authority.ts';
 import { GatewayHub } from '../../src/gateway/hub.ts';
 import { GatewayLink } from '../../src/gateway/link.ts';
 import { ReplicaChooser } from '../../src/gateway/replica.ts';
+import { GatewaySessions } from '../../src/gateway/service.ts';
 import { parseSyncRequest } from '../../src/gateway/share.ts';
 import type { Acquired } from '../../src/gateway/upstreams.ts';
 import { DEFAULT_SESSION_TTL_SECONDS } from '../../src/gateway/username.ts';
@@ -59,6 +60,13 @@ function cluster(maxLeases: number, upstreams = 3) {
     await agent.close();
   });
   return { leases, hub, replicas };
+}
+
+/** The session report route as the leader runs it: its own gateway's sessions, then the hub's ask. */
+function leaderSessions(hub: GatewayHub, own: ReplicaChooser): GatewaySessions {
+  const sessions = new GatewaySessions((id, r, t) => hub.askSession(id, r, t));
+  sessions.serve(own);
+  return sessions;
 }
 
 describe('gateway replicas', () => {
@@ -210,6 +218,33 @@ describe('gateway replicas', () => {
     });
     expect(other.slots?.['crawl/cap']).toBeUndefined();
     expect(other.upstreams[0]?.contended).toBe(true);
+  });
+
+  it('a session report reaches the replica that knows the session', async () => {
+    const { leases, hub, replicas } = cluster(0);
+    const [a, b] = replicas as [ReplicaChooser, ReplicaChooser];
+    await expect.poll(() => a.ready && b.ready, { timeout: 10_000 }).toBe(true);
+    // The session's tunnels went through b only; the report reaches the leader, whose gateway is a.
+    const got = b.acquire('shop.example', { ...routing, session: 'far' });
+    expect(got.ok).toBe(true);
+    if (!got.ok) return;
+    b.release(got.acquired);
+    const sessions = leaderSessions(hub, a);
+    const out = await sessions.report('far', 'blocked', undefined);
+    expect(out).toEqual({ ok: true, upstream: got.acquired.upstream.key, target: 'shop.example' });
+    await expect
+      .poll(
+        () =>
+          leases
+            .snapshot()
+            .find((p) => `crawl/${p.name}` === got.acquired.upstream.key)
+            ?.targetCooldowns.map((c) => c.target),
+        { timeout: 10_000 },
+      )
+      .toEqual(['shop.example']);
+    // A session nobody knows is a 404 once no replica answers.
+    const none = await sessions.report('nobody', 'blocked', 'shop.example');
+    expect(none).toMatchObject({ ok: false, status: 404 });
   });
 
   it('refuses a bad sync body naming the field', () => {
