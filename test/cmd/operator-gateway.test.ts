@@ -2,7 +2,7 @@
  * Gateway scale-out end to end: two real operator processes with --leader-elect on the
  * Kubernetes REST test server, each serving the gateway, behind a round-robin TCP front end on
  * loopback. A site that blocks an upstream through one replica is avoided through both (and only
- * for that site); tunnels held open through both replicas never put an upstream over its
+ * for that site); a session report sent to the standby reaches the session it knows; tunnels held open through both replicas never put an upstream over its
  * maxLeases, counted by the upstreams the tunnels name and by the leader's lease store. With
  * External Squid upstreams (which outlive the operator), kill -9 of the leader leaves the standby's
  * gateway serving: blocks hold, and the new leader adopts the shares instead of granting anew.
@@ -37,10 +37,10 @@ const PROXIES = ['gw-1', 'gw-2', 'gw-3'];
 const AUTH = `Basic ${Buffer.from('crawler-pool-e2e:x').toString('base64')}`;
 
 /** A plain-HTTP request through the gateway at `port`: its status and the upstream it names. */
-function viaGateway(port: number, url: string): Promise<{ status: number; upstream: string }> {
+function viaGateway(port: number, url: string, auth = AUTH): Promise<{ status: number; upstream: string }> {
   return new Promise((resolve, reject) => {
     const req = http.request(
-      { host: '127.0.0.1', port, path: url, headers: { 'proxy-authorization': AUTH }, agent: false },
+      { host: '127.0.0.1', port, path: url, headers: { 'proxy-authorization': auth }, agent: false },
       (res) => {
         res.resume();
         res.on('end', () =>
@@ -153,6 +153,17 @@ describe('gateway on every replica', () => {
       const other = new Set<string>();
       for (let i = 0; i < 12; i++) other.add((await viaGateway(frontPort, ok)).upstream);
       expect(other).toContain(blocked);
+
+      // A sticky session used through the standby's gateway only; its report goes to the standby's
+      // discovery API, is forwarded to the leader, and the leader's hub finds the session on b.
+      const sessionAuth = `Basic ${Buffer.from('crawler-pool-e2e-session-far:x').toString('base64')}`;
+      const used = await viaGateway(gwB, `http://localhost:${origin.port}/`, sessionAuth);
+      expect(used.status).toBe(204);
+      const reported = await call(`http://127.0.0.1:${bPort}`, 'POST', '/v1/sessions/far/report', {
+        result: 'success',
+      });
+      expect(reported.status).toBe(200);
+      expect(reported.body).toEqual({ id: 'far', upstream: used.upstream, target: 'localhost' });
 
       // Capacity: many more tunnels than the fleet's 3 × 2, held open through both replicas.
       const hitsBefore = { a: front.hits.get(gwA) ?? 0, b: front.hits.get(gwB) ?? 0 };
