@@ -108,8 +108,8 @@ export class GatewayHub {
       req.cursor >= this.seq &&
       (this.asks.size === 0 || (req.askCursor ?? 0) >= this.askSeq)
     ) {
+      // Woken by news, by the timeout, or by stepping down (then the answer is the last state).
       await this.wait(req.waitMs);
-      this.activate();
     }
     return this.answer(req, mutating ? r : undefined);
   }
