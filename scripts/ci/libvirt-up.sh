@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Brings up a real libvirtd + QEMU (TCG) and an sshd on loopback for the kvm provider's tests.
+# Brings up a real libvirtd + QEMU (TCG) and an sshd on loopback for the kvm provider's tests,
+# and a host-only bridge with a DHCP server for the VMs of the KVM end-to-end tier.
 # Idempotent: running it again reuses what is already up. Needs root (creates accounts, starts daemons).
 # No systemd, no /dev/kvm, no polkit: libvirtd gets a private config with unix-group auth.
-# Everything it starts listens on 127.0.0.1 or a unix socket; state, keys and logs live under $LIBVIRT_CI_DIR.
+# Everything it starts listens on 127.0.0.1, a unix socket or the bridge ($BRIDGE, a documentation
+# range with no route out: VM traffic stays on this machine); state, keys and logs live under $LIBVIRT_CI_DIR.
 # Tests read $LIBVIRT_CI_DIR/env.json (see test/support/libvirt.ts). Undo with scripts/ci/libvirt-down.sh.
 set -euo pipefail
 
@@ -10,6 +12,9 @@ DIR=${LIBVIRT_CI_DIR:-/var/tmp/egress-proxies-ci/libvirt}
 SSH_PORT=${LIBVIRT_CI_SSH_PORT:-2222}
 SSH_USER=${LIBVIRT_CI_SSH_USER:-virtci}
 POOL=${LIBVIRT_CI_POOL:-ci-pool}
+BRIDGE=${LIBVIRT_CI_BRIDGE:-epo-ci-br0}
+BRIDGE_ADDR=${LIBVIRT_CI_BRIDGE_ADDR:-198.51.100.1}
+BRIDGE_NET=${BRIDGE_ADDR%.*} # the /24 the address is in
 SOCK=/var/run/libvirt/libvirt-sock
 V=(virsh -q -c qemu:///system)
 
@@ -18,8 +23,8 @@ log() { echo "[libvirt-up +$((($(date +%s%N) - T0) / 1000000)) ms] $*"; }
 die() { echo "libvirt-up: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (creates accounts and starts libvirtd/sshd)"
-for bin in libvirtd virtlogd virsh qemu-system-x86_64 /usr/sbin/sshd ssh-keygen; do
-  command -v "$bin" >/dev/null || die "$bin not found: install libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils openssh-server"
+for bin in libvirtd virtlogd virsh qemu-system-x86_64 /usr/sbin/sshd ssh-keygen ip dnsmasq; do
+  command -v "$bin" >/dev/null || die "$bin not found: install libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils openssh-server iproute2 dnsmasq-base"
 done
 
 # Alive = the pid exists and is not a zombie (PID 1 on CI boxes may reap orphans lazily).
@@ -118,6 +123,20 @@ wait_for sshd bash -c "exec 3<>/dev/tcp/127.0.0.1/$SSH_PORT"
 [ "$("${V[@]}" pool-info "$POOL" | awk '/^State:/{print $2}')" = running ] || "${V[@]}" pool-start "$POOL" >/dev/null
 log "pool $POOL active"
 
+# 6. The VMs' network: a bridge with no uplink and no forwarding, DHCP from dnsmasq (no DNS:
+# port 0; no router option: the guests have no default route).
+ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+ip addr show dev "$BRIDGE" | grep -q "inet $BRIDGE_ADDR/24" || ip addr add "$BRIDGE_ADDR/24" dev "$BRIDGE"
+ip link set "$BRIDGE" up
+if ! alive "$(pid_of "$DIR/run/dnsmasq.pid")"; then
+  dnsmasq --conf-file=/dev/null --pid-file="$DIR/run/dnsmasq.pid" --user=root \
+    --interface="$BRIDGE" --bind-dynamic --except-interface=lo --port=0 \
+    --dhcp-range="$BRIDGE_NET.10,$BRIDGE_NET.250,255.255.255.0,1h" --dhcp-option=3 --dhcp-authoritative \
+    --dhcp-leasefile="$DIR/run/dnsmasq.leases" --log-dhcp --log-facility="$DIR/logs/dnsmasq.log"
+fi
+wait_for dnsmasq bash -c "[ -s '$DIR/run/dnsmasq.pid' ]"
+log "bridge $BRIDGE $BRIDGE_ADDR/24 with DHCP up"
+
 cat >"$DIR/env.json" <<JSON
 {
   "socketPath": "$SOCK",
@@ -131,7 +150,9 @@ cat >"$DIR/env.json" <<JSON
   "knownHostsFile": "$DIR/ssh/known_hosts",
   "hostKeyPub": "$DIR/ssh/host_ed25519.pub",
   "domainPrefix": "ci-",
-  "keepaliveIntervalSeconds": 2
+  "keepaliveIntervalSeconds": 2,
+  "bridge": "$BRIDGE",
+  "bridgeAddress": "$BRIDGE_ADDR"
 }
 JSON
 log "all up; tests read $DIR/env.json"

@@ -1,12 +1,14 @@
 /**
- * scripts/test/prerequisites — what `npm test` needs from the machine (system packages, and
- * libvirtd + sshd on loopback for the kvm provider), what is missing, and what to do about it.
+ * scripts/test/prerequisites — what `npm test` needs from the machine (system packages, the
+ * IPv6 test addresses on lo, and libvirtd + sshd on loopback for the kvm provider), what is
+ * missing, and what to do about it.
  * The decision is a pure function (`planPrerequisites`) so it is tested without root; the rest
  * reads the machine. See docs/testing.md.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { missingTestAddresses, sudoAddCommands } from './test-addresses.ts';
 
 export const PACKAGES_FILE = 'scripts/ci/system-packages.txt';
 export const INSTALL_SCRIPT = '.ci/install-system-packages.sh';
@@ -15,7 +17,9 @@ export const DOWN_SCRIPT = 'scripts/ci/libvirt-down.sh';
 export const LIBVIRT_CI_DIR = process.env.LIBVIRT_CI_DIR ?? '/var/tmp/egress-proxies-ci/libvirt';
 
 /** The daemons scripts/ci/libvirt-up.sh starts, by the name of their pid file. */
-export const DAEMONS = ['virtlogd', 'libvirtd', 'sshd'] as const;
+export const DAEMONS = ['virtlogd', 'libvirtd', 'sshd', 'dnsmasq'] as const;
+/** Builds (or finds in its cache) the guest image of the KVM end-to-end tier; prints its directory. */
+export const GUEST_IMAGE_SCRIPT = 'scripts/ci/build-guest-image.sh';
 
 export interface SystemPackage {
   name: string;
@@ -28,8 +32,13 @@ export interface MachineFacts {
   isRoot: boolean;
   /** apt-get and dpkg are there: packages can be installed the Debian way. */
   isDebian: boolean;
-  /** libvirtd and sshd from scripts/ci/libvirt-up.sh are alive. */
+  /** libvirtd, sshd and the bridge's dnsmasq from scripts/ci/libvirt-up.sh are alive. */
   daemonsUp: boolean;
+  /**
+   * IPv6 test addresses (scripts/test/test-addresses.ts) that `lo` lacks; empty where IPv6 is
+   * disabled. As root, npm test adds them itself.
+   */
+  missingTestAddresses: string[];
 }
 
 export type Plan =
@@ -42,7 +51,11 @@ export function planPrerequisites(m: MachineFacts): Plan {
   if (m.isRoot && (!needPackages || m.isDebian)) {
     return { ok: true, installPackages: needPackages, startDaemons: !m.daemonsUp };
   }
-  if (!needPackages && m.daemonsUp) return { ok: true, installPackages: false, startDaemons: false };
+  // As root, run.ts adds them itself.
+  const needAddresses = !m.isRoot && m.missingTestAddresses.length > 0;
+  if (!needPackages && m.daemonsUp && !needAddresses) {
+    return { ok: true, installPackages: false, startDaemons: false };
+  }
 
   const lines = ['npm test: this machine is not ready for the test suite, which runs real components.'];
   const commands: string[] = [];
@@ -52,8 +65,14 @@ export function planPrerequisites(m: MachineFacts): Plan {
     else lines.push('Install them (or their equivalents) with your package manager.');
   }
   if (!m.daemonsUp) {
-    lines.push('Not running: libvirtd and sshd on loopback (for the kvm provider tests).');
+    lines.push("Not running: libvirtd and sshd on loopback, the VMs' bridge (for the kvm provider tests).");
     commands.push(`sudo bash ${UP_SCRIPT}`);
+  }
+  if (needAddresses) {
+    lines.push(
+      `Missing on lo: the IPv6 test addresses ${m.missingTestAddresses.join(' ')} (the egress-address tests bind them).`,
+    );
+    commands.push(...sudoAddCommands(m.missingTestAddresses));
   }
   if (commands.length > 0) lines.push(`Run once: ${commands.join(' && ')}`, 'then npm test again.');
   lines.push('As root on Debian/Ubuntu, npm test does all of this itself (see docs/testing.md).');
@@ -129,11 +148,14 @@ function pidFromFile(file: string): number {
   }
 }
 
-/** libvirtd and sshd of scripts/ci/libvirt-up.sh run, and the env file the tests read exists. */
+/**
+ * libvirtd, sshd and the bridge's dnsmasq of scripts/ci/libvirt-up.sh run, and the env file the
+ * tests read exists.
+ */
 export function daemonsUp(dir = LIBVIRT_CI_DIR): boolean {
   return (
     existsSync(join(dir, 'env.json')) &&
-    ['libvirtd', 'sshd'].every((d) => pidAlive(pidFromFile(join(dir, 'run', `${d}.pid`))))
+    ['libvirtd', 'sshd', 'dnsmasq'].every((d) => pidAlive(pidFromFile(join(dir, 'run', `${d}.pid`))))
   );
 }
 
@@ -145,6 +167,7 @@ export function readMachineFacts(root: string): MachineFacts {
     isRoot: process.getuid?.() === 0,
     isDebian,
     daemonsUp: daemonsUp(),
+    missingTestAddresses: missingTestAddresses(),
   };
 }
 

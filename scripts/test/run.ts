@@ -1,27 +1,29 @@
 /**
  * scripts/test/run — `npm test`: check the machine, set it up when root (system packages,
- * IPv6 test addresses on lo, libvirtd + sshd on loopback), type-check, lint, run vitest, and stop the daemons it started —
- * also when interrupted. Arguments after `npm test --` go to vitest. See docs/testing.md.
+ * IPv6 test addresses on lo, libvirtd + sshd on loopback, the VMs' bridge), type-check, lint, run
+ * vitest, then the KVM end-to-end tier (test/e2e-kvm, its guest image built first or taken from
+ * the cache), and stop the daemons it started — also when interrupted, however often
+ * (scripts/test/session.ts). Arguments after `npm test --` go to vitest, and the KVM tier is then
+ * left out (it says so). See docs/testing.md.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  DaemonUsers,
   DOWN_SCRIPT,
-  daemonsUp,
+  GUEST_IMAGE_SCRIPT,
   INSTALL_SCRIPT,
+  LIBVIRT_CI_DIR,
   planPrerequisites,
-  RUN_MARKER,
   readMachineFacts,
-  stopStragglers,
   UP_SCRIPT,
 } from './prerequisites.ts';
+import { type FollowUp, runSession } from './session.ts';
 import { ensureTestAddresses } from './test-addresses.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = join(ROOT, 'node_modules', '.bin');
-const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+const KVM_TIER_CONFIG = 'test/e2e-kvm/vitest.config.ts';
 
 function say(msg: string): void {
   process.stderr.write(`[npm test] ${msg}\n`);
@@ -36,36 +38,36 @@ function step(what: string, cmd: string, args: string[]): void {
   }
 }
 
-function stopDaemonsIfLast(users: DaemonUsers): void {
-  if (!users.unregister()) return;
-  say('stopping libvirtd and sshd (started by npm test)');
-  spawnSync('bash', [DOWN_SCRIPT], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
-  users.clear();
-}
-
-/** Runs `cmd`; on a signal, passes it on (a terminal's Ctrl-C already reached the child). */
-function runForwardingSignals(cmd: string, args: string[]): Promise<number> {
-  return new Promise((resolve) => {
-    const child: ChildProcess = spawn(cmd, args, {
-      cwd: ROOT,
-      stdio: 'inherit',
-      env: { ...process.env, [RUN_MARKER]: String(process.pid) },
-    });
-    let interrupted: NodeJS.Signals | undefined;
-    const onSignal = (sig: NodeJS.Signals) => {
-      interrupted = sig;
-      // A signal sent to this process alone must still stop the tests; give the child a moment
-      // to act on the one the terminal sent it, then insist.
-      setTimeout(() => child.exitCode === null && child.kill(sig), 1000).unref();
-      setTimeout(() => child.exitCode === null && child.kill('SIGKILL'), 30_000).unref();
-    };
-    for (const s of SIGNALS) process.on(s, onSignal);
-    child.on('exit', (code, signal) => {
-      for (const s of SIGNALS) process.off(s, onSignal);
-      if (interrupted) say(`interrupted (${interrupted})`);
-      resolve(code ?? (signal === 'SIGINT' ? 130 : 1));
-    });
-  });
+/**
+ * The KVM end-to-end tier, after the main suite: a Debian guest on TCG (minutes). As root its
+ * image is built first when none is cached; otherwise the test names the command to run.
+ */
+function kvmTier(args: string[]): FollowUp[] {
+  if (args.length > 0) {
+    say(
+      'KVM end-to-end tier (test/e2e-kvm) left out: vitest arguments were given; run it with npm run test:kvm',
+    );
+    return [];
+  }
+  const build: FollowUp[] =
+    process.getuid?.() === 0
+      ? [
+          {
+            name: `guest image for the KVM tier (${GUEST_IMAGE_SCRIPT}, cached after the first build)`,
+            command: 'bash',
+            args: [GUEST_IMAGE_SCRIPT],
+            gate: true,
+          },
+        ]
+      : [];
+  return [
+    ...build,
+    {
+      name: 'KVM end-to-end tier (test/e2e-kvm): a Debian guest on TCG',
+      command: join(BIN, 'vitest'),
+      args: ['run', '--config', KVM_TIER_CONFIG],
+    },
+  ];
 }
 
 async function main(): Promise<number> {
@@ -84,35 +86,18 @@ async function main(): Promise<number> {
   step('type-check', join(BIN, 'tsc'), ['-p', 'tsconfig.json', '--noEmit']);
   step('lint', join(BIN, 'biome'), ['check', '.']);
 
-  const users = new DaemonUsers();
-  users.register();
-  // From here on the daemons are ours to stop, whatever happens.
-  const bailOut = (sig: NodeJS.Signals) => {
-    stopDaemonsIfLast(users);
-    process.exit(sig === 'SIGINT' ? 130 : 143);
-  };
-  for (const s of SIGNALS) process.once(s, bailOut);
-  if (plan.startDaemons && !daemonsUp()) {
-    say('starting libvirtd and sshd on loopback for the kvm tests');
-    users.markStartedByUs();
-    const up = spawnSync('bash', [UP_SCRIPT], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
-    if (up.status !== 0) {
-      say(`${UP_SCRIPT} failed (exit ${up.status ?? up.signal})`);
-      stopDaemonsIfLast(users);
-      return 1;
-    }
-  } else {
-    say('reusing the running libvirtd and sshd');
-  }
-  for (const s of SIGNALS) process.off(s, bailOut);
-
-  try {
-    return await runForwardingSignals(join(BIN, 'vitest'), ['run', ...process.argv.slice(2)]);
-  } finally {
-    const left = stopStragglers(String(process.pid));
-    if (left > 0) say(`stopped ${left} process(es) the tests left running`);
-    stopDaemonsIfLast(users);
-  }
+  // From here on every process this run starts is stopped again, also on Ctrl-C (twice).
+  return runSession({
+    cwd: ROOT,
+    stateDir: LIBVIRT_CI_DIR,
+    upScript: UP_SCRIPT,
+    downScript: DOWN_SCRIPT,
+    mayStartDaemons: plan.startDaemons,
+    command: join(BIN, 'vitest'),
+    args: ['run', ...process.argv.slice(2)],
+    afterwards: kvmTier(process.argv.slice(2)),
+    say,
+  });
 }
 
 process.exitCode = await main();

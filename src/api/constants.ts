@@ -41,6 +41,13 @@ export const ANNOTATION_POOL_TEMPLATE_HASH = `${GROUP}/pool-template-hash`;
 /** On a pool's Proxy chosen for removal: when it stopped getting new leases (it is deleted once drained). */
 export const ANNOTATION_POOL_DRAIN_SINCE = `${GROUP}/pool-drain-since`;
 
+/**
+ * On a Managed Proxy: a request (an RFC 3339 time) to give its instance a new external IP in
+ * place, by stop and start, where the provider can (pool rotation `strategy: Restart`). The
+ * pool sets it together with spec.drain; status.restart follows it (see docs/configuration.md).
+ */
+export const ANNOTATION_RESTART_REQUESTED = `${GROUP}/restart-requested`;
+
 /** Labels / tags on every backend instance. Dashes only: valid as GCP labels and libvirt metadata. */
 export const INSTANCE_LABEL_MANAGED = 'proxy-operator-managed';
 export const INSTANCE_LABEL_UID = 'proxy-operator-uid';

@@ -21,6 +21,7 @@ interface RollingView {
 }
 interface RotationView {
   maxAge?: string;
+  strategy?: string;
 }
 
 /** The shortest maxAge: recycling faster than a proxy can come up and pass its probes thrashes. */
@@ -45,6 +46,14 @@ export const POOL_SPEC_RULES: readonly CelRule<PoolSpecView>[] = [
     fieldPath: '.template.spec.type',
     reason: 'FieldValueInvalid',
     holds: (s) => (s.template?.spec?.type ?? 'Managed') === 'Managed',
+  },
+  {
+    rule: "!has(self.rotation) || !has(self.rotation.strategy) || self.rotation.strategy != 'Restart' || (has(self.rollingUpdate) && has(self.rollingUpdate.maxUnavailable) && self.rollingUpdate.maxUnavailable >= 1)",
+    message:
+      'rollingUpdate.maxUnavailable must be at least 1 with rotation.strategy Restart: a Proxy being restarted serves nothing, and no surge Proxy stands in for it',
+    fieldPath: '.rollingUpdate.maxUnavailable',
+    reason: 'FieldValueInvalid',
+    holds: (s) => s.rotation?.strategy !== 'Restart' || (s.rollingUpdate?.maxUnavailable ?? 0) >= 1,
   },
 ];
 

@@ -169,7 +169,15 @@ export const ProxySpecSchema = Type.Object(
 );
 export type ProxySpec = Type.Static<typeof ProxySpecSchema>;
 
-export const PROXY_PHASES = ['Pending', 'Provisioning', 'Ready', 'Replacing', 'Failed', 'Deleting'] as const;
+export const PROXY_PHASES = [
+  'Pending',
+  'Provisioning',
+  'Ready',
+  'Replacing',
+  'Restarting',
+  'Failed',
+  'Deleting',
+] as const;
 export type ProxyPhase = (typeof PROXY_PHASES)[number];
 
 export const ProxyHealthSchema = Type.Object(
@@ -228,6 +236,32 @@ export const DrainingInstanceSchema = Type.Object(
 );
 export type DrainingInstance = Type.Static<typeof DrainingInstanceSchema>;
 
+export const RESTART_PHASES = ['Draining', 'Restarting', 'Done', 'Failed'] as const;
+export type RestartPhase = (typeof RESTART_PHASES)[number];
+
+export const RestartStatusSchema = Type.Object(
+  {
+    requestedAt: Type.String({
+      description: 'The request this restart answers (the crawl.example.com/restart-requested annotation).',
+    }),
+    phase: Type.Enum(RESTART_PHASES, {
+      description:
+        'Draining: no new leases, waiting for the live ones (at most --drain-timeout). Restarting: the instance is stopped and started, serving nothing. Done: it serves at its new address (leased again once its health checks pass). Failed: see message.',
+    }),
+    since: Type.String({ format: 'date-time', description: 'When the phase began.' }),
+    previousAddress: Type.Optional(Type.String({ description: 'The address before the restart.' })),
+    finishedAt: Type.Optional(
+      Type.String({ format: 'date-time', description: 'When the instance served again (phase Done).' }),
+    ),
+    message: Type.Optional(Type.String({ description: 'Why it failed, or what it waits for.' })),
+  },
+  {
+    description:
+      'The last in-place restart of the instance for a new IP (pool rotation strategy Restart), written by the reconciler.',
+  },
+);
+export type RestartStatus = Type.Static<typeof RestartStatusSchema>;
+
 export const ProxyStatusSchema = Type.Object(
   {
     phase: Type.Optional(Type.Enum(PROXY_PHASES, { description: 'Lifecycle phase.' })),
@@ -251,6 +285,7 @@ export const ProxyStatusSchema = Type.Object(
       }),
     ),
     pending: Type.Optional(PendingInstanceSchema),
+    restart: Type.Optional(RestartStatusSchema),
     replacementHealth: Type.Optional(ReplacementHealthSchema),
     draining: Type.Optional(
       Type.Array(DrainingInstanceSchema, {

@@ -92,7 +92,7 @@ export const RotationSchema = Type.Object(
       Type.Enum(ROTATION_STRATEGIES, {
         default: 'Replace',
         description:
-          'Replace: a new Proxy comes up, the old one drains and goes. Restart: a new IP on the same instance, only for providers that can (none of the built-in providers yet).',
+          'Replace: a new Proxy comes up, the old one drains and goes. Restart: the same instance is drained, stopped and started for a new IP (providers that can: gcp); needs rollingUpdate.maxUnavailable ≥ 1.',
       }),
     ),
   },
@@ -143,6 +143,13 @@ export const ProxyPoolStatusSchema = Type.Object(
     ),
     drainingReplicas: Type.Optional(
       Type.Integer({ minimum: 0, description: 'Proxies getting no new leases, deleted once drained.' }),
+    ),
+    restartingReplicas: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description:
+          'Proxies in an in-place restart for a new IP (rotation strategy Restart), back once healthy.',
+      }),
     ),
     selector: Type.Optional(
       Type.String({ description: 'Label selector of the pool Proxies (for the scale subresource and HPA).' }),

@@ -63,7 +63,22 @@ export interface Components extends Shared {
 
 /** The control loops and services over the store and providers; nothing runs yet. */
 export function buildComponents(shared: Shared): Components {
-  const { flags, log, registry, tracer, clock, credentials, mode, providers } = shared;
+  const { health, leases, egress } = buildHealthAndLeases(shared);
+  return {
+    ...shared,
+    health,
+    leases,
+    egress,
+    ...buildControllers(shared, leases),
+    ...buildHousekeeping(shared),
+    ...buildLeaseAuthority(shared, leases),
+    ...buildDashboard(shared, leases),
+  };
+}
+
+/** The health engine, the optional egress-IP check and the lease store, which call each other. */
+function buildHealthAndLeases(shared: Shared): Pick<Components, 'health' | 'leases' | 'egress'> {
+  const { flags, log, registry, tracer, clock, credentials, mode } = shared;
   const { store } = mode;
   // The health engine and the lease store call each other, each only once running.
   const health = new HealthEngine({
@@ -76,23 +91,6 @@ export function buildComponents(shared: Shared): Components {
     tracer,
     listener: (v) => leases.setHealth(v.key, v.uid, { healthy: v.healthy, latencyMillis: v.latencyMillis }),
   });
-  // Optional (docs/health.md): publishes each proxy's egress IP in status.egressIP (leader only).
-  let egress: EgressIpChecker | undefined;
-  try {
-    egress = flags.egressIpUrl
-      ? new EgressIpChecker({
-          store,
-          clock,
-          credentials,
-          url: flags.egressIpUrl,
-          skip: (p) => shared.assignsEgressIP?.has(p.spec.provider ?? '') ?? false,
-          log: log.child({ component: 'egress-ip' }),
-          registry,
-        })
-      : undefined;
-  } catch (err) {
-    throw new StartupError(errorMessage(err), { cause: err });
-  }
   const evicted = leaseEvictionCounter(registry);
   const leases: LeaseStore = new LeaseStore({
     clock,
@@ -106,7 +104,36 @@ export function buildComponents(shared: Shared): Components {
   registerLeaseMetrics(registry, leases);
   registerProxyPhaseGauge(registry, store.proxies);
   registerHealthyProxiesGauge(registry, store.proxies);
+  return { health, leases, egress: buildEgressCheck(shared) };
+}
 
+/** Optional (docs/health.md): publishes each proxy's egress IP in status.egressIP (leader only). */
+function buildEgressCheck(shared: Shared): EgressIpChecker | undefined {
+  const { flags, log, registry, clock, credentials, mode } = shared;
+  if (!flags.egressIpUrl) return undefined;
+  try {
+    return new EgressIpChecker({
+      store: mode.store,
+      clock,
+      credentials,
+      url: flags.egressIpUrl,
+      skip: (p) => shared.assignsEgressIP?.has(p.spec.provider ?? '') ?? false,
+      log: log.child({ component: 'egress-ip' }),
+      registry,
+    });
+  } catch (err) {
+    throw new StartupError(errorMessage(err), { cause: err });
+  }
+}
+
+/** The Proxy reconciler and the pool controller, each with its work queue. */
+function buildControllers(
+  shared: Shared,
+  leases: LeaseStore,
+): Pick<Components, 'reconciler' | 'queue' | 'pools' | 'poolQueue'> {
+  const { flags, log, registry, tracer, clock, credentials, mode, providers } = shared;
+  const { store } = mode;
+  const leasesOn = (key: string, providerID: string): number => leases.leasesOn(key, providerID);
   const reconciler = createProxyReconciler({
     store,
     providers,
@@ -118,23 +145,26 @@ export function buildComponents(shared: Shared): Components {
     installation: mode.installationId,
     options: { drainTimeoutMs: flags.leases.drainTimeoutMs },
     maxConcurrentReplacements: flags.maxConcurrentReplacements,
-    leasesOn: (key, providerID) => leases.leasesOn(key, providerID),
+    leasesOn,
   });
-  const queue = new WorkQueue({ name: 'proxy', clock, registry, log: log.child({ component: 'workqueue' }) });
   const pools = createPoolReconciler({
     store,
     clock,
     log: log.child({ component: 'pool' }),
-    leasesOn: (key, providerID) => leases.leasesOn(key, providerID),
+    leasesOn,
     providerType: (name) => providers.type(name),
+    canRestart: (name) => providers.canRestart(name),
     drainTimeoutMs: flags.leases.drainTimeoutMs,
   });
-  const poolQueue = new WorkQueue({
-    name: 'pool',
-    clock,
-    registry,
-    log: log.child({ component: 'workqueue' }),
-  });
+  const queue = (name: string): WorkQueue =>
+    new WorkQueue({ name, clock, registry, log: log.child({ component: 'workqueue' }) });
+  return { reconciler, queue: queue('proxy'), pools, poolQueue: queue('pool') };
+}
+
+/** Orphan GC and the provider health monitor: periodic checks beside the controllers. */
+function buildHousekeeping(shared: Shared): Pick<Components, 'gc' | 'monitor'> {
+  const { flags, log, registry, tracer, clock, mode, providers } = shared;
+  const { store } = mode;
   const gc = new OrphanGC({
     store,
     clock,
@@ -162,8 +192,15 @@ export function buildComponents(shared: Shared): Components {
     registry,
     tracer,
   });
+  return { gc, monitor };
+}
 
-  // One authority (docs/deployment.md): the leader decides leases, standbys forward to it.
+/** One authority (docs/deployment.md): the leader decides leases, standbys forward to it. */
+function buildLeaseAuthority(
+  shared: Shared,
+  leases: LeaseStore,
+): Pick<Components, 'authority' | 'checkpointer'> {
+  const { flags, log, registry, clock, mode } = shared;
   const authority = new LeaseAuthority({
     leaderUrl: () => mode.elector.leaderAddress?.(),
     isLeader: () => mode.elector.isLeader(),
@@ -176,32 +213,18 @@ export function buildComponents(shared: Shared): Components {
     log: log.child({ component: 'lease-checkpoint' }),
     registry,
   });
+  return { authority, checkpointer };
+}
 
-  // The web page (docs/dashboard.md): samples the stores on the leader, served by discovery.
-  const dashboard = new Dashboard({ leases, store, clock });
-  let dashboardAssets: DashboardAssets;
+/** The web page (docs/dashboard.md): samples the stores on the leader, served by discovery. */
+function buildDashboard(
+  shared: Shared,
+  leases: LeaseStore,
+): Pick<Components, 'dashboard' | 'dashboardAssets'> {
+  const dashboard = new Dashboard({ leases, store: shared.mode.store, clock: shared.clock });
   try {
-    dashboardAssets = loadDashboardAssets();
+    return { dashboard, dashboardAssets: loadDashboardAssets() };
   } catch (err) {
     throw new StartupError(`dashboard: ${errorMessage(err)}`, { cause: err });
   }
-
-  return {
-    ...shared,
-    health,
-    leases,
-    egress,
-    authority,
-    checkpointer,
-    reconciler,
-    queue,
-    pools,
-    poolQueue,
-    gc,
-    monitor,
-    dashboard,
-    dashboardAssets,
-  };
 }
-
-/** Hands every component to the manager; returns where the discovery API listens once started. */

@@ -19,7 +19,7 @@ import type { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import { createLogger, type Logger } from '../log/index.ts';
 import { createMetricsRegistry } from '../metrics/index.ts';
-import { readTlsFiles, type TlsFiles } from '../metrics/listener.ts';
+import { DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS, readTlsFiles, type TlsFiles } from '../metrics/listener.ts';
 import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
 import { validateSchedule } from '../providerhealth/monitor.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
@@ -221,6 +221,13 @@ async function assemble(
     clock,
     elector: mode.elector,
     healthProbeBindAddress: flags.healthProbeBindAddress,
+    // The --http-*-timeout flags hold for the probe port too; its cap is fixed and small.
+    healthProbeLimits: {
+      headersTimeoutMs: flags.metricsLimits.headersTimeoutMs,
+      requestTimeoutMs: flags.metricsLimits.requestTimeoutMs,
+      idleTimeoutMs: flags.metricsLimits.idleTimeoutMs,
+      maxConnections: DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS,
+    },
     gracePeriodMs: flags.shutdownGraceMs,
     log: log.child({ component: 'manager' }),
   });
@@ -268,6 +275,7 @@ async function assemble(
   };
 }
 
+/** Entry for `standalone` and `operator`: runs until SIGTERM/SIGINT; returns the exit code. */
 export async function runServer(
   parsed: Extract<ParsedCommand, { command: 'standalone' | 'operator' }>,
   version: string,

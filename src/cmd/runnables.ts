@@ -1,3 +1,7 @@
+/**
+ * cmd/runnables — hands the components of one process to the manager as runnables: listeners on
+ * every replica, the loops that decide or write on the leader only (docs/deployment.md).
+ */
 import { registerDashboardRoutes } from '../dashboard/routes.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
 import { type ClusterGateway, registerGatewaySync } from '../gateway/cluster.ts';
@@ -5,6 +9,7 @@ import { type GatewaySessions, type GatewaySetup, runGateway } from '../gateway/
 import { startLeaseFeed } from '../lease/feed.ts';
 import { startMetricsServer } from '../metrics/server.ts';
 import type { Manager, Runnable } from '../runtime/manager.ts';
+import type { ProcessResult, WorkQueue } from '../runtime/workqueue.ts';
 import type { Components } from './components.ts';
 import type { ListenerInputs } from './compose.ts';
 
@@ -26,31 +31,27 @@ function untilAborted(signal: AbortSignal): Promise<void> {
   return new Promise((r) => signal.addEventListener('abort', () => r(), { once: true }));
 }
 
+/** Hands every component to the manager; returns where the discovery API listens once started. */
 export function addRunnables(
   manager: Manager,
   c: Components,
   listeners: ListenerInputs,
   gateway: { setup: GatewaySetup; sessions: GatewaySessions; cluster?: ClusterGateway },
 ): () => string | undefined {
-  const {
-    flags,
-    log,
-    registry,
-    tracer,
-    clock,
-    credentials,
-    mode,
-    leases,
-    health,
-    reconciler,
-    queue,
-    gc,
-    monitor,
-    egress,
-    authority,
-    dashboard,
-  } = c;
-  const { store } = mode;
+  const discoveryUrl = addListeners(manager, c, listeners, gateway);
+  addLeaderLoops(manager, c);
+  addGateway(manager, c, gateway);
+  return discoveryUrl;
+}
+
+/** The discovery API and the metrics endpoint, on every replica, and the lease feed behind them. */
+function addListeners(
+  manager: Manager,
+  c: Components,
+  listeners: ListenerInputs,
+  gateway: { sessions: GatewaySessions; cluster?: ClusterGateway },
+): () => string | undefined {
+  const { flags, log, registry, tracer, clock, credentials, mode, leases, authority, dashboard } = c;
   let discovery: DiscoveryServer | undefined;
   manager.add(
     service('discovery', false, async (signal) => {
@@ -96,7 +97,7 @@ export function addRunnables(
   manager.add(
     service('lease-feed', false, async (signal) => {
       const feed = startLeaseFeed({
-        store,
+        store: mode.store,
         leases,
         clock,
         credentials,
@@ -107,93 +108,84 @@ export function addRunnables(
       feed.stop();
     }),
   );
+  return () => discovery?.url;
+}
+
+/** A controller on the leader: its sources fill the queue, `workers` reconcile keys from it. */
+function controller(
+  name: string,
+  loop: {
+    watchSources(add: (key: string) => void): () => void;
+    reconcile(key: string, signal: AbortSignal): Promise<ProcessResult | undefined>;
+  },
+  queue: WorkQueue,
+  workers: number,
+): Runnable {
+  return service(name, true, async (signal) => {
+    const unsubscribe = loop.watchSources((key) => queue.add(key));
+    try {
+      await queue.runWorkers({ concurrency: workers, signal, process: (key) => loop.reconcile(key, signal) });
+    } finally {
+      unsubscribe();
+    }
+  });
+}
+
+/** Everything that probes, decides or writes: on the leader only. */
+function addLeaderLoops(manager: Manager, c: Components): void {
   // Probes and Healthy writes on the leader only; a new leader starts from the verdicts in status.
-  manager.add(service('health', true, (signal) => health.run(signal)));
+  manager.add(service('health', true, (signal) => c.health.run(signal)));
   manager.add(service('lease-authority', true, (signal) => leadLeases(c, signal)));
-  manager.add(
-    service('proxy-controller', true, async (signal) => {
-      const unsubscribe = reconciler.watchSources((key) => queue.add(key));
-      try {
-        await queue.runWorkers({
-          concurrency: RECONCILE_WORKERS,
-          signal,
-          process: (key) => reconciler.reconcile(key, signal),
-        });
-      } finally {
-        unsubscribe();
-      }
-    }),
-  );
+  manager.add(controller('proxy-controller', c.reconciler, c.queue, RECONCILE_WORKERS));
   // Samples on the leader, where leases and cooldowns live; standbys forward /v1/dashboard/*.
-  manager.add(service('dashboard', true, (signal) => dashboard.run(signal)));
+  manager.add(service('dashboard', true, (signal) => c.dashboard.run(signal)));
+  // Pools (docs/configuration.md): leader only, like every controller that writes.
+  manager.add(controller('pool-controller', c.pools, c.poolQueue, POOL_WORKERS));
+  manager.add(service('orphan-gc', true, (signal) => c.gc.start(signal)));
+  manager.add(service('provider-health', true, (signal) => c.monitor.start(signal)));
+  const egress = c.egress;
+  if (egress) manager.add(service('egress-ip', true, (signal) => egress.run(signal)));
+}
+
+/**
+ * The gateway (docs/gateway.md). Standalone: it serves where leases are decided, once the
+ * restored state is in. Cluster mode: every replica serves it, choosing upstreams from the share
+ * and the cooldowns the leader's hub hands it (docs/architecture.md, "Gateway scale-out").
+ */
+function addGateway(
+  manager: Manager,
+  c: Components,
+  gateway: { setup: GatewaySetup; sessions: GatewaySessions; cluster?: ClusterGateway },
+): void {
+  const { log, registry, tracer, clock, authority, leases } = c;
+  const deps = {
+    leases,
+    clock,
+    log: log.child({ component: 'gateway' }),
+    registry,
+    tracer,
+    sessions: gateway.sessions,
+  };
   const cluster = gateway.cluster;
   if (cluster) {
-    // Cluster mode: every replica serves the gateway, choosing upstreams from the share and the
-    // cooldowns the leader's hub hands it (docs/architecture.md, "Gateway scale-out").
     manager.add(
       service('gateway', false, async (signal) => {
         await runGateway(
           gateway.setup,
-          {
-            leases,
-            clock,
-            log: log.child({ component: 'gateway' }),
-            registry,
-            tracer,
-            sessions: gateway.sessions,
-            chooser: cluster.replica,
-            alongside: (s) => cluster.link.run(s),
-          },
+          { ...deps, chooser: cluster.replica, alongside: (s) => cluster.link.run(s) },
           signal,
         );
         await cluster.close();
       }),
     );
-  } else {
-    // Standalone: the gateway serves where leases are decided, once the restored state is in
-    // (docs/gateway.md).
-    manager.add(
-      service('gateway', true, async (signal) => {
-        while (!authority.isServing && !signal.aborted)
-          await new Promise<void>((r) => clock.setTimeout(r, 50));
-        await runGateway(
-          gateway.setup,
-          {
-            leases,
-            clock,
-            log: log.child({ component: 'gateway' }),
-            registry,
-            tracer,
-            sessions: gateway.sessions,
-          },
-          signal,
-        );
-      }),
-    );
+    return;
   }
-  // Pools (docs/configuration.md): leader only, like every controller that writes.
   manager.add(
-    service('pool-controller', true, async (signal) => {
-      const unsubscribe = c.pools.watchSources((key) => c.poolQueue.add(key));
-      try {
-        await c.poolQueue.runWorkers({
-          concurrency: POOL_WORKERS,
-          signal,
-          process: (key) => c.pools.reconcile(key, signal),
-        });
-      } finally {
-        unsubscribe();
-      }
+    service('gateway', true, async (signal) => {
+      while (!authority.isServing && !signal.aborted) await new Promise<void>((r) => clock.setTimeout(r, 50));
+      await runGateway(gateway.setup, deps, signal);
     }),
   );
-  manager.add(service('orphan-gc', true, (signal) => gc.start(signal)));
-  manager.add(service('provider-health', true, (signal) => monitor.start(signal)));
-  if (egress) {
-    const checker = egress;
-    manager.add(service('egress-ip', true, (signal) => checker.run(signal)));
-  }
-
-  return () => discovery?.url;
 }
 
 /**
@@ -228,5 +220,3 @@ async function leadLeases(c: Components, signal: AbortSignal): Promise<void> {
     clock.clearTimeout(t);
   }
 }
-
-/** Entry for `standalone` and `operator`: runs until SIGTERM/SIGINT; returns the exit code. */

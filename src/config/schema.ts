@@ -104,6 +104,20 @@ export const KvmImageSchema = Type.Object(
     sha256: Type.Optional(Type.String({ description: 'Expected digest, 64 hex characters.' })),
     format: Type.Optional(Type.Enum(KVM_IMAGE_FORMATS, { description: 'Default qcow2.' })),
     firmware: Type.Optional(Type.Enum(KVM_FIRMWARES, { description: 'Default uefi.' })),
+    kernel: Type.Optional(
+      Type.String({
+        description:
+          'Direct kernel boot: absolute path of a kernel on every host; the disk then needs no bootloader.',
+      }),
+    ),
+    initrd: Type.Optional(
+      Type.String({ description: 'Direct kernel boot: absolute path of the initrd on every host.' }),
+    ),
+    cmdline: Type.Optional(
+      Type.String({
+        description: 'Direct kernel boot: the kernel command line, e.g. root=/dev/vda rw console=ttyS0.',
+      }),
+    ),
   },
   strict,
 );

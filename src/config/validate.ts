@@ -16,6 +16,7 @@ import { egressAddressProblems } from './egress-addresses.ts';
 import {
   type GcpProviderConfig,
   type KubernetesProviderConfig,
+  type KvmImage,
   type KvmProviderConfig,
   type LocalProviderConfig,
   PROVIDER_TYPES,
@@ -193,6 +194,36 @@ function checkGcp(c: GcpProviderConfig, x: Issues): void {
   }
 }
 
+const hasControlCharacter = (s: string) => [...s].some((c) => c.charCodeAt(0) < 0x20 || c === '\x7f');
+
+/**
+ * Direct kernel boot (`kernel`, `initrd`, `cmdline` of a kvm image): paths on the hosts, so only
+ * their form can be checked here; libvirt reports a missing file when the domain starts.
+ */
+function checkDirectBoot(image: KvmImage, at: string, x: Issues): void {
+  const { kernel, initrd, cmdline } = image;
+  for (const [field, path] of [
+    ['kernel', kernel],
+    ['initrd', initrd],
+  ] as const) {
+    if (path === undefined) continue;
+    if (path === '') x.error(`${at}.${field}`, 'must not be empty (leave it out to boot from the disk)');
+    else if (!path.startsWith('/')) {
+      x.error(`${at}.${field}`, `${q(path)} must be an absolute path on the kvm hosts`);
+    } else if (hasControlCharacter(path)) x.error(`${at}.${field}`, 'must not contain control characters');
+  }
+  if (kernel === undefined) {
+    if (initrd !== undefined)
+      x.error(`${at}.initrd`, 'needs kernel: an initrd is only used with direct kernel boot');
+    if (cmdline !== undefined) {
+      x.error(`${at}.cmdline`, 'needs kernel: a command line is only used with direct kernel boot');
+    }
+  }
+  if (cmdline !== undefined && hasControlCharacter(cmdline)) {
+    x.error(`${at}.cmdline`, 'must be one line without control characters');
+  }
+}
+
 function checkKvm(c: KvmProviderConfig, x: Issues): void {
   nonEmpty(x, 'kvm.sshKeyFile', c.sshKeyFile);
   if (c.knownHostsFile === undefined && c.insecureIgnoreHostKey !== true) {
@@ -217,6 +248,7 @@ function checkKvm(c: KvmProviderConfig, x: Issues): void {
     if (image.sha256 !== undefined && !SHA256_HEX.test(image.sha256)) {
       x.error(`${at}.sha256`, 'must be 64 hex characters');
     }
+    checkDirectBoot(image, at, x);
   }
   if (Object.keys(c.machineTypes).length === 0) {
     x.error('kvm.machineTypes', 'must define at least one machine type — placement.machineType names one');

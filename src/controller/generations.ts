@@ -1,3 +1,9 @@
+/**
+ * controller/generations — the served-credentials generations of a Managed Proxy: each instance
+ * serves one immutable `<proxy>-served-credentials-<generation>` Secret (docs/health.md,
+ * "Replacements"); a generation is created when new credentials are first served and deleted
+ * once no instance serves it.
+ */
 import { credentialsFromSecret } from '../api/credentials.ts';
 import type { Secret } from '../api/meta.ts';
 import type { ProxyObject } from '../api/proxy.ts';

@@ -1,7 +1,8 @@
 /**
  * controller/managed — a Managed Proxy that is not being deleted, row by row of the state
  * table in docs/architecture.md ("The Proxy state machine"): provider, inputs, permanent
- * failure, finalizer and spec-hash, the instance, the retiring IDs. Provider failures become
+ * failure, finalizer and spec-hash, an in-place restart (controller/restart), the instance, the
+ * retiring IDs. Provider failures become
  * the Provisioned condition and the queue's retry policy; anything else goes to the queue.
  */
 import { ANNOTATION_SPEC_HASH, FINALIZER } from '../api/constants.ts';
@@ -20,6 +21,7 @@ import { ensureGeneration } from './generations.ts';
 import { type Desired, resolveDesired } from './inputs.ts';
 import { lookupProvider } from './providers.ts';
 import { provisionOrReplace } from './provision.ts';
+import { restartIfRequested } from './restart.ts';
 import { rotateCredentials, untilNextRotation } from './rotation.ts';
 import { notProvisioned, provisionedCondition, REASONS } from './status.ts';
 import { writeStatus } from './writer.ts';
@@ -59,10 +61,12 @@ export async function reconcileManaged(ctx: ReconcileContext, p0: ProxyObject): 
       result = readyRequeue(ctx);
     } else {
       const generation = await ensureGeneration(ctx, p, desired.request.credentials);
-      ({ proxy: p, result } = await provisionOrReplace(ctx, provider, p, {
-        request: desired.request,
-        generation,
-      }));
+      const want = { request: desired.request, generation };
+      const step = await restartIfRequested(ctx, provider, p, want);
+      p = step.proxy;
+      ({ proxy: p, result } = step.result
+        ? { proxy: p, result: step.result }
+        : await provisionOrReplace(ctx, provider, p, want));
     }
   } catch (err) {
     if (!(err instanceof ProviderError) || ctx.signal.aborted) throw err;

@@ -14,10 +14,11 @@ import type {
   ProxyObject,
   ProxyPhase,
   ProxyStatus,
+  RestartStatus,
 } from '../api/proxy.ts';
 import { proxyUrl } from '../api/url.ts';
 import type { Instance } from '../provider/contract.ts';
-import { deepEqual } from '../runtime/patch.ts';
+import { deepEqual, isPlainObject } from '../runtime/patch.ts';
 
 /** Provisioned condition reasons written by the reconciler. */
 export const REASONS = {
@@ -32,6 +33,7 @@ export const REASONS = {
   permanent: 'ProvisioningFailed',
   transient: 'ProviderError',
   invalid: 'InvalidSpec',
+  restarting: 'Restarting',
 } as const;
 
 export interface ConditionIntent {
@@ -55,6 +57,8 @@ export interface StatusIntent {
   /** When the generated credentials were last rotated (spec.credentialsRotation), RFC 3339. */
   credentialsRotatedAt?: string | null;
   pending?: PendingInstance | null;
+  /** The in-place restart for a new IP (controller/restart). */
+  restart?: RestartStatus | null;
   draining?: DrainingInstance[];
   message?: string | null;
   provisioned?: ConditionIntent;
@@ -134,6 +138,7 @@ export const RECONCILER_FIELDS = [
   'credentialsGeneration',
   'credentialsRotatedAt',
   'pending',
+  'restart',
   'draining',
   'message',
   'observedGeneration',
@@ -163,6 +168,7 @@ export function applyIntent(
   set('credentialsGeneration', intent.credentialsGeneration);
   set('credentialsRotatedAt', intent.credentialsRotatedAt);
   set('pending', intent.pending);
+  set('restart', intent.restart);
   if (intent.draining !== undefined) {
     if (intent.draining.length === 0) delete next.draining;
     else next.draining = intent.draining;
@@ -201,9 +207,25 @@ export function statusPatch(
   for (const k of RECONCILER_FIELDS) {
     const a = base?.[k];
     const b = next[k];
-    if (!sameJson(a, b)) patch[k] = b === undefined ? null : b;
+    if (!sameJson(a, b)) patch[k] = b === undefined ? null : objectPatch(a, b);
   }
   return Object.keys(patch).length > 0 ? patch : undefined;
+}
+
+/**
+ * The merge patch (RFC 7386) taking `a` to `b`: a sub-object is merged on the server, so a key
+ * `b` no longer has must be sent as null (a replacement without an address would otherwise keep
+ * the old one). Arrays and scalars go whole.
+ */
+function objectPatch(a: unknown, b: unknown): unknown {
+  if (!isPlainObject(a) || !isPlainObject(b)) return b;
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(a)) if (!(k in b) || b[k] === undefined) out[k] = null;
+  for (const [k, v] of Object.entries(b)) {
+    if (v === undefined || sameJson(a[k], v)) continue;
+    out[k] = objectPatch(a[k], v);
+  }
+  return out;
 }
 
 function sameJson(a: unknown, b: unknown): boolean {

@@ -8,16 +8,17 @@ import type { LeaseStore } from '../lease/store.ts';
 import type { Clock, TimerHandle } from '../runtime/clock.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 import { DEFAULT_EVENT_CAPACITY, EventRing } from './events.ts';
-import { fleetRows, fleetTotals, type PoolLister, poolsByLabel } from './fleet.ts';
+import { fleetRows, fleetTotals } from './fleet.ts';
 import { DEFAULT_HISTORY_STEP_MS, DEFAULT_HISTORY_STEPS, LatencyHistory } from './history.ts';
 import { objectEvents } from './object-events.ts';
+import { type PoolLister, poolEvents, storePools } from './pools.ts';
 import { providerSummaries } from './providers.ts';
 import { type DerivedEvent, type Observed, observe, snapshotEvents } from './snapshot-events.ts';
 import type { DashboardState } from './web/types.ts';
 
 export interface DashboardOptions {
   leases: Pick<LeaseStore, 'snapshot'>;
-  store: Pick<ObjectStore, 'proxies' | 'providerHealths'>;
+  store: Pick<ObjectStore, 'proxies' | 'proxyPools' | 'providerHealths'>;
   clock: Clock;
   /** Sampling period while nobody looks (events and history keep coming); default 5 s. */
   idleSampleMs?: number;
@@ -26,6 +27,7 @@ export interface DashboardOptions {
   historyStepMs?: number;
   historySteps?: number;
   eventCapacity?: number;
+  /** Where the pools come from; default: the store's ProxyPool objects (dashboard/pools). */
   pools?: PoolLister;
 }
 
@@ -52,16 +54,17 @@ export class Dashboard {
       historyStepMs: deps.historyStepMs ?? DEFAULT_HISTORY_STEP_MS,
       historySteps: deps.historySteps ?? DEFAULT_HISTORY_STEPS,
       eventCapacity: deps.eventCapacity ?? DEFAULT_EVENT_CAPACITY,
-      pools: deps.pools ?? poolsByLabel,
+      pools: deps.pools ?? storePools(deps.store),
     };
     this.events = new EventRing(this.o.eventCapacity);
     this.history = new LatencyHistory(this.o.historyStepMs, this.o.historySteps);
   }
 
-  /** Watches the Proxies and samples every idle period until `signal` aborts. */
+  /** Watches the Proxies and ProxyPools and samples every idle period until `signal` aborts. */
   async run(signal: AbortSignal): Promise<void> {
     const { clock } = this.deps;
     const unsubscribe = this.deps.store.proxies.watch((e) => this.addAll(objectEvents(e)));
+    const unsubscribePools = this.deps.store.proxyPools.watch((e) => this.addAll(poolEvents(e)));
     let timer: TimerHandle | undefined;
     const loop = () => {
       this.sample();
@@ -76,6 +79,7 @@ export class Dashboard {
     } finally {
       if (timer) clock.clearTimeout(timer);
       unsubscribe();
+      unsubscribePools();
     }
   }
 

@@ -1,22 +1,14 @@
 /**
  * dashboard/fleet — the fleet as the dashboard shows it: each lease-store snapshot joined with
- * its Proxy (pool label, provider, egress IP), Proxies the lease store has not seen yet, the
- * totals and the pools. Fields are picked one by one, so nothing secret can ride along.
+ * its Proxy (pool label, provider, egress IP), Proxies the lease store has not seen yet, and the
+ * totals (the pools are dashboard/pools). Fields are picked one by one, so nothing secret can ride along.
  */
 import { isConditionTrue } from '../api/conditions.ts';
 import type { ProxyObject } from '../api/proxy.ts';
 import type { ProxySnapshot } from '../lease/types.ts';
 import { providerOf } from './object-events.ts';
-import type { FleetRow, FleetTotals, PoolSummary } from './web/types.ts';
-
-/** The label that names a proxy's pool (ProxyPools set it on the Proxies they own). */
-export const POOL_LABEL = 'crawl.example.com/pool';
-
-/**
- * Where pools come from: by default every distinct pool label is a pool. A ProxyPool-aware
- * lister can replace it (and list pools that have no proxy yet).
- */
-export type PoolLister = (rows: readonly FleetRow[]) => PoolSummary[];
+import { POOL_LABEL } from './pools.ts';
+import type { FleetRow, FleetTotals } from './web/types.ts';
 
 function address(host: string | null | undefined, port: number | null | undefined): string | null {
   if (!host) return null;
@@ -94,22 +86,3 @@ export function fleetTotals(rows: readonly FleetRow[], now: number): FleetTotals
   }
   return t;
 }
-
-/** The default PoolLister: one pool per distinct pool label; unlabelled proxies are not a pool. */
-export const poolsByLabel: PoolLister = (rows) => {
-  const pools = new Map<string, PoolSummary>();
-  for (const r of rows) {
-    if (r.pool === null) continue;
-    let p = pools.get(r.pool);
-    if (!p) {
-      p = { name: r.pool, proxies: 0, ready: 0, healthy: 0, leasable: 0, activeLeases: 0 };
-      pools.set(r.pool, p);
-    }
-    p.proxies++;
-    if (r.phase === 'Ready' || r.phase === 'Replacing') p.ready++;
-    if (r.healthy) p.healthy++;
-    if (r.leasable) p.leasable++;
-    p.activeLeases += r.activeLeases;
-  }
-  return [...pools.values()].sort((a, b) => (a.name < b.name ? -1 : 1));
-};

@@ -51,10 +51,10 @@ export function pageHtml(entry: string): string {
     </table>
   </section>
   <div class="panels">
-    <section>
+    <section class="pools">
       <h2>Pools</h2>
       <table id="pools">
-        <thead><tr><th>Pool</th><th>Proxies</th><th>Ready</th><th>Healthy</th><th>Leasable</th><th>Leases</th></tr></thead>
+        <thead><tr><th>Pool</th><th title="spec.replicas">Desired</th><th title="status.replicas: not draining">Proxies</th><th>Ready</th><th>Healthy</th><th>Leasable</th><th>Leases</th><th>Conditions</th></tr></thead>
         <tbody></tbody>
       </table>
     </section>
@@ -128,6 +128,7 @@ tr.down td { background: color-mix(in srgb, var(--bad) 6%, transparent); }
 .cooldowns ul, .provider ul { list-style: none; margin: 0; padding: 0; }
 .cooldowns .left { color: var(--warn); font-variant-numeric: tabular-nums; }
 .panels { display: grid; gap: 1rem; grid-template-columns: repeat(auto-fit, minmax(20rem, 1fr)); align-items: start; }
+.pools { grid-column: 1 / -1; overflow-x: auto; }
 .provider { margin-bottom: .5rem; }
 .events ol { list-style: none; margin: 0; padding: 0; max-height: 24rem; overflow-y: auto; }
 .event { display: grid; grid-template-columns: 4.5rem 5.5rem minmax(0, 1fr); column-gap: .5rem; padding: .15rem 0; border-bottom: 1px solid var(--line); font-size: .85rem; }
@@ -137,5 +138,12 @@ tr.down td { background: color-mix(in srgb, var(--bad) 6%, transparent); }
 .event .message { grid-column: 3; color: var(--muted); }
 .event-blocked .kind, .event-failed .kind, .event-unhealthy .kind, .event-deleted .kind { color: var(--bad); }
 .event-healthy .kind, .event-added .kind { color: var(--ok); }
+.event-pool .kind { color: var(--accent); }
+td.warn { color: var(--warn); font-weight: 600; }
+.pool-status { font-size: .85rem; }
+.cond { display: inline-block; padding: 0 .3rem; margin: 0 .25rem .15rem 0; border-radius: 3px; background: var(--line); }
+.cond-true { background: color-mix(in srgb, var(--ok) 20%, transparent); }
+.cond-false { background: color-mix(in srgb, var(--bad) 25%, transparent); }
+.cond-busy { background: color-mix(in srgb, var(--warn) 20%, transparent); }
 .empty { color: var(--muted); }
 `;

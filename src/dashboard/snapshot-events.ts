@@ -15,7 +15,8 @@ export interface Observed {
 
 export interface DerivedEvent {
   kind: EventKind;
-  proxy: string;
+  /** "namespace/name" of the proxy, null for a pool's event. */
+  proxy: string | null;
   message: string;
 }
 

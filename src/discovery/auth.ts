@@ -2,13 +2,21 @@
  * discovery/auth — the optional bearer token: refused when blank (never silently open), compared
  * in constant time, and not required on the public routes (liveness and the probe target).
  */
-import { hash as oneShotHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { errorBody } from './errors.ts';
 import { isPublicRoute } from './public.ts';
 
-function hash(s: string): Buffer {
-  return oneShotHash('sha256', s, 'buffer');
+/**
+ * Whether `given` equals `expected`, in time that depends on the length of `expected` only: no
+ * early exit at the first differing character, and a wrong length costs the same as a wrong
+ * character. A plain loop instead of hashing both sides for `timingSafeEqual`: a SHA-256 per
+ * request was the largest single cost of the lease API after socket writes (docs/benchmarks.md).
+ */
+export function sameSecret(given: string, expected: string): boolean {
+  let diff = given.length ^ expected.length;
+  // charCodeAt past the end of `given` is NaN, which `| 0` turns into 0: still a full pass.
+  for (let i = 0; i < expected.length; i++) diff |= (given.charCodeAt(i) | 0) ^ expected.charCodeAt(i);
+  return diff === 0;
 }
 
 /** The token of an `Authorization: Bearer <token>` header (scheme case-insensitive), if any. */
@@ -23,15 +31,15 @@ function bearerToken(header: string | undefined): string | undefined {
 }
 
 /**
- * The hash of the configured token, or undefined when the API runs open. Trimmed: a token
- * mounted from a file-created Secret often ends in a newline.
+ * The configured token as requests must present it, or undefined when the API runs open.
+ * Trimmed: a token mounted from a file-created Secret often ends in a newline.
  */
-export function tokenDigest(token: string | undefined): Buffer | undefined {
+export function expectedToken(token: string | undefined): string | undefined {
   const trimmed = token?.trim();
   if (trimmed === '') {
     throw new Error('discovery token is empty; unset DISCOVERY_TOKEN to run without authentication');
   }
-  return trimmed ? hash(trimmed) : undefined;
+  return trimmed || undefined;
 }
 
 /**
@@ -53,11 +61,11 @@ export function discoveryTokenFromEnv(env: NodeJS.ProcessEnv): string | undefine
 }
 
 /** Answers 401 to a request on a non-public route without the right bearer token. */
-export function installBearerAuth(app: FastifyInstance, tokenHash: Buffer): void {
+export function installBearerAuth(app: FastifyInstance, token: string): void {
   app.addHook('onRequest', (req, reply, done) => {
     if (isPublicRoute(req)) return done();
     const given = bearerToken(req.headers.authorization);
-    if (given !== undefined && timingSafeEqual(hash(given), tokenHash)) return done();
+    if (given !== undefined && sameSecret(given, token)) return done();
     reply
       .code(401)
       .header('www-authenticate', 'Bearer')

@@ -19,7 +19,7 @@ import {
   type ListenerLimits,
   type TlsFiles,
 } from '../metrics/listener.ts';
-import { installBearerAuth, tokenDigest } from './auth.ts';
+import { expectedToken, installBearerAuth } from './auth.ts';
 import { installAuthority, type LeaseAuthority } from './authority.ts';
 import { errorOptions, installErrorHandling, MAX_PARAM_LENGTH } from './errors.ts';
 import { installHostGuard } from './host.ts';
@@ -86,7 +86,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
   const log = opts.log ?? silentLogger();
   const tracer = opts.tracer ?? trace.getTracer('egress-proxies-operator/discovery');
   const { host, port } = discoveryBindAddress(opts.bindAddress);
-  const tokenHash = tokenDigest(opts.token);
+  const token = expectedToken(opts.token);
 
   const limits: ListenerLimits = {
     ...DEFAULT_LISTENER_TIMEOUTS,
@@ -105,7 +105,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
   installValidation(app);
   // Telemetry before auth: a refused request is traced and counted too.
   installTelemetry(app, { registry: opts.registry, tracer, log });
-  if (tokenHash) installBearerAuth(app, tokenHash);
+  if (token) installBearerAuth(app, token);
   else installHostGuard(app, host, opts.allowedHosts ?? []);
   installErrorHandling(app, log, BODY_LIMIT_BYTES);
   if (opts.authority) installAuthority(app, opts.authority, { log, tls: opts.tls });
@@ -114,7 +114,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
 
   await app.listen({ host, port });
   const url = reachableUrl(app.server.address() as AddressInfo, opts.tls ? 'https' : 'http');
-  if (!tokenHash) {
+  if (!token) {
     log.warn(
       { address: url },
       'DISCOVERY API IS UNAUTHENTICATED: DISCOVERY_TOKEN is not set, so anyone who can reach this port can lease proxies and read their credentials',

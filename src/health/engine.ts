@@ -10,7 +10,7 @@
  */
 import { type Span, SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
 import { Registry } from 'prom-client';
-import { DEFAULT_PROXY_PORT } from '../api/constants.ts';
+import { CONDITION_HEALTHY, DEFAULT_PROXY_PORT } from '../api/constants.ts';
 import type { CredentialsResolver } from '../api/credentials.ts';
 import { keyOf } from '../api/meta.ts';
 import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
@@ -24,6 +24,7 @@ import {
   DEFAULT_HEALTH_CHECK,
   type HealthCheckDefaults,
   latencyMovedALot,
+  REASON_NOT_SERVING,
   resolveCheck,
   validateDefaults,
 } from './policy.ts';
@@ -42,7 +43,7 @@ import { type HealthVerdict, recordResult, type Target, verdictOf } from './targ
 import { replacementKey, sameInstance, TargetTable } from './targets.ts';
 
 export { REASON_TARGET_DOWN } from './control.ts';
-export { REASON_PROBE_SUCCEEDED } from './policy.ts';
+export { REASON_NOT_SERVING, REASON_PROBE_SUCCEEDED } from './policy.ts';
 export { LATENCY_WRITE_MIN_INTERVAL_MS } from './status-writer.ts';
 export type { HealthVerdict } from './target.ts';
 
@@ -243,7 +244,7 @@ export class HealthEngine {
     const existing = this.targets.get(key);
     if (existing && existing.uid !== uid) this.targets.remove(key, existing.uid);
     else if (existing && !endpoint) {
-      // Serves nowhere now (a lost instance, a deletion): its verdict must not outlive it.
+      // Serves nowhere now (a lost instance, a restart, a deletion): its verdict must not outlive it.
       this.targets.remove(key, existing.uid);
       this.forgetVerdict(existing);
       this.renewed.add(key);
@@ -258,7 +259,10 @@ export class HealthEngine {
       this.forgetVerdict(existing);
       this.renewed.add(key);
     }
-    if (!endpoint) return;
+    if (!endpoint) {
+      this.markNotServing(proxy, key, uid, 'the proxy serves no instance now');
+      return;
+    }
     const check = resolveCheck(this.defaults, proxy);
     const generation = proxy.status?.credentialsGeneration;
     this.credentials.track(key, proxy, generation);
@@ -266,6 +270,7 @@ export class HealthEngine {
     if (!current) {
       const gated = this.renewed.delete(key);
       this.targets.add(proxy, { key, role: 'serving', instance, generation, gated }, endpoint, check);
+      if (gated) this.markNotServing(proxy, key, uid, 'a new instance serves; not judged yet');
       return;
     }
     current.generation = generation;
@@ -318,6 +323,19 @@ export class HealthEngine {
     // Status must say Healthy for the new instance too (no write when it already does).
     if (t.verdict.healthy !== undefined) this.writer.verdictChanged(t);
     this.notify(t);
+  }
+
+  /**
+   * Status must not keep a verdict about an instance that no longer serves (Healthy=Unknown,
+   * NotServing): leasing and the pool read the condition. No write when there is no verdict
+   * to take back, or once the serving target has a verdict of its own.
+   */
+  private markNotServing(proxy: ProxyObject, key: string, uid: string, message: string): void {
+    if (proxy.metadata.deletionTimestamp || proxyType(proxy.spec) !== 'Managed') return;
+    const c = proxy.status?.conditions?.find((x) => x.type === CONDITION_HEALTHY);
+    if (!c || (c.status === 'Unknown' && c.reason === REASON_NOT_SERVING)) return;
+    const unjudged = () => this.targets.get(key)?.verdict.healthy === undefined;
+    this.writer.notServing(key, uid, message, unjudged, this.abort.signal);
   }
 
   /** Tells the lease store the instance it knew is no longer vouched for. */

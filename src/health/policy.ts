@@ -15,6 +15,12 @@ import { isHttpUrl, redactUrl } from '../api/url.ts';
 
 /** The condition reason of a successful probe (failures carry the probe's own reason). */
 export const REASON_PROBE_SUCCEEDED = 'ProbeSucceeded';
+/**
+ * Healthy=Unknown: the proxy serves no instance the engine has judged — it stopped serving (a
+ * lost instance, an in-place restart) or serves a new instance not probed enough yet. A verdict
+ * never outlives the instance it was about.
+ */
+export const REASON_NOT_SERVING = 'NotServing';
 
 export interface HealthCheckDefaults {
   url: string;

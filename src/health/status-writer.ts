@@ -5,7 +5,7 @@
  * never clobbered; a Conflict re-reads and writes again (runtime/retry). A proxy gone means
  * there is nothing to write.
  */
-import { setCondition } from '../api/conditions.ts';
+import { findCondition, setCondition } from '../api/conditions.ts';
 import { CONDITION_HEALTHY } from '../api/constants.ts';
 import { type Condition, parseKey } from '../api/meta.ts';
 import type { ProxyObject, ReplacementHealth } from '../api/proxy.ts';
@@ -13,7 +13,7 @@ import type { Logger } from '../log/index.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { retryOnConflict } from '../runtime/retry.ts';
 import { isNotFound, type ObjectStore } from '../runtime/store.ts';
-import { latencyMovedALot, REASON_PROBE_SUCCEEDED } from './policy.ts';
+import { latencyMovedALot, REASON_NOT_SERVING, REASON_PROBE_SUCCEEDED } from './policy.ts';
 import type { Target } from './target.ts';
 
 /** Status writes of latency alone: at most this often per proxy. */
@@ -98,7 +98,52 @@ export class HealthStatusWriter {
 
   /** Waits for the writes in flight. */
   async settle(): Promise<void> {
-    await Promise.allSettled([...this.writing.values()]);
+    await Promise.allSettled([...this.writing.values(), ...this.unserved.values()]);
+  }
+
+  private readonly unserved = new Map<string, Promise<void>>();
+
+  /**
+   * Healthy=Unknown (NotServing) on Proxy `key` of `uid`: the verdict in status was about an
+   * instance that no longer serves there. `stillUnjudged` says whether that is still so when the
+   * write happens (a new instance may have passed meanwhile; its verdict wins).
+   */
+  notServing(
+    key: string,
+    uid: string,
+    message: string,
+    stillUnjudged: () => boolean,
+    signal: AbortSignal,
+  ): void {
+    if (this.unserved.has(key)) return;
+    const { store, clock } = this.opts;
+    const ref = parseKey(key);
+    const attempt = async (obj: ProxyObject | undefined): Promise<void> => {
+      if (!obj || obj.metadata.uid !== uid || obj.metadata.deletionTimestamp || !stillUnjudged()) return;
+      const c = findCondition(obj.status?.conditions, CONDITION_HEALTHY);
+      if (!c || (c.status === 'Unknown' && c.reason === REASON_NOT_SERVING)) return;
+      const conditions = setCondition(
+        obj.status?.conditions,
+        { type: CONDITION_HEALTHY, status: 'Unknown', reason: REASON_NOT_SERVING, message },
+        new Date(clock.now()),
+      );
+      await store.proxies.patchStatus(
+        ref,
+        { conditions, health: { latencyMillis: null, consecutiveFailures: 0, lastError: null } },
+        { resourceVersion: obj.metadata.resourceVersion, signal },
+      );
+      this.count++;
+    };
+    const p = retryOnConflict(store.proxies.get(ref), attempt, () => store.proxies.read(ref, { signal }), {
+      signal,
+    })
+      .catch((err) => {
+        if (!isNotFound(err) && !signal.aborted) {
+          this.opts.log.warn({ proxy: key, err }, 'health status write (not serving) failed');
+        }
+      })
+      .finally(() => this.unserved.delete(key));
+    this.unserved.set(key, p);
   }
 
   /** Writes status.replacementHealth, unless the pending instance changed or it says the same already. */

@@ -44,6 +44,22 @@ function hostOfAuthority(authority: string, text: string): string {
  */
 export function normalizeTarget(raw: string | undefined): string | undefined {
   if (raw === undefined) return undefined;
+  const known = normalized.get(raw);
+  if (known !== undefined) return known;
+  const host = normalizeFresh(raw);
+  if (host !== undefined && raw.length <= 256) {
+    // Crawlers ask for a handful of sites over and over; the URL parser is the costly part.
+    if (normalized.size >= NORMALIZED_CACHE_SIZE) normalized.clear();
+    normalized.set(raw, host);
+  }
+  return host;
+}
+
+/** Targets already normalised (raw text → host); only valid ones, so errors are thrown afresh. */
+const normalized = new Map<string, string>();
+const NORMALIZED_CACHE_SIZE = 4096;
+
+function normalizeFresh(raw: string): string | undefined {
   const text = raw.trim();
   if (text === '') return undefined;
   if (text.length > 2048) throw new LeaseInputError('target', 'target is longer than 2048 characters');

@@ -1,6 +1,6 @@
 /**
  * metrics/listener — the HTTP(S) server under every API listener we own (discovery API,
- * metrics): header, request and idle timeouts and a connection cap, so a slow or idle client
+ * metrics, the /healthz and /readyz probe port): header, request and idle timeouts and a connection cap, so a slow or idle client
  * cannot hold a socket forever, and optional TLS from PEM files or a self-signed certificate.
  * See docs/operations.md, "Listeners".
  */
@@ -31,6 +31,8 @@ export const DEFAULT_LISTENER_TIMEOUTS = {
 
 export const DEFAULT_DISCOVERY_MAX_CONNECTIONS = 1024;
 export const DEFAULT_METRICS_MAX_CONNECTIONS = 64;
+/** The kubelet opens one short connection per probe: a handful is plenty. */
+export const DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS = 16;
 
 export interface TlsFiles {
   /** PEM certificate (chain). */
@@ -77,15 +79,18 @@ export function createListener(handler: RequestListener, limits: ListenerLimits,
   server.timeout = limits.idleTimeoutMs;
   server.maxConnections = limits.maxConnections;
   // Node's header timer starts with the first byte of a request, so a plain-HTTP connection that
-  // never sends one would stay open: it gets the header timeout from its first moment. (TLS
-  // connections have the handshake timeout for that.)
+  // never sends one would stay open: it gets the header timeout from its first moment, unless a
+  // byte came (then Node's own timer answers 408). (TLS connections have the handshake timeout.)
+  // Not with a 'data' listener on the socket: that takes the socket away from Node's HTTP
+  // parser, which otherwise reads it directly, and costs every request on it
+  // (docs/benchmarks.md).
   if (!tls) {
     server.on('connection', (socket: Socket) => {
-      const timer = setTimeout(() => socket.destroy(), limits.headersTimeoutMs);
+      const timer = setTimeout(() => {
+        if (socket.bytesRead === 0) socket.destroy();
+      }, limits.headersTimeoutMs);
       timer.unref();
-      const clear = (): void => clearTimeout(timer);
-      socket.once('data', clear);
-      socket.once('close', clear);
+      socket.once('close', () => clearTimeout(timer));
     });
   }
   return server;

@@ -1,12 +1,14 @@
 /**
  * pool/members — what the pool controller knows about each Proxy of a pool, read from the Proxy
  * alone (pure): whether it serves, passed its health checks, can be leased, was made from the
- * current template, when age rotation is due, and whether it is already draining away.
+ * current template, when age rotation is due, whether it is already draining away, and where an
+ * in-place restart for a new IP (rotation strategy Restart) stands.
  */
 import { createHash } from 'node:crypto';
 import {
   ANNOTATION_POOL_DRAIN_SINCE,
   ANNOTATION_POOL_TEMPLATE_HASH,
+  ANNOTATION_RESTART_REQUESTED,
   CONDITION_HEALTHY,
 } from '../api/constants.ts';
 import { keyOf } from '../api/meta.ts';
@@ -34,6 +36,14 @@ export interface Member {
   deleting: boolean;
   /** Live leases on its instances. */
   leases: number;
+  /** Asked to restart in place (the restart-requested annotation), until the pool lifts it. */
+  restarting: boolean;
+  /** Its instance runs again after the requested restart (status.restart Done for the request). */
+  restartDone: boolean;
+  /** When it did (status.restart.finishedAt, ms); NaN otherwise. */
+  restartDoneAtMs: number;
+  /** The requested restart failed (status.restart Failed for the request): replaced instead. */
+  restartFailed: boolean;
 }
 
 /**
@@ -74,8 +84,17 @@ export interface MemberInputs {
   leasesOn: (key: string, providerID: string) => number;
 }
 
+/** When the Proxy last got a new IP in place (status.restart Done), ms; NaN when never. */
+function lastRestartMs(p: ProxyObject): number {
+  const r = p.status?.restart;
+  return r?.phase === 'Done' && r.finishedAt ? Date.parse(r.finishedAt) : Number.NaN;
+}
+
 export function memberOf(p: ProxyObject, inputs: MemberInputs): Member {
   const annotations = p.metadata.annotations ?? {};
+  const requested = annotations[ANNOTATION_RESTART_REQUESTED];
+  const answer =
+    requested !== undefined && p.status?.restart?.requestedAt === requested ? p.status.restart : undefined;
   const deleting = p.metadata.deletionTimestamp !== undefined;
   const ready = servingEndpoint(p) !== undefined;
   const healthy = ready && healthyCondition(p);
@@ -84,6 +103,9 @@ export function memberOf(p: ProxyObject, inputs: MemberInputs): Member {
   const drainingSinceMs = drainSince === undefined ? undefined : Number.isNaN(parsedSince) ? 0 : parsedSince;
   const born = Date.parse(p.metadata.creationTimestamp ?? '');
   const bornMs = Number.isNaN(born) ? 0 : born;
+  // Age rotation counts from the last new IP: creation, or the last in-place restart.
+  const restartedMs = lastRestartMs(p);
+  const ageFromMs = Number.isNaN(restartedMs) ? bornMs : Math.max(bornMs, restartedMs);
   return {
     proxy: p,
     key: keyOf(p),
@@ -91,11 +113,15 @@ export function memberOf(p: ProxyObject, inputs: MemberInputs): Member {
     healthy,
     leasable: healthy && p.spec.drain !== true && drainingSinceMs === undefined && !deleting,
     current: annotations[ANNOTATION_POOL_TEMPLATE_HASH] === inputs.templateHash,
-    rotateAtMs: rotationDue(inputs.rotation, p.metadata.uid ?? p.metadata.name, bornMs),
+    rotateAtMs: rotationDue(inputs.rotation, p.metadata.uid ?? p.metadata.name, ageFromMs),
     bornMs,
     drainingSinceMs,
     deleting,
     leases: leasesOnProxy(p, inputs.leasesOn),
+    restarting: requested !== undefined,
+    restartDone: answer?.phase === 'Done',
+    restartDoneAtMs: answer?.phase === 'Done' ? Date.parse(answer.finishedAt ?? '') : Number.NaN,
+    restartFailed: answer?.phase === 'Failed',
   };
 }
 

@@ -2,13 +2,15 @@
  * pool/reconciler — the ProxyPool controller (leader only): one `reconcile(key)` per pool per
  * work-queue item. It reads the pool's Proxies from the cache, asks pool/plan what to do, and
  * does it — creates Proxies from the template, marks victims draining (`spec.drain` and the
- * drain-since annotation, so the lease store stops granting them), deletes drained ones — then
- * writes the pool's status. The Proxy controller does everything else for each Proxy; a
+ * drain-since annotation, so the lease store stops granting them), deletes drained ones, asks
+ * aged Proxies for an in-place restart under rotation `strategy: Restart` (spec.drain and the
+ * restart-requested annotation; controller/restart does the restart) and lifts the drain once
+ * they passed their health checks again — then writes the pool's status. The Proxy controller does everything else for each Proxy; a
  * deleted pool's Proxies go through ownerReference garbage collection.
  */
 
 import { setCondition } from '../api/conditions.ts';
-import { ANNOTATION_POOL_DRAIN_SINCE, LABEL_POOL } from '../api/constants.ts';
+import { ANNOTATION_POOL_DRAIN_SINCE, ANNOTATION_RESTART_REQUESTED, LABEL_POOL } from '../api/constants.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
 import type { ProxyObject } from '../api/proxy.ts';
 import { desiredReplicas, type ProxyPool, rollingLimits } from '../api/proxypool.ts';
@@ -35,8 +37,13 @@ export interface PoolReconcilerDeps {
   random?: () => number;
   /** Live leases on instance `providerID` of Proxy `key` (the leader's lease store). */
   leasesOn?: (key: string, providerID: string) => number;
-  /** A configured provider's type, for the `strategy: Restart` check; undefined when not configured. */
+  /** A configured provider's type, for the `strategy: Restart` message; undefined when not configured. */
   providerType?: (name: string) => string | undefined;
+  /**
+   * Whether a configured provider can give a running instance a new IP in place (the provider
+   * registry's canRestart); undefined when not configured. Default: none can.
+   */
+  canRestart?: (name: string) => boolean | undefined;
   /** A draining Proxy is deleted at the latest this long after its drain began (--drain-timeout). */
   drainTimeoutMs?: number;
   drainPollMs?: number;
@@ -48,25 +55,75 @@ export interface PoolReconciler {
 }
 
 /**
- * Provider types that can give a running instance a new IP in place (`strategy: Restart`). None of
- * the built-in providers can yet; see docs/configuration.md.
+ * Why the pool's spec cannot be acted on here, naming the field; undefined when it can. Rotation
+ * `strategy: Restart` needs a provider that can give a running instance a new IP in place (the
+ * provider contract's `restart`: gcp) and room for a Proxy to be unavailable meanwhile.
  */
-const RESTART_CAPABLE_TYPES: ReadonlySet<string> = new Set<string>();
-
-/** Why the pool's spec cannot be acted on here, naming the field; undefined when it can. */
 export function unsupportedSpec(
   pool: ProxyPool,
   providerType: (name: string) => string | undefined,
+  canRestart: (name: string) => boolean | undefined = () => false,
 ): string | undefined {
   if (pool.spec.rotation?.strategy !== 'Restart') return undefined;
+  if (rollingLimits(pool.spec).maxUnavailable < 1) {
+    return 'spec.rollingUpdate.maxUnavailable: must be at least 1 with rotation.strategy Restart (a Proxy being restarted serves nothing)';
+  }
   const provider = pool.spec.template.spec.provider ?? '';
   const type = providerType(provider);
-  if (type !== undefined && RESTART_CAPABLE_TYPES.has(type)) return undefined;
+  if (type !== undefined && canRestart(provider) === true) return undefined;
   const which =
     type === undefined
       ? `provider "${provider}" is not configured`
       : `provider "${provider}" (type ${type}) cannot give a running instance a new IP`;
   return `spec.rotation.strategy: Restart is not supported: ${which}; use strategy Replace (a new Proxy per rotation)`;
+}
+
+/** Asks `m` for an in-place restart: no new leases (spec.drain), and the request's time. */
+async function requestRestart(
+  store: ObjectStore,
+  m: Member,
+  sinceIso: string,
+  signal: AbortSignal,
+): Promise<void> {
+  await retryOnConflict(
+    m.proxy,
+    async (p: ProxyObject) => {
+      const a = p.metadata.annotations ?? {};
+      if (p.metadata.deletionTimestamp || a[ANNOTATION_RESTART_REQUESTED] || a[ANNOTATION_POOL_DRAIN_SINCE])
+        return;
+      const next = structuredClone(p);
+      next.spec.drain = true;
+      next.metadata.annotations = { ...a, [ANNOTATION_RESTART_REQUESTED]: sinceIso };
+      await store.proxies.update(next, { signal });
+    },
+    () => store.proxies.read(parseKey(m.key), { signal }),
+    { signal },
+  );
+}
+
+/** A restarted `m` passed its health checks: the drain is lifted (back to the template's). */
+async function resumeMember(
+  store: ObjectStore,
+  pool: ProxyPool,
+  m: Member,
+  signal: AbortSignal,
+): Promise<void> {
+  await retryOnConflict(
+    m.proxy,
+    async (p: ProxyObject) => {
+      const a = p.metadata.annotations ?? {};
+      if (p.metadata.deletionTimestamp || !a[ANNOTATION_RESTART_REQUESTED] || a[ANNOTATION_POOL_DRAIN_SINCE])
+        return;
+      const next = structuredClone(p);
+      const { [ANNOTATION_RESTART_REQUESTED]: _done, ...rest } = a;
+      next.metadata.annotations = rest;
+      if (pool.spec.template.spec.drain === undefined) delete next.spec.drain;
+      else next.spec.drain = pool.spec.template.spec.drain;
+      await store.proxies.update(next, { signal });
+    },
+    () => store.proxies.read(parseKey(m.key), { signal }),
+    { signal },
+  );
 }
 
 /** Stops new leases on `m` (spec.drain) and records when, so it is deleted once drained. */
@@ -136,6 +193,7 @@ export function createPoolReconciler(deps: PoolReconcilerDeps): PoolReconciler {
   const random = deps.random ?? Math.random;
   const leasesOn = deps.leasesOn ?? (() => 0);
   const providerType = deps.providerType ?? (() => undefined);
+  const canRestart = deps.canRestart ?? (() => false);
   const drainTimeoutMs = deps.drainTimeoutMs ?? DEFAULT_POOL_DRAIN_TIMEOUT_MS;
   const drainPollMs = deps.drainPollMs ?? DEFAULT_POOL_DRAIN_POLL_MS;
 
@@ -180,6 +238,7 @@ export function createPoolReconciler(deps: PoolReconcilerDeps): PoolReconciler {
       maxUnavailable: rollingLimits(pool.spec).maxUnavailable,
       nowMs: clock.now(),
       invalid,
+      restartInPlace: pool.spec.rotation?.strategy === 'Restart',
     });
     const now = new Date(clock.now()).toISOString().replace(/\.\d+Z$/, 'Z');
     let merged = pool.status?.conditions;
@@ -197,7 +256,7 @@ export function createPoolReconciler(deps: PoolReconcilerDeps): PoolReconciler {
     const pool = store.proxyPools.get(parseKey(key));
     if (!pool || pool.metadata.deletionTimestamp) return {};
     const runLog = log.child({ pool: key });
-    const invalid = unsupportedSpec(pool, providerType);
+    const invalid = unsupportedSpec(pool, providerType, canRestart);
     if (invalid !== undefined) {
       runLog.warn({ reason: invalid }, 'pool spec cannot be acted on; nothing changes');
       await writeStatus(pool, invalid, signal);
@@ -211,17 +270,24 @@ export function createPoolReconciler(deps: PoolReconcilerDeps): PoolReconciler {
       nowMs: clock.now(),
       drainTimeoutMs,
       drainPollMs,
+      restartInPlace: pool.spec.rotation?.strategy === 'Restart',
     });
     const since = new Date(clock.now()).toISOString();
     for (const m of plan.drain) await startDrain(store, m, since, signal);
     for (const m of plan.remove) await removeMember(store, m, signal);
+    for (const m of plan.restart) await requestRestart(store, m, since, signal);
+    for (const m of plan.resume) await resumeMember(store, pool, m, signal);
     if (plan.create > 0) await createMany(pool, plan.create, signal);
-    if (plan.drain.length + plan.remove.length + plan.create > 0) {
+    const changes =
+      plan.drain.length + plan.remove.length + plan.create + plan.restart.length + plan.resume.length;
+    if (changes > 0) {
       runLog.info(
         {
           created: plan.create,
           draining: plan.drain.map((m) => m.proxy.metadata.name),
           deleted: plan.remove.map((m) => m.proxy.metadata.name),
+          restarting: plan.restart.map((m) => m.proxy.metadata.name),
+          restarted: plan.resume.map((m) => m.proxy.metadata.name),
         },
         'pool changed',
       );

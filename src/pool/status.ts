@@ -7,7 +7,7 @@ import { LABEL_POOL } from '../api/constants.ts';
 import type { Condition } from '../api/meta.ts';
 import type { ProxyPool, ProxyPoolStatus } from '../api/proxypool.ts';
 import type { Member } from './members.ts';
-import { activeMembers, isOutdated } from './plan.ts';
+import { activeMembers, isDueForRestart, isOutdated } from './plan.ts';
 
 export const POOL_CONDITION_AVAILABLE = 'Available';
 export const POOL_CONDITION_PROGRESSING = 'Progressing';
@@ -25,7 +25,15 @@ function progressing(
   active: number,
   updated: number,
   draining: number,
+  restarting: number,
 ): { status: 'True' | 'False'; reason: string; message: string } {
+  if (restarting > 0) {
+    return {
+      status: 'True',
+      reason: 'Restarting',
+      message: `${restarting} Proxies restarting in place for a new IP`,
+    };
+  }
   if (updated < active || (updated < replicas && active >= replicas)) {
     return { status: 'True', reason: 'RollingOut', message: `${updated} of ${replicas} Proxies updated` };
   }
@@ -49,6 +57,8 @@ export interface StatusInputs {
   nowMs: number;
   /** Why the spec cannot be acted on (e.g. an unsupported rotation strategy); undefined if it can. */
   invalid: string | undefined;
+  /** Rotation strategy Restart. */
+  restartInPlace?: boolean;
 }
 
 /** The status fields and conditions this pass observed (conditions without transition times). */
@@ -59,7 +69,14 @@ export function poolStatus(inputs: StatusInputs): {
   const { pool, members, replicas, nowMs } = inputs;
   const active = activeMembers(members);
   const draining = members.filter((m) => m.drainingSinceMs !== undefined && !m.deleting).length;
-  const updated = active.filter((m) => !isOutdated(m, nowMs)).length;
+  const restartInPlace = inputs.restartInPlace ?? false;
+  const restarting = active.filter((m) => m.restarting).length;
+  const updated = active.filter(
+    (m) =>
+      !isOutdated(m, nowMs, restartInPlace) &&
+      !m.restarting &&
+      !(restartInPlace && isDueForRestart(m, nowMs)),
+  ).length;
   const leasable = active.filter((m) => m.leasable).length;
   const minLeasable = Math.max(0, replicas - inputs.maxUnavailable);
   const generation = pool.metadata.generation;
@@ -71,10 +88,11 @@ export function poolStatus(inputs: StatusInputs): {
     leasableReplicas: leasable,
     updatedReplicas: updated,
     drainingReplicas: draining,
+    restartingReplicas: restarting,
     selector: poolSelector(pool.metadata.name),
     ...observed,
   };
-  const progress = progressing(replicas, active.length, updated, draining);
+  const progress = progressing(replicas, active.length, updated, draining, restarting);
   const conditions: ConditionIntent[] = [
     {
       type: POOL_CONDITION_AVAILABLE,

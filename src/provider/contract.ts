@@ -91,6 +91,18 @@ export interface Provider {
    * leaves the instance unlabelled, and its owner then recognises it by the Proxy UID alone.
    */
   adopt?(ctx: CallContext, providerID: string, installation: string): Promise<void>;
+  /**
+   * Gives a running instance a new external address in place (pool rotation `strategy: Restart`):
+   * stops and starts it, following the backend's operations. Optional: only backends whose
+   * instance gets a new IP from a stop/start implement it (gcp; see `canRestart`).
+   *
+   * Idempotent for one `since` (when the restart was decided, recorded by the caller before the
+   * first call): an instance already stopped, or started again, at or after `since` is not
+   * stopped again. Resolves to the instance Running with its new address once it runs again
+   * after such a stop; while the stop or the start is still under way, to the instance as it is
+   * (Stopping, Stopped, Pending), and the caller calls again. NotFound when it is gone.
+   */
+  restart?(ctx: CallContext, providerID: string, since: Date): Promise<Instance>;
   /** Release connections, listeners, timers. */
   close?(): Promise<void>;
 }
@@ -98,6 +110,11 @@ export interface Provider {
 export interface Checker {
   /** One verdict per backend target; never throws. */
   check(ctx: CallContext): Promise<TargetStatus[]>;
+}
+
+/** Whether `p` can give a running instance a new IP in place (it implements `restart`). */
+export function canRestart(p: Provider): p is Provider & { restart: NonNullable<Provider['restart']> } {
+  return typeof p.restart === 'function';
 }
 
 export function isChecker(p: unknown): p is Checker {

@@ -12,7 +12,7 @@ import { recordSpanError } from '../tracing/index.ts';
 import type { CallContext, CreateRequest, Instance, Provider } from './contract.ts';
 import { asProviderError, classify, type ErrorClass } from './errors.ts';
 
-export const PROVIDER_OPS = ['create', 'get', 'delete', 'listByTag', 'adopt'] as const;
+export const PROVIDER_OPS = ['create', 'get', 'delete', 'listByTag', 'adopt', 'restart'] as const;
 export type ProviderOp = (typeof PROVIDER_OPS)[number];
 export type ProviderResult = 'ok' | ErrorClass;
 
@@ -55,6 +55,7 @@ type Around = <T>(
 /** A Provider whose operations (and close) go through `around`; name/type copied. */
 function decorate(p: Provider, around: Around): Provider {
   const adopt = p.adopt?.bind(p);
+  const restart = p.restart?.bind(p);
   return {
     name: p.name,
     type: p.type,
@@ -80,6 +81,16 @@ function decorate(p: Provider, around: Around): Provider {
     ...(adopt && {
       adopt: (ctx: CallContext, providerID: string, installation: string) =>
         around('adopt', { 'provider.id': providerID }, () => adopt(ctx, providerID, installation)),
+    }),
+    // Only where the backend can change an instance's IP in place (contract canRestart).
+    ...(restart && {
+      restart: (ctx: CallContext, providerID: string, since: Date) =>
+        around(
+          'restart',
+          { 'provider.id': providerID },
+          () => restart(ctx, providerID, since),
+          (inst: Instance, span) => span?.setAttribute('provider.instance_state', inst.state),
+        ),
     }),
     close: async () => {
       await p.close?.();

@@ -15,7 +15,7 @@ import type { ProviderEntry, ProvidersConfig, ProviderType } from '../config/sch
 import { errorMessage } from '../log/errors.ts';
 import { silentLogger } from '../log/index.ts';
 import { TRACER_NAME } from '../tracing/index.ts';
-import { type Checker, isChecker, type Provider } from './contract.ts';
+import { type Checker, canRestart, isChecker, type Provider } from './contract.ts';
 import { providerMetrics, withErrorOrigin, withMetrics, withTracing } from './decorators.ts';
 
 export interface ProviderDeps {
@@ -42,6 +42,11 @@ export interface ProviderRegistry {
   checkers(): Map<string, Checker>;
   /** The provider's type (kubernetes, gcp, kvm, local), or undefined when not configured. */
   type(name: string): string | undefined;
+  /**
+   * Whether the provider can give a running instance a new IP in place (contract `restart`,
+   * pool rotation `strategy: Restart`); undefined when not configured.
+   */
+  canRestart(name: string): boolean | undefined;
   /** Closes every provider (concurrently, once); failures are logged, never thrown. */
   close(): Promise<void>;
 }
@@ -140,6 +145,10 @@ export function providerRegistryFrom(
     entries: () => [...decorated.entries()],
     checkers: () => new Map(checkers),
     type: (name) => rawByName.get(name)?.type,
+    canRestart: (name) => {
+      const p = rawByName.get(name);
+      return p === undefined ? undefined : canRestart(p);
+    },
     close() {
       closing ??= Promise.all([...rawByName.values()].map((p) => closeQuietly(p, log))).then(() => {});
       return closing;

@@ -3,12 +3,21 @@
  * order: caches (until synced) → always-on runnables → leader election → leader-only runnables
  * once leading. Serves /healthz and /readyz, and shuts down gracefully on SIGTERM/SIGINT:
  * stop intake, let runnables drain within a grace period, release the leader lease, stop caches.
+ * The probe port runs on the shared hardened listener (src/metrics/listener.ts): header, request
+ * and idle timeouts and a small connection cap (docs/operations.md, "Listeners").
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { type BindAddress, parseBindAddress } from '../metrics/bind.ts';
+import {
+  createListener,
+  DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS,
+  DEFAULT_LISTENER_TIMEOUTS,
+  type ListenerLimits,
+  limitsProblem,
+} from '../metrics/listener.ts';
 import { type Clock, systemClock, type TimerHandle, timeoutSignal } from './clock.ts';
 import { LeaderElectionLost, type LeaderElector, StandaloneElector } from './leader/elector.ts';
 import type { ObjectStore } from './store.ts';
@@ -35,6 +44,11 @@ export interface ManagerOptions {
   elector?: LeaderElector;
   /** `host:port`, `:port` or `[v6]:port` for /healthz and /readyz; `0`/empty disables. */
   healthProbeBindAddress?: string;
+  /**
+   * Timeouts and connection cap of the probe listener. Default: the listener timeouts of
+   * src/metrics/listener.ts and `DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS`.
+   */
+  healthProbeLimits?: ListenerLimits;
   /** How long runnables get to drain on stop (default 30 s). */
   gracePeriodMs?: number;
   /** Give up when caches have not synced by then (default 2 min). */
@@ -50,6 +64,7 @@ export class Manager {
   private readonly store: ManagerOptions['store'];
   private readonly elector: LeaderElector;
   private readonly bind: BindAddress | undefined;
+  private readonly probeLimits: ListenerLimits;
   private readonly gracePeriodMs: number;
   private readonly cacheSyncTimeoutMs: number;
   private readonly log: Logger;
@@ -83,6 +98,12 @@ export class Manager {
     this.bind = opts.healthProbeBindAddress
       ? (parseBindAddress(opts.healthProbeBindAddress, 'health probe bind address') ?? undefined)
       : undefined;
+    this.probeLimits = opts.healthProbeLimits ?? {
+      ...DEFAULT_LISTENER_TIMEOUTS,
+      maxConnections: DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS,
+    };
+    const problem = limitsProblem(this.probeLimits);
+    if (problem) throw new Error(`health probe listener: ${problem}`);
     this.gracePeriodMs = opts.gracePeriodMs ?? 30_000;
     this.cacheSyncTimeoutMs = opts.cacheSyncTimeoutMs ?? 120_000;
     this.log = opts.log ?? silentLogger();
@@ -289,7 +310,7 @@ export class Manager {
   }
 
   private listen(bind: BindAddress): Promise<void> {
-    const server = createServer((req, res) => void this.serve(req, res));
+    const server = createListener((req, res) => void this.serve(req, res), this.probeLimits);
     this.server = server;
     return new Promise((resolve, reject) => {
       server.once('error', reject);

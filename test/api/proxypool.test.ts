@@ -60,6 +60,29 @@ const CASES: { name: string; edit: (spec: Node, meta: Node) => void; errors: str
     errors: ['spec.rollingUpdate.maxSurge'],
   },
   {
+    name: 'rotation strategy Restart without maxUnavailable',
+    edit: (s) => {
+      s.rotation = { maxAge: '1h', strategy: 'Restart' };
+    },
+    errors: ['spec.rollingUpdate.maxUnavailable'],
+  },
+  {
+    name: 'rotation strategy Restart with maxUnavailable 0',
+    edit: (s) => {
+      s.rotation = { maxAge: '1h', strategy: 'Restart' };
+      s.rollingUpdate = { maxSurge: 1, maxUnavailable: 0 };
+    },
+    errors: ['spec.rollingUpdate.maxUnavailable'],
+  },
+  {
+    name: 'rotation strategy Restart with maxUnavailable 1',
+    edit: (s) => {
+      s.rotation = { maxAge: '1h', strategy: 'Restart' };
+      s.rollingUpdate = { maxUnavailable: 1 };
+    },
+    errors: [],
+  },
+  {
     name: 'maxAge under 10s',
     edit: (s) => {
       s.rotation = { maxAge: '5s' };

@@ -5,7 +5,8 @@
  * with Retry-After) and one page always. With 3 and with 10 proxies: every page is fetched, every
  * `blocked` report the operator receives names the proxy that carried the refused response (the
  * ground truth is a recorder next to Scrapy's downloader), the always-refused page is given up
- * after the retry cap, and no lease is left at the end. With 3 proxies the operator is also
+ * after the retry cap, every lease the crawl took is released by it (a shared lease once its
+ * last request is done) and no lease is left at the end. With 3 proxies the operator is also
  * restarted mid-crawl while requests are in flight: no page is lost.
  */
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -243,6 +244,12 @@ async function crawlAndCheck(opts: { proxies: number; pages: number; restart: bo
     expect(plain.origin.seen.get('/always-403')).toBe(BLOCKED_RETRIES + 1);
     // Nothing here is a proxy's fault.
     expect(reports.failed).toBe(0);
+    // A slot's shared lease is released by the middleware once its last request is done, never
+    // while siblings still use it (a sibling would meet a 407), never left to expire: every
+    // lease taken was released by the crawl itself.
+    expect(result.stats['egress/lease_ended'] ?? 0, output.slice(-3000)).toBe(0);
+    expect(result.stats['egress/release']).toBe(result.stats['egress/lease']);
+    expect(result.stats['egress/lease']).toBeGreaterThan(1);
   }
   // No lease left behind.
   const after = await clientFor(ws).listProxies();

@@ -300,6 +300,54 @@ const CASES: Case[] = [
     errors: [['providers[0].kvm.images.d.firmware', 'must be one of uefi, bios']],
   },
   {
+    name: 'kvm image direct kernel boot ok',
+    config: cfg(
+      kvm({
+        images: {
+          d: {
+            url: 'https://x/y',
+            firmware: 'bios',
+            kernel: '/var/lib/images/vmlinuz',
+            initrd: '/var/lib/images/initrd.img',
+            cmdline: 'root=/dev/vda rw console=ttyS0',
+          },
+        },
+      }),
+    ),
+  },
+  {
+    name: 'kvm image direct boot paths not absolute or empty',
+    config: cfg(kvm({ images: { d: { url: 'https://x/y', kernel: 'vmlinuz', initrd: '' } } })),
+    errors: [
+      ['providers[0].kvm.images.d.kernel', '"vmlinuz" must be an absolute path on the kvm hosts'],
+      ['providers[0].kvm.images.d.initrd', 'must not be empty (leave it out to boot from the disk)'],
+    ],
+  },
+  {
+    name: 'kvm image initrd and cmdline without kernel',
+    config: cfg(kvm({ images: { d: { url: 'https://x/y', initrd: '/i', cmdline: 'quiet' } } })),
+    errors: [
+      ['providers[0].kvm.images.d.initrd', 'needs kernel: an initrd is only used with direct kernel boot'],
+      [
+        'providers[0].kvm.images.d.cmdline',
+        'needs kernel: a command line is only used with direct kernel boot',
+      ],
+    ],
+  },
+  {
+    name: 'kvm image control characters in kernel and cmdline',
+    config: cfg(kvm({ images: { d: { url: 'https://x/y', kernel: '/k\n', cmdline: 'a\nb' } } })),
+    errors: [
+      ['providers[0].kvm.images.d.kernel', 'must not contain control characters'],
+      ['providers[0].kvm.images.d.cmdline', 'must be one line without control characters'],
+    ],
+  },
+  {
+    name: 'kvm image kernel not a string',
+    config: cfg(kvm({ images: { d: { url: 'https://x/y', kernel: 7 } } })),
+    errors: [['providers[0].kvm.images.d.kernel', 'string']],
+  },
+  {
     name: 'kvm no machine types',
     config: cfg(kvm({ machineTypes: {} })),
     errors: [['providers[0].kvm.machineTypes', 'at least one machine type']],

@@ -4,19 +4,8 @@ import { createProxyReconciler, type ProxyReconciler } from '../../src/controlle
 import type { CallContext, Provider } from '../../src/provider/contract.ts';
 import type { ObjectStore } from '../../src/runtime/store.ts';
 import { FakeProvider } from '../support/fake-provider.ts';
+import { seededRandom, TEST_SEED } from '../support/random.ts';
 import { type Backend, createTestStore, NS, testOptions } from './harness.ts';
-
-/** Deterministic PRNG so a failure reproduces. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /**
  * "Kills" the reconciler: aborts the signal of the reconcile in flight (so nothing after this
@@ -28,7 +17,7 @@ class Chaos {
   private current: AbortController | undefined;
   private readonly rnd: () => number;
   constructor(seed: number) {
-    this.rnd = mulberry32(seed);
+    this.rnd = seededRandom(seed);
   }
   begin(): AbortSignal {
     this.current = new AbortController();
@@ -89,7 +78,7 @@ class Surroundings {
   private readonly store: ObjectStore;
   constructor(seed: number, store: ObjectStore) {
     this.store = store;
-    this.rnd = mulberry32(seed ^ 0x5eed);
+    this.rnd = seededRandom(seed ^ 0x5eed);
   }
   leasesOn = (_key: string, id: string): number => ((this.leases.get(id) ?? 0) > 0 ? 1 : 0);
   /** One round of the world outside the reconciler. */
@@ -221,9 +210,9 @@ function assertOneInstancePerProxy(w: World, names: string[]): void {
 
 describe('reconciler crash safety', () => {
   it.each(['memory', 'embedded'] as const)(
-    '100 Proxies through create, replacement and deletion with random kills, %s store: no leak, no duplicate',
+    `100 Proxies through create, replacement and deletion with random kills, %s store: no leak, no duplicate (TEST_SEED=${TEST_SEED})`,
     async (backend) => {
-      const w = await world(Number(process.env.CRASH_SEED ?? 20260101), backend);
+      const w = await world(TEST_SEED, backend);
       const unfollow = w.around.follow();
       const names = Array.from({ length: 100 }, (_, i) => `p-${i}`);
       const keys = names.map((n) => `${NS}/${n}`);

@@ -1,8 +1,9 @@
 /**
  * The dashboard in a real browser (headless Chromium from Debian) against the real standalone
  * app with a token: the page asks for the token once, lists the example fleet, shows a
- * `blocked` report as a cooldown within 2 s, shows a proxy a new manifest adds, and never
- * carries a credential — not in the DOM, not in any response. Leaves a screenshot for
+ * `blocked` report as a cooldown within 2 s, shows the example's ProxyPool with the counts of
+ * its own status and follows a scale, shows a proxy a new manifest adds, and never carries a
+ * credential — not in the DOM, not in any response. Leaves a screenshot for
  * docs/dashboard.md (path in DASHBOARD_SCREENSHOT, else a temp file).
  */
 import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -19,6 +20,7 @@ import { type Browser, launchChromium } from '../support/browser.ts';
 import {
   cleanupCli,
   createWorkspace,
+  EXAMPLE_POOL_FILE,
   healthCheckUrl,
   standaloneArgs,
   type Workspace,
@@ -29,6 +31,8 @@ vi.setConfig({ testTimeout: 90_000, hookTimeout: 120_000 });
 
 const TOKEN = 'dashboard-test-token-7f3a9c';
 const EXAMPLE = ['crawl/local-1', 'crawl/local-2', 'crawl/local-3'];
+/** The example's three Proxies and its ProxyPool `demo` of two. */
+const EXAMPLE_PROXIES = 5;
 
 let ws: Workspace;
 let app: App;
@@ -38,6 +42,8 @@ let page: Page;
 let client: DiscoveryClient;
 /** Every response body the page received, and every secret that must never be in one. */
 const bodies: { url: string; body: string }[] = [];
+/** Every URL the page asked for: all of them on the discovery API's origin (no CDN). */
+const requested: string[] = [];
 const secrets = new Set<string>([TOKEN]);
 
 const tracing = () => ({ tracer: trace.getTracer('test'), enabled: false, shutdown: async () => {} });
@@ -60,7 +66,7 @@ function row(key: string): string {
 }
 
 beforeAll(async () => {
-  ws = await createWorkspace();
+  ws = await createWorkspace({ pool: true });
   const parsed = parseCommandLine(standaloneArgs(ws));
   if (parsed.command !== 'standalone') throw new Error('not standalone');
   app = await buildApp(parsed, {
@@ -75,12 +81,13 @@ beforeAll(async () => {
     'the example proxies Ready and healthy',
     async () => {
       const proxies = await client.listProxies();
-      return proxies.length === 3 && proxies.every((p) => p.phase === 'Ready' && p.healthy);
+      return proxies.length === EXAMPLE_PROXIES && proxies.every((p) => p.phase === 'Ready' && p.healthy);
     },
     { timeoutMs: 60_000 },
   );
   browser = await launchChromium();
   page = await browser.context.newPage();
+  page.on('request', (req) => requested.push(req.url()));
   page.on('response', (res) => {
     void res.text().then(
       (body) => bodies.push({ url: res.url(), body }),
@@ -132,8 +139,13 @@ describe('dashboard in Chromium', () => {
   });
 
   it('filters and sorts the table', async () => {
+    // Proxies sharing the blocked proxy's egress IP share its cooldown (the example has more
+    // proxies than addresses): the filter keeps exactly the rows that show one.
+    const cooling = await page.locator('#fleet tbody tr:has(li[data-target="shop.example"])').count();
+    expect(cooling).toBeGreaterThanOrEqual(1);
+    expect(cooling).toBeLessThan(EXAMPLE_PROXIES);
     await page.fill('#filter', 'shop.example');
-    await expect.poll(() => page.locator('#fleet tbody tr').count()).toBe(1);
+    await expect.poll(() => page.locator('#fleet tbody tr').count()).toBe(cooling);
     await page.fill('#filter', '');
     await expect.poll(() => page.locator('#fleet tbody tr').count()).toBeGreaterThanOrEqual(3);
     await page.click('#fleet th[data-sort="key"] button');
@@ -145,6 +157,37 @@ describe('dashboard in Chromium', () => {
     await page.click('#fleet th[data-sort="key"] button');
   });
 
+  it("shows the example's ProxyPool with the counts from its status, and follows a scale", async () => {
+    const demo = page.locator('#pools tr[data-pool="crawl/demo"]');
+    const cell = (col: string) => demo.locator(`td[data-col="${col}"]`).textContent();
+    await demo.waitFor({ timeout: 10_000 });
+    for (const col of ['desired', 'replicas', 'ready', 'healthy', 'leasable'])
+      await expect.poll(() => cell(col), { timeout: 30_000 }).toBe('2');
+    await expect
+      .poll(() => demo.locator('[data-condition="Available"]').getAttribute('data-status'))
+      .toBe('True');
+    // Its proxies carry the pool in their row.
+    const members = page
+      .locator('#fleet tbody tr')
+      .filter({ has: page.locator('td:nth-child(2)', { hasText: /^demo$/ }) });
+    await expect.poll(() => members.count()).toBe(2);
+
+    // A scale, as a user does it: edit replicas in the manifest. Desired follows the spec at once,
+    // the other counts the status the pool controller writes as the new proxy comes up.
+    const file = join(ws.proxiesDir, EXAMPLE_POOL_FILE);
+    const manifest = readFileSync(file, 'utf8');
+    expect(manifest).toContain('replicas: 2');
+    writeFileSync(file, manifest.replace('replicas: 2', 'replicas: 3'));
+    await expect.poll(() => cell('desired'), { timeout: 30_000 }).toBe('3');
+    await expect.poll(() => cell('leasable'), { timeout: 60_000 }).toBe('3');
+    expect(await cell('ready')).toBe('3');
+    await expect.poll(() => members.count()).toBe(3);
+    await page.locator('#events li[data-kind="pool"]').first().waitFor();
+    expect(await page.locator('#events li[data-kind="pool"] .message').allTextContents()).toContain(
+      'pool crawl/demo scaled 2 → 3',
+    );
+  });
+
   it('shows a proxy added by a manifest, with its pool', async () => {
     const manifest = readFileSync(join(ws.proxiesDir, 'local-1.yaml'), 'utf8')
       .replace('name: local-1', 'name: local-4')
@@ -154,9 +197,19 @@ describe('dashboard in Chromium', () => {
     const added = page.locator(row('crawl/local-4'));
     await added.waitFor({ timeout: 30_000 });
     expect(await added.locator('td').nth(1).textContent()).toBe('research');
-    await page.locator('#pools tr[data-pool="research"]').waitFor({ timeout: 30_000 });
+    // No ProxyPool named research: the label alone is listed, marked as such.
+    const research = page.locator('#pools tr[data-pool="crawl/research"]');
+    await research.waitFor({ timeout: 30_000 });
+    expect(await research.locator('td[data-col="desired"]').textContent()).toBe('–');
+    expect(await research.locator('.pool-status').textContent()).toContain('no ProxyPool');
     await expect.poll(() => added.locator('td').nth(3).textContent(), { timeout: 60_000 }).toContain('Ready');
     await page.locator('#events li[data-kind="added"]').first().waitFor();
+  });
+
+  it('loads nothing from another origin', () => {
+    expect(requested.length).toBeGreaterThan(5);
+    const foreign = requested.filter((u) => !u.startsWith(`${ws.discoveryUrl}/`) && !u.startsWith('data:'));
+    expect(foreign).toEqual([]);
   });
 
   it('never has a credential in the DOM or in any response', async () => {

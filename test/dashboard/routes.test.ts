@@ -68,6 +68,19 @@ describe('dashboard routes', () => {
     expect((await fetch(`${url}/dashboard/..%2Fassets.ts`)).status).toBe(404);
   });
 
+  it('is small and self-contained: no CDN, nothing from another origin', () => {
+    const assets = loadDashboardAssets();
+    const bodies = [assets.page, ...[...assets.files.values()].map((a) => a.body)];
+    const bytes = bodies.reduce((n, b) => n + Buffer.byteLength(b), 0);
+    // docs/dashboard.md says about 30 KB; a framework or a bundled library would blow this.
+    expect(bytes).toBeLessThan(64 * 1024);
+    for (const body of bodies) {
+      expect(body).not.toMatch(/(src|href)=["']?(https?:)?\/\//);
+      expect(body).not.toMatch(/import\s[^;]*from\s*['"](https?:)?\/\//);
+      expect(body).not.toMatch(/@import|url\((?!data:)/);
+    }
+  });
+
   it('serves the page modules as JavaScript a browser can run (types stripped)', async () => {
     const url = await start(TOKEN);
     const source = await (await fetch(`${url}/dashboard/format.ts`)).text();

@@ -1,6 +1,7 @@
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { sameSecret } from '../../src/discovery/auth.ts';
 import {
   DiscoveryClient,
   DiscoveryError,
@@ -394,6 +395,14 @@ describe('auth', () => {
         headers: { authorization: 'Bearer nope' },
       });
       expect(wrong.status).toBe(401);
+      // A prefix, one character more, and the same length with the last character changed.
+      for (const near of [TOKEN.slice(0, -1), `${TOKEN}x`, `${TOKEN.slice(0, -1)}#`]) {
+        const r = await fetch(`${s.server.url}${path}`, {
+          method,
+          headers: { authorization: `Bearer ${near}` },
+        });
+        expect(r.status, `${method} ${path} with a near-miss token`).toBe(401);
+      }
       const basic = await fetch(`${s.server.url}${path}`, {
         method,
         headers: { authorization: `Basic ${TOKEN}` },
@@ -581,5 +590,20 @@ describe('concurrency', () => {
       await Promise.all(granted.map((g) => client.release(g.id)));
       expect(s.leases.activeLeases()).toBe(0);
     }
+  });
+});
+
+describe('sameSecret', () => {
+  it('accepts only the exact token', () => {
+    expect(sameSecret('s3cret-token', 's3cret-token')).toBe(true);
+    for (const given of [
+      '',
+      's3cret-toke',
+      's3cret-tokenn',
+      'S3cret-token',
+      's3cret-tokeN',
+      '\u0000'.repeat(12),
+    ])
+      expect(sameSecret(given, 's3cret-token'), JSON.stringify(given)).toBe(false);
   });
 });

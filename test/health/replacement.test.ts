@@ -5,7 +5,8 @@
  * status.replacementHealth say healthy (failures after failureThreshold say why); those
  * verdicts never reach the lease store. At the switch the passed verdict carries over to the
  * serving instance without a gap; an instance that changes any other way (a lost one
- * re-created) is unleasable until probed again.
+ * re-created) is unleasable until probed again, and a proxy that stops serving or serves such an
+ * instance has Healthy=Unknown (NotServing) in status meanwhile.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { LABEL_CREDENTIALS_FOR } from '../../src/api/constants.ts';
@@ -183,10 +184,16 @@ describe('replacement probing', () => {
     // Re-created elsewhere, straight to Ready (no pending): the old verdict must not carry over.
     await patch(r.store, { providerID: 'fake/recreated', port: 5003 });
     expect(r.verdicts.at(-1)).toMatchObject({ healthy: false });
-    await r.advance(1000); // one pass of two
+    // Status takes the old verdict back too: Unknown until the new instance is judged.
+    const healthy = () => r.status().conditions?.find((c) => c.type === 'Healthy');
+    await r.advance(100);
+    expect(healthy()).toMatchObject({ status: 'Unknown', reason: 'NotServing' });
+    await r.advance(900); // one pass of two
     expect(r.verdicts.at(-1)).toMatchObject({ healthy: false });
+    expect(healthy()).toMatchObject({ status: 'Unknown', reason: 'NotServing' });
     await r.advance(1000);
     expect(r.verdicts.at(-1)).toMatchObject({ healthy: true });
+    expect(healthy()).toMatchObject({ status: 'True', reason: 'ProbeSucceeded' });
   });
 
   it('an instance that stops serving (address cleared) loses its verdict at once', async () => {
@@ -194,7 +201,15 @@ describe('replacement probing', () => {
     seedServing(r.store);
     r.engine.start();
     await r.advance(1000);
-    await patch(r.store, { phase: 'Provisioning', address: null, port: null });
+    expect(r.status().conditions?.find((c) => c.type === 'Healthy')).toMatchObject({ status: 'True' });
+    await patch(r.store, { phase: 'Restarting', address: null, port: null });
     expect(r.verdicts.at(-1)).toMatchObject({ healthy: false });
+    // Status too: the verdict was about an instance that no longer serves there.
+    await r.advance(100);
+    expect(r.status().conditions?.find((c) => c.type === 'Healthy')).toMatchObject({
+      status: 'Unknown',
+      reason: 'NotServing',
+    });
+    expect(r.status().health).toEqual({ consecutiveFailures: 0, lastProbeTime: expect.any(String) });
   });
 });

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { iso, newLeaseId } from '../../src/lease/lease.ts';
 import { type LeaseGrant, LeaseInputError, LeaseStore } from '../../src/lease/store.ts';
 import { normalizeTarget } from '../../src/lease/target.ts';
 import { FakeClock } from '../support/clock.ts';
@@ -343,5 +344,36 @@ describe('normalizeTarget', () => {
 
   it.each(['a b', 'http://', 'exa/mple', '-bad-.com'])('rejects %s', (raw) => {
     expect(() => normalizeTarget(raw)).toThrow(LeaseInputError);
+  });
+
+  it('answers a repeated target the same way, valid or not (results are remembered, errors are not)', () => {
+    for (let round = 0; round < 3; round++) {
+      expect(normalizeTarget('HTTPS://Repeat.Example:8443/x')).toBe('repeat.example');
+      expect(normalizeTarget('repeat.example')).toBe('repeat.example');
+      expect(() => normalizeTarget('repeat example')).toThrow(LeaseInputError);
+    }
+  });
+
+  it('stays right past the size of its memory', () => {
+    for (let i = 0; i < 10_000; i++) expect(normalizeTarget(`Site-${i}.Example`)).toBe(`site-${i}.example`);
+    expect(normalizeTarget('Site-0.Example')).toBe('site-0.example');
+  });
+});
+
+describe('lease ids and times', () => {
+  it('lease ids are random version 4 UUIDs, distinct over many grants', () => {
+    const ids = new Set<string>();
+    for (let i = 0; i < 5_000; i++) {
+      const id = newLeaseId();
+      expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      ids.add(id);
+    }
+    expect(ids.size).toBe(5_000);
+  });
+
+  it('expiry times are ISO 8601 of the given instant, also when instants alternate', () => {
+    const a = Date.UTC(2026, 0, 2, 3, 4, 5, 678);
+    const b = a + 1;
+    for (const t of [a, a, b, a, b, b]) expect(iso(t)).toBe(new Date(t).toISOString());
   });
 });

@@ -1,7 +1,7 @@
 /**
  * test/pool/plan — the pool controller's decisions as pure arithmetic: the victim order down to
- * "oldest first", what maxSurge and maxUnavailable allow in one pass, and when a drained or
- * timed-out victim goes.
+ * "oldest first", what maxSurge and maxUnavailable allow in one pass, when a drained or
+ * timed-out victim goes, and in-place restarts under rotation strategy Restart.
  */
 import { describe, expect, it } from 'vitest';
 import type { ProxyObject } from '../../src/api/proxy.ts';
@@ -22,6 +22,10 @@ function member(name: string, over: Partial<Member> = {}): Member {
     drainingSinceMs: undefined,
     deleting: false,
     leases: 0,
+    restarting: false,
+    restartDone: false,
+    restartDoneAtMs: Number.NaN,
+    restartFailed: false,
     ...over,
   };
 }
@@ -107,5 +111,58 @@ describe('pool plan', () => {
     );
     expect(due.create).toBe(1); // a is due: a surge replacement
     expect(due.requeueAfterMs).toBe(30_000); // b's turn
+  });
+
+  it('strategy Restart: aged Proxies restart in place, as many as maxUnavailable allows, none replaced', () => {
+    const now = 1_000_000;
+    const aged = ['a', 'b', 'c', 'd'].map((n, i) => member(n, { rotateAtMs: now - 4_000 + i * 1_000 }));
+    const restart = { restartInPlace: true, maxUnavailable: 1 };
+    const first = planPool(inputs(aged, restart));
+    // The longest overdue first, one at a time (maxUnavailable 1); no surge Proxy, no drain.
+    expect(names(first.restart)).toEqual(['a']);
+    expect(first).toMatchObject({ create: 0, drain: [], remove: [], resume: [] });
+    expect(first.requeueAfterMs).toBe(5_000);
+    expect(names(planPool(inputs(aged, { ...restart, maxUnavailable: 2 })).restart)).toEqual(['a', 'b']);
+    // a restarting (drained, not leasable): the others wait for it.
+    const restarting = member('a', { restarting: true, leasable: false, ready: false, healthy: false });
+    const waiting = planPool(inputs([restarting, ...aged.slice(1)], restart));
+    expect(waiting).toMatchObject({ create: 0, drain: [], restart: [], resume: [] });
+    // Done, but its new instance has not passed yet: still waiting.
+    const unjudged = member('a', { restarting: true, restartDone: true, leasable: false, healthy: false });
+    expect(planPool(inputs([unjudged, ...aged.slice(1)], restart))).toMatchObject({
+      restart: [],
+      resume: [],
+    });
+    // Healthy again: the drain is lifted; the next one goes once a is leasable again.
+    const passed = member('a', {
+      restarting: true,
+      restartDone: true,
+      leasable: false,
+      rotateAtMs: now + 60_000,
+    });
+    const back = planPool(inputs([passed, ...aged.slice(1)], restart));
+    expect(names(back.resume)).toEqual(['a']);
+    expect(back.restart).toEqual([]);
+    const next = planPool(inputs([member('a', { rotateAtMs: now + 60_000 }), ...aged.slice(1)], restart));
+    expect(names(next.restart)).toEqual(['b']);
+  });
+
+  it('strategy Restart: a failed restart is replaced; template changes still roll out by replacement', () => {
+    const now = 1_000_000;
+    const restart = { restartInPlace: true, maxUnavailable: 1 };
+    const failed = member('a', { restarting: true, restartFailed: true, leasable: false, healthy: false });
+    const plan = planPool(inputs([failed, member('b'), member('c')], restart));
+    expect(names(plan.drain)).toEqual(['a']);
+    expect(plan.create).toBe(1);
+    // Done, but never healthy within the drain timeout: replaced like a failed one.
+    const done = { restarting: true, restartDone: true, healthy: false, leasable: false };
+    const recent = member('a', { ...done, restartDoneAtMs: now - 1_000 });
+    expect(planPool(inputs([recent, member('b'), member('c')], restart)).drain).toEqual([]);
+    const stuck = member('a', { ...done, restartDoneAtMs: now - 600_000 });
+    expect(names(planPool(inputs([stuck, member('b'), member('c')], restart)).drain)).toEqual(['a']);
+    const outdated = [member('x', { current: false, rotateAtMs: now - 1 }), member('y', { current: false })];
+    const roll = planPool(inputs(outdated, restart));
+    expect(roll.restart).toEqual([]);
+    expect(roll.create).toBeGreaterThan(0);
   });
 });

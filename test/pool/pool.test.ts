@@ -3,10 +3,15 @@
  * and client-node against the Kubernetes REST test server): replicas kept with named, labelled,
  * owned Proxies; scale-down victims in order, drained before deletion; template roll-outs and
  * age rotation one surge at a time without leasable Proxies dropping below the minimum; the
- * pool's status; cascading deletion through ownerReferences; and the Restart refusal.
+ * pool's status; cascading deletion through ownerReferences; rotation strategy Restart (aged
+ * Proxies restarted in place one at a time, back in rotation only once healthy) and its refusal.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ANNOTATION_POOL_DRAIN_SINCE, LABEL_POOL } from '../../src/api/constants.ts';
+import {
+  ANNOTATION_POOL_DRAIN_SINCE,
+  ANNOTATION_RESTART_REQUESTED,
+  LABEL_POOL,
+} from '../../src/api/constants.ts';
 import type { ProxyObject } from '../../src/api/proxy.ts';
 import type { ProxyPoolSpec } from '../../src/api/proxypool.ts';
 import { BACKENDS, NAMESPACE, openWorld, type PoolWorld, poolSpec } from './world.ts';
@@ -47,6 +52,49 @@ async function settle(
     changes += 1;
   }
   throw new Error(`pool ${pool} did not settle in ${passes} passes`);
+}
+
+/**
+ * One step of each requested in-place restart, the way the Proxy controller (controller/restart)
+ * and the health engine write status: Restarting without an address and Healthy=Unknown, then
+ * Ready at a new address (restart Done), then Healthy=True once "probed".
+ */
+async function playRestarts(w: PoolWorld, pool: string, nextIP: () => string): Promise<void> {
+  const now = new Date(w.clock.now()).toISOString();
+  const healthy = (status: 'True' | 'Unknown') => [
+    {
+      type: 'Healthy',
+      status,
+      reason: status === 'True' ? 'ProbeSucceeded' : 'NotServing',
+      lastTransitionTime: now,
+    },
+  ];
+  for (const p of w.members(pool)) {
+    const key = { namespace: NAMESPACE, name: p.metadata.name };
+    const requested = p.metadata.annotations?.[ANNOTATION_RESTART_REQUESTED];
+    const r = p.status?.restart;
+    if (requested && r?.requestedAt !== requested) {
+      await w.store.proxies.patchStatus(key, {
+        phase: 'Restarting',
+        address: null,
+        restart: {
+          requestedAt: requested,
+          phase: 'Restarting',
+          since: now,
+          previousAddress: p.status?.address,
+        },
+        conditions: healthy('Unknown'),
+      });
+    } else if (r?.phase === 'Restarting') {
+      await w.store.proxies.patchStatus(key, {
+        phase: 'Ready',
+        address: nextIP(),
+        restart: { ...r, phase: 'Done', finishedAt: now },
+      });
+    } else if (requested && r?.phase === 'Done') {
+      await w.store.proxies.patchStatus(key, { conditions: healthy('True') });
+    }
+  }
 }
 
 async function updateSpec(w: PoolWorld, pool: string, edit: (s: ProxyPoolSpec) => void): Promise<void> {
@@ -176,10 +224,71 @@ describe.each(BACKENDS)('ProxyPool controller on the %s backend', (backend) => {
     await vi.waitFor(() => expect(w.members('eu')).toHaveLength(0), WAIT);
   });
 
+  it('strategy Restart: aged Proxies get a new IP in place one at a time, back only once healthy', async () => {
+    world = await openWorld(backend, { providerType: () => 'gcp', canRestart: () => true });
+    const w = world;
+    await w.createPool(
+      'eu',
+      poolSpec(3, {
+        rotation: { maxAge: '20s', jitter: 0.5, strategy: 'Restart' },
+        rollingUpdate: { maxUnavailable: 1 },
+      }),
+    );
+    await settle(w, 'eu');
+    const names = w
+      .members('eu')
+      .map((p) => p.metadata.name)
+      .sort();
+    const before = new Map(w.members('eu').map((p) => [p.metadata.name, p.status?.address]));
+    w.clock.advance(20_000);
+    let ip = 10;
+    const nextIP = () => `127.0.0.${ip++}`;
+    let most = 0;
+    for (let pass = 0; pass < 40; pass++) {
+      await w.reconcile('eu');
+      const live = w.members('eu');
+      const restarting = live.filter((p) => p.metadata.annotations?.[ANNOTATION_RESTART_REQUESTED]);
+      most = Math.max(most, restarting.length);
+      // A Proxy asked to restart takes no new leases until the pool lifts its drain.
+      for (const p of restarting) expect(p.spec.drain).toBe(true);
+      expect(leasable(live)).toBeGreaterThanOrEqual(2);
+      if (restarting.length === 0 && live.every((p) => p.status?.restart?.phase === 'Done')) break;
+      await playRestarts(w, 'eu', nextIP);
+    }
+    const after = w.members('eu');
+    // The same Proxies, no surge, each with a new address, one restart at a time.
+    expect(after.map((p) => p.metadata.name).sort()).toEqual(names);
+    for (const p of after) {
+      expect(p.status?.restart?.phase).toBe('Done');
+      expect(p.status?.address).not.toBe(before.get(p.metadata.name));
+      expect(p.spec.drain).toBeUndefined();
+    }
+    expect(most).toBe(1);
+    expect(leasable(after)).toBe(3);
+    expect(w.pool('eu')?.status).toMatchObject({ replicas: 3, leasableReplicas: 3, restartingReplicas: 0 });
+    // The next rotation counts from the restart: not due again right away.
+    const res = await w.reconcile('eu');
+    expect(res.requeueAfter).toBeGreaterThanOrEqual(10_000);
+  });
+
+  it('refuses strategy Restart without room for an unavailable Proxy, naming the field', async () => {
+    world = await openWorld(backend, { providerType: () => 'gcp', canRestart: () => true });
+    const w = world;
+    await w.createPool('eu', poolSpec(2, { rotation: { maxAge: '1h', strategy: 'Restart' } }));
+    await w.reconcile('eu');
+    expect(w.members('eu')).toHaveLength(0);
+    const valid = w.pool('eu')?.status?.conditions?.find((c) => c.type === 'SpecValid');
+    expect(valid?.status).toBe('False');
+    expect(valid?.message).toMatch(/^spec\.rollingUpdate\.maxUnavailable: must be at least 1/);
+  });
+
   it('refuses strategy Restart where the provider cannot change IP in place, changing nothing', async () => {
     world = await openWorld(backend);
     const w = world;
-    await w.createPool('eu', poolSpec(2, { rotation: { maxAge: '1h', strategy: 'Restart' } }));
+    await w.createPool(
+      'eu',
+      poolSpec(2, { rotation: { maxAge: '1h', strategy: 'Restart' }, rollingUpdate: { maxUnavailable: 1 } }),
+    );
     await w.reconcile('eu');
     expect(w.members('eu')).toHaveLength(0);
     const valid = w.pool('eu')?.status?.conditions?.find((c) => c.type === 'SpecValid');

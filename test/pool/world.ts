@@ -12,6 +12,7 @@ import { keyOf } from '../../src/api/meta.ts';
 import type { ProxyObject } from '../../src/api/proxy.ts';
 import type { ProxyPool, ProxyPoolSpec } from '../../src/api/proxypool.ts';
 import { createPoolReconciler, type PoolReconciler } from '../../src/pool/reconciler.ts';
+import type { Clock } from '../../src/runtime/clock.ts';
 import { createEmbeddedStore } from '../../src/runtime/embedded/store.ts';
 import { createKubeStore } from '../../src/runtime/kube/store.ts';
 import type { ObjectStore } from '../../src/runtime/store.ts';
@@ -42,9 +43,10 @@ export interface PoolWorld {
 
 const fastReflector = { initialBackoffMs: 20, maxBackoffMs: 200, watchTimeoutSeconds: 20 };
 
-async function openStore(
+/** A real backend: the embedded store on a state file, or client-node against the REST test server. */
+export async function openStore(
   backend: Backend,
-  clock: FakeClock,
+  clock: Clock,
 ): Promise<{ store: ObjectStore; server?: KubeServer; close(): Promise<void> }> {
   if (backend === 'embedded') {
     const dir = mkdtempSync(join(tmpdir(), 'pool-'));
@@ -79,7 +81,11 @@ async function openStore(
 
 export async function openWorld(
   backend: Backend,
-  opts: { providerType?: (name: string) => string | undefined; drainTimeoutMs?: number } = {},
+  opts: {
+    providerType?: (name: string) => string | undefined;
+    canRestart?: (name: string) => boolean | undefined;
+    drainTimeoutMs?: number;
+  } = {},
 ): Promise<PoolWorld> {
   const clock = new FakeClock();
   const { store, server, close } = await openStore(backend, clock);
@@ -91,6 +97,7 @@ export async function openWorld(
     leasesOn: (key, providerID) =>
       providerID === `fake/${key}` ? (leases.get(key.split('/')[1] ?? '') ?? 0) : 0,
     providerType: opts.providerType ?? (() => 'local'),
+    ...(opts.canRestart ? { canRestart: opts.canRestart } : {}),
     ...(opts.drainTimeoutMs !== undefined ? { drainTimeoutMs: opts.drainTimeoutMs } : {}),
   });
   const ac = new AbortController();

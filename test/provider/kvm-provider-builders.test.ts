@@ -111,6 +111,30 @@ describe('domainXml', () => {
     expect(xml).not.toContain('host-passthrough');
   });
 
+  it('boots the kernel, initrd and command line directly when the image names them, instead of the disk', () => {
+    const xml = domainXml(
+      spec({
+        firmware: 'bios',
+        directBoot: {
+          kernel: '/srv/k/vmlinuz',
+          initrd: '/srv/k/initrd.img',
+          cmdline: "root=/dev/vda rw a='b'",
+        },
+      }),
+    );
+    expect(xml).toMatch(
+      /<os>\s*<type arch='x86_64' machine='q35'>hvm<\/type>\s*<kernel>\/srv\/k\/vmlinuz<\/kernel>\s*<initrd>\/srv\/k\/initrd.img<\/initrd>\s*<cmdline>root=\/dev\/vda rw a=&apos;b&apos;<\/cmdline>\s*<\/os>/,
+    );
+    expect(xml).not.toContain('<boot ');
+    const kernelOnly = domainXml(spec({ directBoot: { kernel: '/k' } }));
+    expect(kernelOnly).toContain('<kernel>/k</kernel>');
+    expect(kernelOnly).not.toContain('<initrd>');
+    expect(kernelOnly).not.toContain('<cmdline>');
+    expect(kernelOnly).toContain("<os firmware='efi'>");
+    expect(domainXml(spec())).toContain("<boot dev='hd'/>");
+    expect(domainXml(spec())).not.toContain('<kernel>');
+  });
+
   it('replaces the NIC with the test-only interface XML', () => {
     const xml = domainXml(spec({ interfaceXml: "<interface type='user'/>" }));
     expect(xml).toContain("<interface type='user'/>");
@@ -247,6 +271,15 @@ describe('resolveImage', () => {
       firmware: 'uefi',
     });
     expect(resolveImage(images, undefined).key).toBe('debian');
+    const direct = { ...images.debian!, kernel: '/v', initrd: '/i', cmdline: 'root=/dev/vda' };
+    expect(resolveImage({ debian: direct }, 'debian').directBoot).toEqual({
+      kernel: '/v',
+      initrd: '/i',
+      cmdline: 'root=/dev/vda',
+    });
+    expect(resolveImage({ debian: { ...images.debian!, kernel: '/v' } }, 'debian').directBoot).toEqual({
+      kernel: '/v',
+    });
     const byUrl = resolveImage(images, 'https://img.example/other.img');
     expect(byUrl.key).toMatch(/^url-[0-9a-f]{16}$/);
     expect(resolveImage(images, 'https://img.example/other.img').key).toBe(byUrl.key);

@@ -1,12 +1,14 @@
 /**
  * Reflector edge cases with a scripted list/watch (no HTTP): in-stream ERROR events, servers
  * that end watches at once (no busy loop), a sink that throws, resume from the last
- * resourceVersion (bookmarks included) instead of relisting.
+ * resourceVersion (bookmarks included) instead of relisting; backoff jitter from an injected
+ * random source.
  */
 import { describe, expect, it } from 'vitest';
 import type { KubeObject } from '../../src/api/meta.ts';
 import { Informer } from '../../src/runtime/kube/informer.ts';
 import { Reflector, type WatchClient } from '../../src/runtime/kube/reflector.ts';
+import { captureLog } from '../support/log.ts';
 import { until } from '../support/wait.ts';
 
 const obj = (name: string, rv: string): KubeObject => ({
@@ -193,5 +195,31 @@ describe('Reflector', () => {
     expect(pages).toEqual(['first', 'p2', 'first', 'p2']);
     expect(inf.list().map((o) => o.metadata.name)).toEqual(['a', 'b']);
     expect(r.hasSynced()).toBe(true);
+  });
+
+  it('jitters its backoff with the injected random source (±20 % of the exponential delay)', async () => {
+    const draws = [0, 0.5, 0.99];
+    let used = 0;
+    const captured = captureLog('warn');
+    const r = new Reflector<KubeObject>({
+      name: 't',
+      list: async () => {
+        throw Object.assign(new Error('apiserver down'), { statusCode: 503 });
+      },
+      watchClient: scripted([idle]),
+      watchPath: '/x',
+      sink: new Informer<KubeObject>('t'),
+      initialBackoffMs: 10,
+      maxBackoffMs: 1000,
+      log: captured.log,
+      random: () => draws[used++ % draws.length]!,
+    });
+    const stop = run(r);
+    const retries = () => captured.lines.map((l) => l.retryInMs).filter((v) => v !== undefined);
+    await until('three list retries', () => retries().length >= 3);
+    await stop();
+    // 10, 20, 40 ms before jitter; × 0.8, × 1.0, × 1.196.
+    expect(retries().slice(0, 3)).toEqual([8, 20, 48]);
+    expect(used).toBeGreaterThanOrEqual(3);
   });
 });

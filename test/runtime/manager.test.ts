@@ -1,6 +1,8 @@
 /**
  * Manager: start order (caches → always-on → election → leader-only), /healthz and /readyz over
- * real HTTP, graceful stop (drain within grace, then release), leadership loss, runnable failure.
+ * real HTTP, graceful stop (drain within grace, then release), leadership loss, runnable failure;
+ * the probe port's header and idle timeouts and connection cap (small values, a real slow-header
+ * client on loopback).
  */
 import { describe, expect, it, vi } from 'vitest';
 import { sleep } from '../../src/runtime/clock.ts';
@@ -13,6 +15,8 @@ import {
 import { Manager, type Runnable } from '../../src/runtime/manager.ts';
 import type { ObjectStore } from '../../src/runtime/store.ts';
 import { FakeClock } from '../support/clock.ts';
+import { exchange, openIdle, send, slowHeaders } from '../support/listeners.ts';
+import { until as waitUntil } from '../support/wait.ts';
 
 type ManagedStore = Pick<ObjectStore, 'start' | 'stop' | 'proxies' | 'providerHealths' | 'secrets'>;
 
@@ -266,5 +270,77 @@ describe('Manager', () => {
     await expect(run).rejects.toThrow(/caches did not sync within 100 ms/);
     expect(events).not.toContain('api.start');
     expect(events).toContain('store.stop');
+  });
+});
+
+describe('the health probe listener', () => {
+  const limits = { headersTimeoutMs: 300, requestTimeoutMs: 600, idleTimeoutMs: 400, maxConnections: 3 };
+
+  async function started(over: Partial<typeof limits> = {}) {
+    const m = new Manager({
+      healthProbeBindAddress: '127.0.0.1:0',
+      healthProbeLimits: { ...limits, ...over },
+    });
+    const run = m.start();
+    await m.whenStarted();
+    const port = m.healthAddress()!.port;
+    return {
+      port,
+      stop: async () => {
+        await m.stop();
+        await run;
+      },
+    };
+  }
+
+  it('refuses limits a listener cannot have, naming the field', () => {
+    expect(
+      () =>
+        new Manager({
+          healthProbeBindAddress: '127.0.0.1:0',
+          healthProbeLimits: { ...limits, idleTimeoutMs: 0 },
+        }),
+    ).toThrow(/health probe listener: idleTimeoutMs must be a positive integer/);
+  });
+
+  it('closes a slow-header client after the header timeout with 408', async () => {
+    const s = await started();
+    try {
+      const r = await slowHeaders(s.port, { everyMs: 50, timeoutMs: 5_000 });
+      expect(r.received).toMatch(/^HTTP\/1\.1 408 /);
+      // It kept sending header lines all along: only the head timeout can have ended it.
+      expect(r.linesSent).toBeGreaterThan(2);
+      expect(r.closedAfterMs).toBeLessThan(3_000);
+    } finally {
+      await s.stop();
+    }
+  });
+
+  it('closes a connection that never sends a byte', async () => {
+    const s = await started();
+    try {
+      expect(await (await openIdle(s.port)).closed).toBeLessThan(3_000);
+    } finally {
+      await s.stop();
+    }
+  });
+
+  it('refuses connections beyond the cap and serves again once one closes', async () => {
+    const s = await started({ idleTimeoutMs: 10_000, headersTimeoutMs: 5_000, requestTimeoutMs: 10_000 });
+    const held = await Promise.all([openIdle(s.port), openIdle(s.port), openIdle(s.port)]);
+    try {
+      const extra = await exchange(s.port, 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n', {
+        timeoutMs: 5_000,
+      });
+      expect(extra.received).toBe('');
+      held[0]?.socket.destroy();
+      await waitUntil('a connection below the cap to be served', async () => {
+        const res = await send(`http://127.0.0.1:${s.port}/healthz`).catch(() => undefined);
+        return res?.status === 200;
+      });
+    } finally {
+      for (const h of held) h.socket.destroy();
+      await s.stop();
+    }
   });
 });

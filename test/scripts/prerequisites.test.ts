@@ -15,8 +15,21 @@ import {
   stopStragglers,
   UP_SCRIPT,
 } from '../../scripts/test/prerequisites.ts';
+import {
+  ipv6Hex,
+  missingTestAddresses,
+  sudoAddCommands,
+  TEST_IPV6_ADDRESSES,
+  testAddressesMissingIn,
+} from '../../scripts/test/test-addresses.ts';
 
-const ready = { missingPackages: [], isRoot: false, isDebian: true, daemonsUp: true };
+const ready = {
+  missingPackages: [],
+  isRoot: false,
+  isDebian: true,
+  daemonsUp: true,
+  missingTestAddresses: [],
+};
 
 describe('planPrerequisites', () => {
   it('runs at once on a ready machine, root or not', () => {
@@ -34,6 +47,8 @@ describe('planPrerequisites', () => {
       isRoot: true,
       isDebian: true,
       daemonsUp: false,
+      // run.ts adds them itself as root
+      missingTestAddresses: [...TEST_IPV6_ADDRESSES],
     });
     expect(plan).toEqual({ ok: true, installPackages: true, startDaemons: true });
   });
@@ -55,12 +70,45 @@ describe('planPrerequisites', () => {
     expect(plan.message).toContain(`Run once: sudo bash ${UP_SCRIPT}\n`);
   });
 
+  it('not root, IPv6 test addresses missing on lo: named, with the exact sudo ip commands', () => {
+    const [a1, , a3] = TEST_IPV6_ADDRESSES;
+    const plan = planPrerequisites({ ...ready, missingTestAddresses: [a1!, a3!] });
+    expect(plan.ok).toBe(false);
+    if (plan.ok) return;
+    expect(plan.message).toContain(`Missing on lo: the IPv6 test addresses ${a1} ${a3} `);
+    expect(plan.message).toContain(
+      `Run once: sudo ip -6 addr add ${a1}/128 dev lo && sudo ip -6 addr add ${a3}/128 dev lo\n`,
+    );
+    expect(plan.message).not.toContain('Missing system packages');
+    expect(plan.message).not.toContain('libvirtd');
+  });
+
+  it('not root with everything missing: one message, one command line, addresses last', () => {
+    const plan = planPrerequisites({
+      ...ready,
+      missingPackages: ['squid', 'xorriso'],
+      daemonsUp: false,
+      missingTestAddresses: [...TEST_IPV6_ADDRESSES],
+    });
+    expect(plan.ok).toBe(false);
+    if (plan.ok) return;
+    expect(plan.message.match(/Run once:/g)).toHaveLength(1);
+    expect(plan.message).toContain(
+      `Run once: sudo bash ${INSTALL_SCRIPT} && sudo bash ${UP_SCRIPT} && ${sudoAddCommands(TEST_IPV6_ADDRESSES).join(' && ')}\n`,
+    );
+    // docs/testing.md shows this very message.
+    expect(readFileSync('docs/testing.md', 'utf8')).toContain(
+      `\n     ${plan.message.replace(/\n/g, '\n     ')}\n`,
+    );
+  });
+
   it('root without apt cannot install: it says what to install instead of trying', () => {
     const plan = planPrerequisites({
       missingPackages: ['squid'],
       isRoot: true,
       isDebian: false,
       daemonsUp: true,
+      missingTestAddresses: [],
     });
     expect(plan.ok).toBe(false);
     if (plan.ok) return;
@@ -79,6 +127,15 @@ describe('the package list', () => {
     expect(readFileSync(INSTALL_SCRIPT, 'utf8')).toContain(PACKAGES_FILE);
   });
 
+  it('the README names every package of the list, and the IPv6 test addresses', () => {
+    const readme = readFileSync('README.md', 'utf8');
+    const missing = parsePackages(readFileSync(PACKAGES_FILE, 'utf8'))
+      .map((p) => p.name)
+      .filter((name) => !readme.includes(`\`${name}\``));
+    expect(missing, `README.md does not name these packages of ${PACKAGES_FILE}`).toEqual([]);
+    expect(readme).toContain(`\`${TEST_IPV6_ADDRESSES[0]}\`–\`::${TEST_IPV6_ADDRESSES.length}\``);
+  });
+
   it('without dpkg, a package is missing when the file it installs is', () => {
     const dir = mkdtempSync(join(tmpdir(), 'prereq-'));
     try {
@@ -90,6 +147,47 @@ describe('the package list', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('the IPv6 test addresses on lo', () => {
+  it('are read from /proc/net/if_inet6: only those on lo count', () => {
+    expect(ipv6Hex('fd7e:57e9:e55::1')).toBe('fd7e57e90e5500000000000000000001');
+    expect(ipv6Hex('::1')).toBe('00000000000000000000000000000001');
+    const text = [
+      '00000000000000000000000000000001 01 80 10 80       lo',
+      `${ipv6Hex(TEST_IPV6_ADDRESSES[0]!)} 01 80 00 80       lo`,
+      `${ipv6Hex(TEST_IPV6_ADDRESSES[2]!)} 01 80 00 80       lo`,
+      // On another device it does not help: the tests bind on lo.
+      `${ipv6Hex(TEST_IPV6_ADDRESSES[1]!)} 04 80 00 80     eth0`,
+      '',
+    ].join('\n');
+    expect(testAddressesMissingIn(text)).toEqual([TEST_IPV6_ADDRESSES[1], TEST_IPV6_ADDRESSES[3]]);
+    expect(testAddressesMissingIn('')).toEqual([...TEST_IPV6_ADDRESSES]);
+  });
+
+  it('where IPv6 is disabled none are asked for (the IPv6 test skips and says so instead)', () => {
+    const unread = () => {
+      throw new Error('not read where IPv6 is disabled');
+    };
+    expect(missingTestAddresses('IPv6 is disabled on this host', unread)).toEqual([]);
+    expect(missingTestAddresses(undefined, () => '')).toEqual([...TEST_IPV6_ADDRESSES]);
+    expect(
+      planPrerequisites({ ...ready, missingTestAddresses: missingTestAddresses('off', unread) }),
+    ).toEqual({
+      ok: true,
+      installPackages: false,
+      startDaemons: false,
+    });
+  });
+
+  it('docs/testing.md "Machines where you are not root" adds them with the exact commands', () => {
+    const doc = readFileSync('docs/testing.md', 'utf8');
+    const section = doc.slice(
+      doc.indexOf('## Machines where you are not root'),
+      doc.indexOf('## Running vitest'),
+    );
+    for (const cmd of sudoAddCommands(TEST_IPV6_ADDRESSES)) expect(section).toContain(cmd);
   });
 });
 

@@ -142,6 +142,14 @@ function cliEnv(): NodeJS.ProcessEnv {
   return env;
 }
 
+/** How a CliProcess starts: another command line before the args, more environment. */
+export interface CliCommand {
+  /** The program and its leading arguments; default: node running src/cmd/main.ts. */
+  command?: string[];
+  /** Variables set on top of the cleaned test environment. */
+  env?: NodeJS.ProcessEnv;
+}
+
 /** A running CLI process. */
 export class CliProcess {
   readonly child: ChildProcess;
@@ -152,13 +160,14 @@ export class CliProcess {
   private exit: Exit | undefined;
   private partial = '';
 
-  constructor(args: string[], cwd: string) {
-    this.child = spawn(NODE, [MAIN, ...args], {
+  constructor(args: string[], cwd: string, opts: CliCommand = {}) {
+    const [program = NODE, ...leading] = opts.command ?? [NODE, MAIN];
+    this.child = spawn(program, [...leading, ...args], {
       cwd,
       // Own process group: cleanup kills everything the CLI might have started.
       detached: true,
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: cliEnv(),
+      env: { ...cliEnv(), ...opts.env },
     });
     running.add(this);
     this.child.stdout?.setEncoding('utf8').on('data', (chunk: string) => this.onStdout(chunk));

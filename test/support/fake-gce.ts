@@ -1,7 +1,8 @@
 /**
  * test/support/fake-gce — a small stateful Compute Engine REST server on 127.0.0.1 for the gcp
  * provider's tests. It serves exactly the paths @google-cloud/compute's REST transport calls
- * (instances insert/get/delete, aggregated instances list, firewalls get/insert), answers like
+ * (instances insert/get/delete/stop/start, aggregated instances list, firewalls get/insert; the
+ * power operations in test/support/fake-gce-power), answers like
  * GCE (Operation objects for writes, `{error:{code,message,errors:[{reason}]}}` for failures,
  * NO_RESULTS_ON_PAGE warnings for empty scopes), and offers fault injection and a request log.
  */
@@ -9,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { error, fingerprint, type Json, json, newInstance, parseFilter } from './fake-gce-json.ts';
+import { boot, loopbackNatIPs, powerTransition } from './fake-gce-power.ts';
 
 export type { Json } from './fake-gce-json.ts';
 
@@ -45,7 +47,7 @@ export interface Fault {
  */
 export interface OperationFault {
   /** operationType it applies to. */
-  type: 'insert' | 'delete';
+  type: 'insert' | 'delete' | 'stop' | 'start';
   /** e.g. ZONE_RESOURCE_POOL_EXHAUSTED, QUOTA_EXCEEDED, PERMISSIONS_ERROR. */
   code: string;
   message?: string;
@@ -81,6 +83,13 @@ export interface FakeGce {
   waitMaxMs: number;
   /** Stored operations by `project/zone/name`, GCE JSON shape. */
   operations: Map<string, Json>;
+  /**
+   * Inserted instances boot by themselves: RUNNING with a natIP from `nextNatIP` when their insert
+   * operation ends (default false: they stay PROVISIONING until `setStatus`).
+   */
+  boot: boolean;
+  /** The external IP a booted or started instance gets (default: loopback, 127.1.0.x). */
+  nextNatIP: () => string;
   inject(fault: Fault): void;
   /** The next matching operation(s) end in this error. */
   failOperation(fault: OperationFault): void;
@@ -118,6 +127,8 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
     operationDelayMs: 0,
     waitMaxMs: 30_000,
     operations,
+    boot: false,
+    nextNatIP: loopbackNatIPs(),
     inject: (f) => {
       faults.push({ ...f, used: 0 });
     },
@@ -152,7 +163,7 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
   };
 
   /** The fault the next operation of `type` takes, if any (counted as used). */
-  const takeOpFault = (type: 'insert' | 'delete'): OperationFault | undefined => {
+  const takeOpFault = (type: OperationFault['type']): OperationFault | undefined => {
     const f = opFaults.find((x) => x.type === type && (x.times ?? 1) > x.used);
     if (f) f.used++;
     return f;
@@ -267,6 +278,7 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
         if (!fault || fault.instance === 'vanishes') instances.set(key, inst);
         const finish = () => {
           if (fault && instances.get(key) === inst) instances.delete(key);
+          else if (!fault && fake.boot && instances.get(key) === inst) boot(inst, () => fake.nextNatIP());
         };
         return json(res, 200, startOperation(project, zone, 'insert', target, delayOf(fault), finish, fault));
       }
@@ -290,6 +302,22 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
             startOperation(project, zone, 'delete', target, delayOf(fault), finish, fault),
           );
         }
+      }
+      if (
+        name !== undefined &&
+        parts.length === 6 &&
+        (parts[5] === 'stop' || parts[5] === 'start') &&
+        method === 'POST'
+      ) {
+        const action = parts[5];
+        const target = `projects/${project}/zones/${zone}/instances/${name}`;
+        const inst = instances.get(`${project}/${zone}/${name}`);
+        if (!inst) return error(res, 404, 'notFound', `The resource '${target}' was not found`);
+        const fault = takeOpFault(action);
+        const power = powerTransition(action, inst, () => fake.nextNatIP());
+        power.begin();
+        const finish = () => power.end(fault !== undefined);
+        return json(res, 200, startOperation(project, zone, action, target, delayOf(fault), finish, fault));
       }
       if (name !== undefined && parts.length === 6 && parts[5] === 'setLabels' && method === 'POST') {
         const key = `${project}/${zone}/${name}`;

@@ -1,7 +1,7 @@
 /**
- * test/support/origins — real origin servers on 127.0.0.1 for probe tests: an HTTPS server
- * with a certificate from a throwaway CA (made with the openssl CLI, once per process) and a
- * plain HTTP server. Paths choose the behaviour: `/status/<code>` answers that code, `/hang`
+ * test/support/origins — real origin servers on 127.0.0.1 (or another local address, such as the
+ * KVM tier's bridge address) for probe tests: an HTTPS server with a certificate from a
+ * throwaway CA (made with the openssl CLI, once per process) and a plain HTTP server. Paths choose the behaviour: `/status/<code>` answers that code, `/hang`
  * never answers, anything else answers `defaultStatus` — or, for a source address listed in
  * `statusBySource`, that status (a site blocking one egress IP). Every request's source address
  * is recorded in `sources`.
@@ -17,14 +17,17 @@ import { join } from 'node:path';
 export interface TestPki {
   /** PEM of the CA that signed the leaf: pass as `ca` to trust the TLS origin. */
   caCert: string;
-  /** Leaf certificate + key for 127.0.0.1 and localhost. */
+  /** Leaf certificate + key for 127.0.0.1, localhost and TLS_ORIGIN_BRIDGE_ADDRESS. */
   cert: string;
   key: string;
 }
 
 let pki: TestPki | undefined;
 
-/** A CA and a leaf for 127.0.0.1/localhost, generated once per process with openssl. */
+/** The CI bridge's host address (scripts/ci/libvirt-up.sh), where VMs reach a TLS origin. */
+export const TLS_ORIGIN_BRIDGE_ADDRESS = '198.51.100.1';
+
+/** A CA and a leaf for 127.0.0.1/localhost/the bridge address, generated once per process with openssl. */
 export function testPki(): TestPki {
   if (pki) return pki;
   const dir = mkdtempSync(join(tmpdir(), 'health-pki-'));
@@ -51,7 +54,7 @@ export function testPki(): TestPki {
     ossl('req', ...ec, '-keyout', 'leaf.key', '-out', 'leaf.csr', '-subj', '/CN=localhost');
     writeFileSync(
       join(dir, 'leaf.ext'),
-      'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n',
+      `subjectAltName=DNS:localhost,IP:127.0.0.1,IP:${TLS_ORIGIN_BRIDGE_ADDRESS}\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n`,
     );
     ossl(
       'x509',
@@ -139,8 +142,8 @@ async function listen(server: import('node:net').Server, host = '127.0.0.1'): Pr
   return (server.address() as AddressInfo).port;
 }
 
-/** An HTTPS origin with the test CA's leaf certificate. */
-export async function startTlsOrigin(opts: OriginOptions = {}): Promise<Origin> {
+/** An HTTPS origin with the test CA's leaf certificate, on 127.0.0.1 unless `host` says otherwise. */
+export async function startTlsOrigin(opts: OriginOptions & { host?: string } = {}): Promise<Origin> {
   const { cert, key } = testPki();
   const state: OriginState = {
     defaultStatus: opts.defaultStatus ?? 204,
@@ -153,10 +156,11 @@ export async function startTlsOrigin(opts: OriginOptions = {}): Promise<Origin> 
   server.on('secureConnection', (s) => {
     if (s.isSessionReused()) resumed++;
   });
-  const port = await listen(server);
+  const host = opts.host ?? '127.0.0.1';
+  const port = await listen(server, host);
   return Object.assign(state, {
     port,
-    baseUrl: `https://127.0.0.1:${port}`,
+    baseUrl: `https://${host.includes(':') ? `[${host}]` : host}:${port}`,
     resumedSessions: () => resumed,
     close: () => closeServer(server),
   });

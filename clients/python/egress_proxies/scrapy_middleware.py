@@ -3,9 +3,12 @@ through a proxy leased from egress-proxies-operator (settings and behaviour: doc
 
 One lease per download slot (per site by default), taken and renewed under a per-slot lock so
 concurrent requests share it; the lease each request used travels in `request.meta`, so a
-report always names the proxy that carried it. Lease API calls are blocking calls of
-LeaseClient run on a small thread pool of our own, and every wait (backoff, `retryAt`) is a
-reactor timer: the reactor never blocks.
+report always names the proxy that carried it. Every lease is counted in use by the requests
+in flight through it: a `blocked` or `failed` report (or a 407) retires it from its slot, and
+it is released once the last request using it has finished — never while a sibling still
+uses it, never left to expire; a slot's lease unused for EGRESS_LEASE_IDLE is released too. Lease API calls are blocking calls of LeaseClient run on a small
+thread pool of our own, and every wait (backoff, `retryAt`) is a reactor timer: the reactor
+never blocks.
 """
 
 import logging
@@ -66,13 +69,23 @@ class EgressSettings:
     api_timeout: float
     api_retry_for: float
     api_threads: int
+    lease_idle: Optional[float]
 
     @classmethod
     def from_settings(cls, s) -> "EgressSettings":
         url = s.get("EGRESS_API_URL")
         if not url:
             raise NotConfigured("EGRESS_API_URL is not set")
-        opt_int = lambda name, default: None if s.get(name, default) is None else s.getint(name, default)  # noqa: E731
+
+        def unset(name) -> bool:
+            # Scrapy's get() falls back to the default for a None value: ask whether it was set to None.
+            return name in s and s[name] is None
+
+        def opt_int(name, default: Optional[int]) -> Optional[int]:
+            if unset(name) or (default is None and s.get(name) is None):
+                return None
+            return s.getint(name, default)
+
         return cls(
             api_url=url,
             token=s.get("EGRESS_API_TOKEN"),
@@ -92,13 +105,23 @@ class EgressSettings:
             api_timeout=s.getfloat("EGRESS_API_TIMEOUT", 10.0),
             api_retry_for=s.getfloat("EGRESS_API_RETRY_FOR", 120.0),
             api_threads=s.getint("EGRESS_API_THREADS", 4),
+            lease_idle=None if unset("EGRESS_LEASE_IDLE") else s.getfloat("EGRESS_LEASE_IDLE", 30.0),
         )
 
 
 @dataclass
 class _Held:
+    """A lease we hold: handed out by its slot until retired, released once retired and unused."""
+
     lease: Lease
     renew_at: float
+    slot: str = ""
+    # Requests in flight through this lease (process_request done, response or exception not yet).
+    users: int = 0
+    # No longer handed out by its slot (blocked, failed, ended); released when `users` drops to 0.
+    retired: bool = False
+    # When `users` last dropped to 0 (time.time()); a slot's lease idle for EGRESS_LEASE_IDLE goes.
+    idle_since: Optional[float] = None
 
 
 def slot_key(request) -> str:
@@ -117,10 +140,17 @@ class LeasedProxyMiddleware:
         self.stats = crawler.stats
         # One attempt per call: retries and their waits happen on the reactor (_api).
         self.client = client or LeaseClient(cfg.api_url, token=cfg.token, timeout=cfg.api_timeout, retry_for=0)
+        # The lease each slot hands out now.
         self.held: Dict[str, _Held] = {}
+        # Every lease not yet released, by id: the slots' and retired ones still in use.
+        self.leases: Dict[str, _Held] = {}
+        # Releases under way, waited for at close.
+        self.releasing: Dict[str, defer.Deferred] = {}
         self.locks: Dict[str, defer.DeferredLock] = {}
         self.waiting = 0
         self.pool = ThreadPool(minthreads=0, maxthreads=cfg.api_threads, name="egress-lease-api")
+        # Reactor timers (replaced in unit tests).
+        self.call_later = reactor.callLater
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -143,18 +173,17 @@ class LeasedProxyMiddleware:
             raise DontCloseSpider("requests are waiting for a leasable proxy")
 
     def spider_closed(self, spider):
-        """Releases every lease the slots hold; the crawl ends once that is done."""
+        """Releases every lease still held (the slots' and any still in use); the crawl ends once that is done."""
         return self._release_all()
 
     @defer.inlineCallbacks
     def _release_all(self):
-        held, self.held = list(self.held.values()), {}
-        results = yield defer.DeferredList([self._api(self.client.release, h.lease.id) for h in held], consumeErrors=True)
-        for ok, failure in results:
-            if ok:
-                self.stats.inc_value("egress/release")
-            else:
-                logger.error("egress: could not release a lease at close: %s", failure.getErrorMessage())
+        held, self.held = list(self.leases.values()), {}
+        for h in held:
+            h.retired = True
+            h.users = 0
+            self._release(h)
+        yield defer.DeferredList(list(self.releasing.values()), consumeErrors=True)
         self._stop_pool()
 
     def _stop_pool(self):
@@ -185,6 +214,11 @@ class LeasedProxyMiddleware:
     def process_request(self, request, spider):
         if request.meta.get(META_SKIP):
             return None
+        previous = request.meta.get(META_LEASE)
+        if previous:
+            # The request comes back without its download having ended here (a later middleware
+            # returned a new request): its old use ends now.
+            self._finish(previous)
         slot = slot_key(request)
         lease = yield self._slot_lease(slot, request, time.time())
         request.meta["proxy"] = lease.proxy_url
@@ -199,16 +233,18 @@ class LeasedProxyMiddleware:
 
     @defer.inlineCallbacks
     def _slot_lease(self, slot: str, request, since: float):
+        """The slot's lease, counted in use by the request before the slot lock is let go."""
         lock = self.locks.setdefault(slot, defer.DeferredLock())
         yield lock.acquire()
         try:
             held = self.held.get(slot)
             if held and time.time() >= held.renew_at:
                 held = yield self._renew(slot, held)
-            if held:
-                return held.lease
-            lease = yield self._take(slot, request, since)
-            return lease
+            if not held:
+                held = yield self._take(slot, request, since)
+            held.users += 1
+            held.idle_since = None
+            return held.lease
         finally:
             lock.release()
 
@@ -217,7 +253,11 @@ class LeasedProxyMiddleware:
         try:
             yield self._api(self.client.renew, held.lease.id, self.cfg.ttl)
         except LeaseNotFound:
+            # Gone on the server (expired): nothing to release once its last user is done.
             self.held.pop(slot, None)
+            held.retired = True
+            if held.users <= 0:
+                self.leases.pop(held.lease.id, None)
             self.stats.inc_value("egress/lease_expired")
             return None
         held.renew_at = time.time() + self.cfg.ttl * 2 / 3
@@ -252,9 +292,11 @@ class LeasedProxyMiddleware:
                 self.stats.inc_value("egress/no_proxy")
                 logger.error("egress: lease API unreachable for %.0f s, dropping %s: %s", self.cfg.api_retry_for, request, err)
                 raise NoProxyAvailable(f"lease API unreachable: {err}") from err
-            self.held[slot] = _Held(lease, time.time() + self.cfg.ttl * 2 / 3)
+            held = _Held(lease, time.time() + self.cfg.ttl * 2 / 3, slot)
+            self.held[slot] = held
+            self.leases[lease.id] = held
             self.stats.inc_value("egress/lease")
-            return lease
+            return held
 
     # ---- outcomes ----
 
@@ -268,6 +310,7 @@ class LeasedProxyMiddleware:
             return self._lease_ended(request, info)
         if fault in (ORIGIN_FAULT, DENIED):
             self.stats.inc_value("egress/origin_error" if fault == ORIGIN_FAULT else "egress/denied")
+            self._finish(info)
             return response
         if response.status in self.cfg.rate_limit_statuses:
             wanted = retry_after_seconds(get("Retry-After"))
@@ -278,6 +321,7 @@ class LeasedProxyMiddleware:
         if response.status in self.cfg.blocked_statuses:
             return self._blocked(request, response, info, self.cfg.blocked_cooldown)
         self.stats.inc_value("egress/response")
+        self._finish(info)
         return response
 
     def process_exception(self, request, exception, spider):
@@ -290,6 +334,7 @@ class LeasedProxyMiddleware:
         if kind == LEASE_ENDED:
             return self._lease_ended(request, info)
         self.stats.inc_value({ORIGIN_FAULT: "egress/origin_error", DENIED: "egress/denied"}.get(kind, "egress/error"))
+        self._finish(info)
         return None  # not the proxy's doing: Scrapy's RetryMiddleware and errbacks decide
 
     @defer.inlineCallbacks
@@ -297,7 +342,10 @@ class LeasedProxyMiddleware:
         self.stats.inc_value("egress/blocked")
         self.stats.inc_value(f"egress/blocked/{response.status}")
         self._forget(info)
-        yield self._report(request, info, "blocked", cooldown)
+        try:
+            yield self._report(request, info, "blocked", cooldown)
+        finally:
+            self._finish(info)
         times = request.meta.get(META_BLOCKED, 0)
         if times >= self.cfg.blocked_retries:
             self.stats.inc_value("egress/blocked_gave_up")
@@ -309,7 +357,10 @@ class LeasedProxyMiddleware:
     def _proxy_failed(self, request, info, exception):
         self.stats.inc_value("egress/failed")
         self._forget(info)
-        yield self._report(request, info, "failed", self.cfg.failed_cooldown)
+        try:
+            yield self._report(request, info, "failed", self.cfg.failed_cooldown)
+        finally:
+            self._finish(info)
         times = request.meta.get(META_FAILED, 0)
         if times >= self.cfg.failed_retries:
             self.stats.inc_value("egress/failed_gave_up")
@@ -321,25 +372,87 @@ class LeasedProxyMiddleware:
     def _lease_ended(self, request, info):
         self.stats.inc_value("egress/lease_ended")
         self._forget(info)
-        self._api(self.client.release, info["id"]).addErrback(lambda f: logger.warning("egress: release failed: %s", f.getErrorMessage()))
+        self._finish(info)
         return self._again(request, META_FAILED)
 
     def _forget(self, info) -> None:
-        """Stops handing out the lease the request used (a sibling may have replaced it already)."""
+        """Retires the lease the request used: its slot stops handing it out (a sibling may have replaced it already)."""
         held = self.held.get(info["slot"])
         if held and held.lease.id == info["id"]:
             del self.held[info["slot"]]
+        use = self.leases.get(info["id"])
+        if use:
+            use.retired = True
+
+    def _finish(self, info) -> None:
+        """The request's use of its lease ends (once): a retired lease goes when its last user is done,
+        a slot's lease once it stayed unused for EGRESS_LEASE_IDLE."""
+        if info.get("done"):
+            return
+        info["done"] = True
+        use = self.leases.get(info["id"])
+        if not use:
+            return
+        use.users = max(0, use.users - 1)
+        if use.users > 0:
+            return
+        if use.retired:
+            self._release(use)
+            return
+        idle = self.cfg.lease_idle
+        if idle is None:
+            return  # kept for the slot until it is blocked, expires or the spider closes
+        use.idle_since = time.time()
+        if idle <= 0:
+            self._release_idle(use)
+        else:
+            self.call_later(idle, self._release_idle, use)
+
+    def _release_idle(self, use: _Held) -> None:
+        """Releases a slot's lease nobody used for EGRESS_LEASE_IDLE; the slot's next request takes a new one."""
+        if use.users > 0 or use.idle_since is None or self.leases.get(use.lease.id) is not use:
+            return
+        wait = (self.cfg.lease_idle or 0) - (time.time() - use.idle_since)
+        lock = self.locks.get(use.slot)
+        if wait > 0.001 or (lock is not None and lock.locked):
+            # Used again and let go since (a later timer handles it), or the slot is busy renewing.
+            self.call_later(max(wait, 0.1), self._release_idle, use)
+            return
+        if self.held.get(use.slot) is use:
+            del self.held[use.slot]
+        use.retired = True
+        self.stats.inc_value("egress/idle_release")
+        self._release(use)
+
+    def _release(self, use: _Held) -> None:
+        """Releases a lease we no longer use (idempotent on the server); close waits for it."""
+        lease_id = use.lease.id
+        if self.leases.pop(lease_id, None) is None or lease_id in self.releasing:
+            return
+
+        def done(_):
+            self.releasing.pop(lease_id, None)
+            self.stats.inc_value("egress/release")
+
+        def failed(f):
+            self.releasing.pop(lease_id, None)
+            self.stats.inc_value("egress/release_error")
+            logger.warning("egress: could not release lease of %s: %s", use.lease.proxy, f.getErrorMessage())
+
+        d = self._api(self.client.release, lease_id)
+        self.releasing[lease_id] = d
+        d.addCallbacks(done, failed)
 
     @defer.inlineCallbacks
     def _report(self, request, info, result: str, cooldown: Optional[int]):
         host = urlparse(request.url).hostname
         try:
             if info["target"] is None or (host or "").lower() == info["target"]:
-                yield self._api(self.client.report, info["id"], result, cooldown)
+                # Never released by the report: siblings may still use the lease (_finish releases it).
+                yield self._api(self.client.report, info["id"], result, cooldown, False)
             else:
                 # The slot's lease was taken for another host of the slot: report this host.
                 yield self._api(self.client.report_proxy, info["namespace"], info["name"], result, host, cooldown)
-                yield self._api(self.client.release, info["id"])
         except DiscoveryError as err:
             self.stats.inc_value("egress/report_error")
             logger.error("egress: could not report %s for %s via %s: %s", result, host, _name(info), err)

@@ -1,7 +1,8 @@
 /// <reference lib="dom" />
 /**
  * dashboard/web/panels — everything beside the proxies table: the totals in the header, the
- * pools, provider health and the list of recent events (newest first).
+ * pools (desired and status counts of each ProxyPool, its conditions), provider health and the
+ * list of recent events (newest first).
  */
 import { h } from './dom.ts';
 import { clockTime } from './format.ts';
@@ -23,25 +24,73 @@ export function renderTotals(el: HTMLElement, t: FleetTotals): void {
   );
 }
 
+const POOL_COLUMNS = 8;
+
+function poolCount(col: string, n: number | null, warn = false): HTMLElement {
+  return h('td', { class: `num${warn ? ' warn' : ''}`, 'data-col': col }, n === null ? '–' : String(n));
+}
+
+/** Progressing is work under way, not health: busy while True, neutral once done. */
+function conditionTone(type: string, status: string): string {
+  if (type === 'Progressing') return status === 'True' ? 'busy' : 'neutral';
+  return status.toLowerCase();
+}
+
+/** A pool's conditions as chips (type, coloured by status; reason and message on hover). */
+function poolStatus(p: PoolSummary): HTMLElement {
+  const chips = p.conditions.map((c) =>
+    h(
+      'span',
+      {
+        class: `cond cond-${conditionTone(c.type, c.status)}`,
+        'data-condition': c.type,
+        'data-status': c.status,
+        title: [c.reason, c.message].filter(Boolean).join(': '),
+      },
+      c.type,
+    ),
+  );
+  // Only what needs a person: an unavailable pool or a spec the controller refuses, with why.
+  const why = p.conditions
+    .filter((c) => c.status === 'False' && (c.type === 'Available' || c.type === 'SpecValid'))
+    .map((c) => h('div', { class: 'why' }, `${c.reason ?? c.type}${c.message ? `: ${c.message}` : ''}`));
+  const notes = [
+    !p.object ? h('span', { class: 'muted' }, 'label only, no ProxyPool') : null,
+    p.object && p.stale ? h('span', { class: 'muted' }, 'status catching up') : null,
+  ];
+  return h('td', { class: 'pool-status' }, ...chips, ...notes, ...why);
+}
+
 export function renderPools(table: HTMLTableElement, pools: readonly PoolSummary[]): void {
   const body = table.tBodies[0] ?? table.createTBody();
   if (pools.length === 0) {
-    body.replaceChildren(h('tr', {}, h('td', { colspan: '6', class: 'empty' }, 'no pools yet')));
+    body.replaceChildren(
+      h('tr', {}, h('td', { colspan: String(POOL_COLUMNS), class: 'empty' }, 'no pools yet')),
+    );
     return;
   }
   body.replaceChildren(
-    ...pools.map((p) =>
-      h(
+    ...pools.map((p) => {
+      const short = p.desired !== null && p.leasable !== null && p.leasable < p.desired;
+      return h(
         'tr',
-        { 'data-pool': p.name },
-        h('td', {}, p.name),
-        h('td', { class: 'num' }, String(p.proxies)),
-        h('td', { class: 'num' }, String(p.ready)),
-        h('td', { class: 'num' }, String(p.healthy)),
-        h('td', { class: 'num' }, String(p.leasable)),
-        h('td', { class: 'num' }, String(p.activeLeases)),
-      ),
-    ),
+        { 'data-pool': p.key, class: p.deleting ? 'down' : '' },
+        h(
+          'td',
+          {},
+          h('span', { class: 'ns' }, `${p.namespace}/`),
+          p.name,
+          p.deleting ? h('span', { class: 'muted' }, ' deleting') : null,
+        ),
+        poolCount('desired', p.desired),
+        poolCount('replicas', p.replicas),
+        poolCount('ready', p.ready),
+        poolCount('healthy', p.healthy, p.healthy !== null && p.ready !== null && p.healthy < p.ready),
+        poolCount('leasable', p.leasable, short),
+        poolCount('leases', p.activeLeases),
+        poolStatus(p),
+      );
+    }),
   );
 }
 

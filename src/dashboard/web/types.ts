@@ -37,13 +37,44 @@ export interface FleetRow {
   problem: string | null;
 }
 
+/** One condition of a ProxyPool's status (Available, Progressing, SpecValid, …). */
+export interface PoolCondition {
+  type: string;
+  /** "True", "False" or "Unknown". */
+  status: string;
+  reason: string | null;
+  message: string | null;
+}
+
+/**
+ * One pool: a ProxyPool object (counts from its status, desired from its spec), or a pool label
+ * some proxies carry with no ProxyPool of that name in their namespace (`object: false`, counts
+ * from the proxies themselves, no desired count).
+ */
 export interface PoolSummary {
+  /** "namespace/name". */
+  key: string;
+  namespace: string;
   name: string;
-  proxies: number;
-  ready: number;
-  healthy: number;
-  leasable: number;
+  /** Whether a ProxyPool object exists; false for a label on proxies only. */
+  object: boolean;
+  /** spec.replicas (with its default); null without a ProxyPool. */
+  desired: number | null;
+  /** status.replicas: the pool's proxies not draining away; null until the controller wrote it. */
+  replicas: number | null;
+  ready: number | null;
+  healthy: number | null;
+  leasable: number | null;
+  /** Proxies from the current template and within maxAge; null without a ProxyPool. */
+  updated: number | null;
+  draining: number | null;
+  /** Active leases on the pool's proxies (from the lease store). */
   activeLeases: number;
+  conditions: PoolCondition[];
+  /** deletionTimestamp set: the pool and its proxies are going. */
+  deleting: boolean;
+  /** The status is older than the spec (or missing): the controller has not caught up yet. */
+  stale: boolean;
 }
 
 export interface ProviderTargetSummary {
@@ -74,7 +105,8 @@ export type EventKind =
   | 'failed'
   | 'replacing'
   | 'replaced'
-  | 'egress-ip';
+  | 'egress-ip'
+  | 'pool';
 
 export interface FleetEvent {
   /** Increasing number; the page asks for events after the last one it has. */
@@ -82,7 +114,7 @@ export interface FleetEvent {
   /** RFC 3339. */
   at: string;
   kind: EventKind;
-  /** "namespace/name", or null for an event about no one proxy. */
+  /** "namespace/name", or null for an event about no one proxy (a pool's events name it in the message). */
   proxy: string | null;
   message: string;
 }

@@ -1,8 +1,9 @@
 /**
  * provider/gcp — the `gcp` provider: each instance is a Compute Engine VM with an ephemeral
  * external IP, configured by cloud-init in its `user-data` metadata. Four API calls (insert,
- * get, delete, aggregatedList) through @google-cloud/compute's REST transport. Inserts and
- * deletes are followed to their end (provider/gcp/operations): waited for a bounded time, then
+ * get, delete, aggregatedList) through @google-cloud/compute's REST transport, plus stop and
+ * start for `restart` (a new ephemeral IP in place: provider/gcp/restart). Inserts, deletes,
+ * stops and starts are followed to their end (provider/gcp/operations): waited for a bounded time, then
  * checked on the next call about that instance, and an operation's error is thrown with GCE's
  * code. Optionally one managed firewall rule per proxy port (get/insert, once per port and process).
  *
@@ -37,6 +38,7 @@ import {
   sanitizeGcpLabelValue,
 } from './instance.ts';
 import { type GceOperation, OperationFollower } from './operations.ts';
+import { Restarter } from './restart.ts';
 
 export type { GcpClientOptions } from './clients.ts';
 
@@ -75,7 +77,11 @@ export interface GcpProviderOptions {
 }
 
 export type GcpProvider = Provider &
-  Checker & { close(): Promise<void>; adopt: NonNullable<Provider['adopt']> };
+  Checker & {
+    close(): Promise<void>;
+    adopt: NonNullable<Provider['adopt']>;
+    restart: NonNullable<Provider['restart']>;
+  };
 
 export function createGcpProvider(opts: GcpProviderOptions): GcpProvider {
   return new GceProvider(opts);
@@ -96,6 +102,7 @@ class GceProvider implements Provider, Checker {
   private readonly lazy: LazyClients;
   private readonly firewall: FirewallKeeper;
   private readonly ops: OperationFollower;
+  private readonly restarter: Restarter;
 
   constructor(opts: GcpProviderOptions) {
     this.name = opts.name;
@@ -125,6 +132,12 @@ class GceProvider implements Provider, Checker {
       callTimeoutMs: this.timeout,
       keepMs: OPERATION_KEEP_MS,
       now: opts.now ?? (() => systemClock.now()),
+      log: this.log,
+    });
+    this.restarter = new Restarter({
+      provider: this.name,
+      ops: this.ops,
+      callOpts: () => this.callOpts(),
       log: this.log,
     });
     const file = opts.config.credentialsFile;
@@ -270,6 +283,17 @@ class GceProvider implements Provider, Checker {
         return;
       }
     }
+  }
+
+  /**
+   * A new ephemeral external IP without a new VM: stop, then start (provider/gcp/restart). Each
+   * call moves the restart on as far as GCE lets it within the operation wait, and answers the
+   * instance as it is; Running with its new address once the restart named by `since` is done.
+   */
+  async restart(ctx: CallContext, providerID: string, since: Date): Promise<Instance> {
+    const ref = parseProviderID(providerID, this.name);
+    const c = await this.client(ctx, 'restart', providerID);
+    return this.restarter.restart(ctx, c, ref, since);
   }
 
   async listByTag(ctx: CallContext): Promise<Instance[]> {

@@ -116,6 +116,9 @@ export interface GceInstance {
   zone?: string | null;
   labels?: Record<string, string> | null;
   creationTimestamp?: string | null;
+  /** When it was last started / stopped (RFC 3339, GCE's clock): a restart's progress. */
+  lastStartTimestamp?: string | null;
+  lastStopTimestamp?: string | null;
   networkInterfaces?: Array<{ accessConfigs?: Array<{ natIP?: string | null }> | null }> | null;
 }
 

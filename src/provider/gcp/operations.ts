@@ -1,6 +1,6 @@
 /**
  * provider/gcp/operations — follows Compute Engine zone operations to their end. An accepted
- * insert or delete is waited for (`zoneOperations.wait`) up to a bounded deadline; one still
+ * insert, delete, stop or start (the last two: provider/gcp/restart) is waited for (`zoneOperations.wait`) up to a bounded deadline; one still
  * running then is remembered per instance and checked (`zoneOperations.get`) on the next call
  * about that instance, so a write is never sent twice while GCE is still working on it; an
  * operation that ends in an error becomes a classified ProviderError with GCE's code and message.
@@ -30,7 +30,13 @@ export interface GceOperation {
   httpErrorStatusCode?: number | null;
 }
 
-export type OperationKind = 'insert' | 'delete';
+export type OperationKind = 'insert' | 'delete' | 'stop' | 'start';
+
+/** The provider operation an operation kind belongs to, for error messages and metrics. */
+export function providerOpOf(kind: OperationKind): string {
+  if (kind === 'insert') return 'create';
+  return kind === 'delete' ? 'delete' : 'restart';
+}
 
 /** A write GCE accepted and we have not seen end yet, or whose failure we still report. */
 export interface Followed {
@@ -189,10 +195,7 @@ export class OperationFollower {
       throw toProviderError(err, where, ctx.signal);
     }
     if (!isDone(op)) return { state: 'running', rec };
-    const failure = operationError(op, rec.kind, {
-      ...where,
-      op: rec.kind === 'insert' ? 'create' : 'delete',
-    });
+    const failure = operationError(op, rec.kind, { ...where, op: providerOpOf(rec.kind) });
     if (!failure) {
       this.followed.delete(id);
       return { state: 'done', rec };

@@ -192,6 +192,17 @@ export function parseMetadata(domainXml: string): DomainMetadata {
 
 // ---- domain XML -------------------------------------------------------------------------------
 
+/**
+ * Direct kernel boot: QEMU loads the kernel and initrd from files on the host and the disk needs
+ * no bootloader (custom kernels, or images built without one).
+ */
+export interface DirectBoot {
+  /** Absolute path on the host. */
+  kernel: string;
+  initrd?: string;
+  cmdline?: string;
+}
+
 export interface DomainSpec {
   name: string;
   domainType: 'kvm' | 'qemu';
@@ -202,6 +213,7 @@ export interface DomainSpec {
   overlayVolume: string;
   seedVolume: string;
   bridge: string;
+  directBoot?: DirectBoot;
   /** Replaces the bridge NIC; tests only (a machine without a bridge). */
   interfaceXml?: string;
   metadata: MetadataFields;
@@ -214,8 +226,17 @@ export function bridgeInterfaceXml(bridge: string): string {
     </interface>`;
 }
 
+/** The `<os>` lines after `<type>`: the kernel to load directly, else boot from the disk. */
+function bootXml(boot: DirectBoot | undefined): string {
+  if (!boot) return `\n    <boot dev='hd'/>`;
+  const line = (tag: string, v: string | undefined) =>
+    v === undefined ? '' : `\n    <${tag}>${xmlEscape(v)}</${tag}>`;
+  return line('kernel', boot.kernel) + line('initrd', boot.initrd) + line('cmdline', boot.cmdline);
+}
+
 export function domainXml(s: DomainSpec): string {
   const pool = xmlEscape(s.pool);
+  const boot = bootXml(s.directBoot);
   // UEFI through libvirt's firmware autoselection, secure boot off: cloud images boot unsigned
   // shims on some distributions, and we need no enrolled keys.
   const os =
@@ -224,12 +245,10 @@ export function domainXml(s: DomainSpec): string {
     <type arch='x86_64' machine='q35'>hvm</type>
     <firmware>
       <feature enabled='no' name='secure-boot'/>
-    </firmware>
-    <boot dev='hd'/>
+    </firmware>${boot}
   </os>`
       : `<os>
-    <type arch='x86_64' machine='q35'>hvm</type>
-    <boot dev='hd'/>
+    <type arch='x86_64' machine='q35'>hvm</type>${boot}
   </os>`;
   // Under TCG there is no host CPU to pass through.
   const cpu = s.domainType === 'kvm' ? `\n  <cpu mode='host-passthrough'/>` : '';

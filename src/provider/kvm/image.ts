@@ -24,6 +24,7 @@ import {
   backingPathOf,
   baseVolumeName,
   baseVolumesOf,
+  type DirectBoot,
   KVM_NAME_PATTERN,
   markerVolumeName,
   rawVolumeXml,
@@ -41,6 +42,8 @@ export interface ResolvedImage {
   sha256?: string | undefined;
   format: 'qcow2' | 'raw';
   firmware: 'uefi' | 'bios';
+  /** Direct kernel boot (the image entry's `kernel`, `initrd`, `cmdline`); absent: boot the disk. */
+  directBoot?: DirectBoot;
 }
 
 type Images = Record<string, Required<Pick<KvmImage, 'format' | 'firmware'>> & KvmImage>;
@@ -63,7 +66,22 @@ export function resolveImage(images: Images, ref: string | undefined): ResolvedI
   if (img) {
     const version = img.sha256 ? `sha256-${img.sha256.toLowerCase().slice(0, 16)}` : `url-${hash16(img.url)}`;
     const volume = baseVolumeName(ref, img.format, version);
-    return { key: ref, volume, url: img.url, sha256: img.sha256, format: img.format, firmware: img.firmware };
+    const resolved: ResolvedImage = {
+      key: ref,
+      volume,
+      url: img.url,
+      sha256: img.sha256,
+      format: img.format,
+      firmware: img.firmware,
+    };
+    if (img.kernel !== undefined) {
+      resolved.directBoot = {
+        kernel: img.kernel,
+        ...(img.initrd !== undefined ? { initrd: img.initrd } : {}),
+        ...(img.cmdline !== undefined ? { cmdline: img.cmdline } : {}),
+      };
+    }
+    return resolved;
   }
   if (isHttpUrl(ref)) {
     const key = `url-${hash16(ref)}`;

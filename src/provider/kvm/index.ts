@@ -196,6 +196,7 @@ class LibvirtProvider implements Provider, Checker {
       overlayVolume: overlayName,
       seedVolume: seedVolumeName(req.name),
       bridge: host.bridge,
+      ...(image.directBoot ? { directBoot: image.directBoot } : {}),
       ...(this.interfaceXml !== undefined ? { interfaceXml: this.interfaceXml } : {}),
       metadata: {
         uid: req.uid,

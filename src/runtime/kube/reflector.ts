@@ -42,6 +42,11 @@ export interface ReflectorOptions<T extends KubeObject> {
   watchTimeoutSeconds?: number;
   initialBackoffMs?: number;
   maxBackoffMs?: number;
+  /**
+   * Uniform [0, 1) source for the ±20 % backoff jitter; default Math.random (tests pass a
+   * seeded one), as runtime/leader/lease.ts does for its retry jitter.
+   */
+  random?: () => number;
   /** Objects from JSON decoding (watch) and from typed clients (list) normalised alike. */
   normalize?: (obj: unknown) => T;
 }
@@ -116,7 +121,7 @@ export class Reflector<T extends KubeObject> {
 
   private async backoff(signal: AbortSignal, what: string, err: unknown): Promise<void> {
     const base = backoffDelay(this.failures++, this.o.initialBackoffMs ?? 500, this.o.maxBackoffMs ?? 30_000);
-    const ms = Math.round(base * (0.8 + Math.random() * 0.4));
+    const ms = Math.round(base * (0.8 + (this.o.random ?? Math.random)() * 0.4));
     this.log.warn({ err, retryInMs: ms }, `${what}; retrying`);
     await abortableSleep(ms, signal);
   }

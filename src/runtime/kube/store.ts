@@ -33,6 +33,8 @@ export interface KubeStoreOptions extends KubeClientOptions {
     watchTimeoutSeconds?: number;
     initialBackoffMs?: number;
     maxBackoffMs?: number;
+    /** Uniform [0, 1) source for the backoff jitter (default Math.random). */
+    random?: () => number;
   };
 }
 
@@ -91,6 +93,7 @@ export class KubeStore implements ObjectStore {
       ...(r.watchTimeoutSeconds !== undefined && { watchTimeoutSeconds: r.watchTimeoutSeconds }),
       ...(r.initialBackoffMs !== undefined && { initialBackoffMs: r.initialBackoffMs }),
       ...(r.maxBackoffMs !== undefined && { maxBackoffMs: r.maxBackoffMs }),
+      ...(r.random !== undefined && { random: r.random }),
       log: this.log,
       watchClient: this.clients.watch,
     };

@@ -1,0 +1,73 @@
+/**
+ * scripts/test/session — the commands `npm test` runs after the main suite (the KVM end-to-end
+ * tier: its image build, then its vitest): in order, with the run's marker, the worst exit code
+ * wins, and a failed gate stops the ones after it. Stub commands only; no daemons are started.
+ */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { RUN_MARKER } from '../../scripts/test/prerequisites.ts';
+import { runSession } from '../../scripts/test/session.ts';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+/** A command that appends `name` and the run marker to `log`, then exits with `code`. */
+const step = (log: string, name: string, code: number) => ({
+  command: process.execPath,
+  args: [
+    '-e',
+    `require('node:fs').appendFileSync(${JSON.stringify(log)}, ${JSON.stringify(name)} + ' ' + process.env.${RUN_MARKER} + '\\n'); process.exit(${code})`,
+  ],
+});
+
+function run(afterwards: Parameters<typeof runSession>[0]['afterwards'], main = 0) {
+  const work = mkdtempSync(join(tmpdir(), 'npm-test-afterwards-'));
+  dirs.push(work);
+  const log = join(work, 'log');
+  const said: string[] = [];
+  const done = runSession({
+    cwd: work,
+    stateDir: join(work, 'state'),
+    upScript: join(work, 'up.sh'),
+    downScript: join(work, 'down.sh'),
+    mayStartDaemons: false,
+    ...step(log, 'main', main),
+    afterwards: afterwards?.map((f) => ({ ...f, ...step(log, f.command, Number(f.args[0])) })),
+    runId: 'run-1',
+    say: (m) => said.push(m),
+  });
+  return { done, log: () => readFileSync(log, 'utf8'), said };
+}
+
+describe('npm test follow-ups', () => {
+  it('run in order after the suite, with the marker; the worst exit code wins', async () => {
+    const r = run(
+      [
+        { name: 'build', command: 'build', args: ['0'], gate: true },
+        { name: 'tier', command: 'tier', args: ['1'] },
+      ],
+      0,
+    );
+    expect(await r.done).toBe(1);
+    expect(r.log()).toBe('main run-1\nbuild run-1\ntier run-1\n');
+    expect(r.said).toContain('build');
+    expect(r.said.some((m) => /^tier: exit 1 after \d+ s$/.test(m))).toBe(true);
+  });
+
+  it('still run when the suite failed, and a failed gate stops the rest', async () => {
+    const r = run(
+      [
+        { name: 'build', command: 'build', args: ['3'], gate: true },
+        { name: 'tier', command: 'tier', args: ['0'] },
+      ],
+      2,
+    );
+    expect(await r.done).toBe(3);
+    expect(r.log()).toBe('main run-1\nbuild run-1\n');
+    expect(r.said).toContain('not running what follows build: it failed');
+  });
+});
