@@ -235,20 +235,24 @@ export class GatewayHub {
       }
       if (kept.length > 0) r.slots.set(key, kept);
     }
+    this.log.info(
+      { held: Object.values(held).flat().length, kept: [...r.slots.values()].flat().length },
+      'gateway replica share adopted',
+    );
   }
 
   private apply(r: Replica, req: SyncRequest): void {
     if (req.release?.length) {
       const gone = new Set(req.release);
       for (const [key, slots] of r.slots) {
-        const kept = slots.filter((s) => {
-          if (!gone.has(s.id)) return true;
-          this.leases.release(s.id);
-          return false;
-        });
+        const kept = slots.filter((s) => !gone.has(s.id));
         if (kept.length > 0) r.slots.set(key, kept);
         else r.slots.delete(key);
       }
+      // Released whether or not this hub knew them as the replica's: a slot handed back on the
+      // first sync with a new leader was never adopted, and would otherwise hold capacity until
+      // its lease expired.
+      for (const id of gone) this.leases.release(id);
     }
     for (const a of req.sessionAnswers ?? []) {
       this.asks.get(a.ask)?.resolve({ upstream: a.upstream, target: a.target });
@@ -321,7 +325,14 @@ export class GatewayHub {
     }
     for (const u of upstreams)
       if ((this.contended.get(u.key) ?? 0) > now) (u as UpstreamState).contended = true;
-    const out: SyncAnswer = { epoch: this.epoch, cursor: this.seq, full, cooldowns, upstreams };
+    const out: SyncAnswer = {
+      epoch: this.epoch,
+      cursor: this.seq,
+      full,
+      cooldowns,
+      upstreams,
+      replicas: this.replicas.size,
+    };
     if (r) out.slots = Object.fromEntries(r.slots);
     if (this.asks.size > 0) out.sessionAsks = [...this.asks.values()].map((p) => p.ask);
     return out;

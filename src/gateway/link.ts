@@ -80,7 +80,7 @@ export class GatewayLink {
         },
         signal,
       );
-      if (!ok) this.o.replica.requeue(share.reports, share.sessionAnswers);
+      if (!ok) this.o.replica.requeue(share.reports, share.sessionAnswers, share.release);
       if (!ok) await this.pause(RETRY_MS, signal, false);
       else if (this.kicked) await this.pause(KICKED_MS, signal, false);
       else await this.pause(SYNC_INTERVAL_MS, signal, true);

@@ -19,6 +19,8 @@ import type { RoutingOptions } from './username.ts';
 
 /** How long a failed upstream is kept out locally until the leader's answer says more. */
 const LOCAL_FAILED_MS = 60_000;
+/** How long a connection waits for this replica's share to grow before it gets 503. */
+export const SHARE_WAIT_MS = 3000;
 /** Sessions' selectors parsed once. */
 const MAX_SELECTORS = 256;
 
@@ -49,6 +51,8 @@ export class ReplicaChooser implements UpstreamChooser {
   private cooldowns = new Map<string, number>();
   private reports: SyncReport[] = [];
   private sessionAnswers: SessionAnswer[] = [];
+  /** Slot leases given back whose sync failed: sent again with the next one. */
+  private releaseBacklog: string[] = [];
   /** Session asks already handled (bounded, oldest first). */
   private readonly askedSessions = new Set<string>();
   /** The newest session ask seen, per hub epoch. */
@@ -59,8 +63,12 @@ export class ReplicaChooser implements UpstreamChooser {
   private seq = 0;
   private connSeq = 0;
   private heard = false;
+  /** Replicas sharing the fleet, as the hub last said. */
+  private replicas = 1;
   /** Upstreams the last share request asked slots for. */
   private asked = new Set<string>();
+  /** Connections waiting for the next share answer. */
+  private shareWaiters: (() => void)[] = [];
   /** Called when the replica needs the link to sync soon (a report, or a share running short). */
   onNeed: () => void = () => {};
 
@@ -82,6 +90,7 @@ export class ReplicaChooser implements UpstreamChooser {
   /** Takes in a hub answer (gateway/share). */
   applyAnswer(a: SyncAnswer): void {
     const now = this.clock.now();
+    if (a.replicas !== undefined) this.replicas = Math.max(1, a.replicas);
     const next = new Map<string, Known>();
     for (const u of a.upstreams) {
       const old = this.known.get(u.key);
@@ -143,6 +152,11 @@ export class ReplicaChooser implements UpstreamChooser {
     }
     // Ready once a share answer came back for every upstream it knew when asking.
     if (a.slots && !unasked) this.heard = true;
+    if (a.slots) {
+      const ws = this.shareWaiters;
+      this.shareWaiters = [];
+      for (const w of ws) w();
+    }
   }
 
   /**
@@ -152,7 +166,8 @@ export class ReplicaChooser implements UpstreamChooser {
    */
   shareRequest(): ShareRequest {
     const want: Record<string, number> = {};
-    const release: string[] = [];
+    const release: string[] = this.releaseBacklog;
+    this.releaseBacklog = [];
     const held: Record<string, string[]> = {};
     for (const k of this.known.values()) {
       let w = 0;
@@ -182,12 +197,49 @@ export class ReplicaChooser implements UpstreamChooser {
   }
 
   /** Reports the link could not deliver go back to the queue. */
-  requeue(reports: SyncReport[], sessionAnswers: SessionAnswer[] = []): void {
+  requeue(reports: SyncReport[], sessionAnswers: SessionAnswer[] = [], release: string[] = []): void {
     this.reports.unshift(...reports);
     this.sessionAnswers.unshift(...sessionAnswers);
+    this.releaseBacklog.unshift(...release);
   }
 
-  acquire(target: string, routing: RoutingOptions): AcquireOutcome {
+  /**
+   * An upstream now, or — when the only ones that fit are at this replica's share while the
+   * leader may grant more — after the share grew (at most SHARE_WAIT_MS): a short wait instead
+   * of a 503 while shares move between replicas.
+   */
+  acquire(target: string, routing: RoutingOptions): AcquireOutcome | Promise<AcquireOutcome> {
+    const first = this.tryAcquire(target, routing);
+    if (first.ok || !first.couldGrow) return first;
+    return this.acquireWaiting(target, routing, this.clock.now() + SHARE_WAIT_MS, first);
+  }
+
+  private async acquireWaiting(
+    target: string,
+    routing: RoutingOptions,
+    deadline: number,
+    last: AcquireOutcome & { couldGrow?: boolean },
+  ): Promise<AcquireOutcome> {
+    let outcome = last;
+    while (!outcome.ok && outcome.couldGrow) {
+      const left = deadline - this.clock.now();
+      if (left <= 0) break;
+      await new Promise<void>((resolve) => {
+        const t = this.clock.setTimeout(done, left);
+        function done() {
+          resolve();
+        }
+        this.shareWaiters.push(() => {
+          this.clock.clearTimeout(t);
+          done();
+        });
+      });
+      outcome = this.tryAcquire(target, routing);
+    }
+    return outcome;
+  }
+
+  private tryAcquire(target: string, routing: RoutingOptions): AcquireOutcome & { couldGrow?: boolean } {
     let host: string | undefined;
     try {
       host = normalizeTarget(target);
@@ -218,6 +270,7 @@ export class ReplicaChooser implements UpstreamChooser {
     let matching = 0;
     let cooling = 0;
     let full = 0;
+    let couldGrow = false;
     const fits: Known[] = [];
     for (const k of this.known.values()) {
       if (routing.namespace && k.namespace !== routing.namespace) continue;
@@ -230,7 +283,12 @@ export class ReplicaChooser implements UpstreamChooser {
       }
       if (!k.upstream || (k.maxLeases > 0 && k.inUse >= k.slots.length)) {
         full++;
-        if (k.maxLeases === 0 || k.slots.length < k.maxLeases) this.short.add(k.key);
+        if (k.maxLeases === 0 || k.slots.length < k.maxLeases) {
+          this.short.add(k.key);
+          // Worth waiting for only below a fair share: above it the capacity is most likely in
+          // use elsewhere, and the client gets its 503 at once.
+          if (k.slots.length < Math.ceil(k.maxLeases / this.replicas)) couldGrow = true;
+        }
         continue;
       }
       fits.push(k);
@@ -247,6 +305,7 @@ export class ReplicaChooser implements UpstreamChooser {
         ok: false,
         status: 503,
         message: `no upstream proxy may carry this now on this gateway replica: ${matching} matching, ${cooling} cooling down for this site, ${full} at this replica's share of their capacity`,
+        couldGrow,
       };
     }
     chosen.inUse++;

@@ -94,6 +94,8 @@ export interface SyncAnswer {
   slots?: Record<string, Slot[]>;
   /** Session reports waiting for the replica that knows the session. */
   sessionAsks?: SessionAsk[];
+  /** Gateway replicas holding or asking for a share now (for a replica's fair share). */
+  replicas?: number;
 }
 
 export class SyncInputError extends Error {

@@ -76,7 +76,7 @@ export async function handleConnect(
       span.end();
       return;
     }
-    const got = ctx.chooser.acquire(target.host, routing);
+    const got = await ctx.chooser.acquire(target.host, routing);
     if (!got.ok) {
       done('no_upstream');
       span.end();

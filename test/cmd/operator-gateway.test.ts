@@ -283,8 +283,11 @@ describe('gateway on every replica', () => {
           .items.filter((c) => c.metadata.name.startsWith('egress-proxies-operator-leases-'))
           .map((c) => c.metadata.resourceVersion)
           .join(',');
+      // Two writes: the first may have read the state before the last tunnel opened.
       const before = shards();
       await until('a checkpoint after the tunnels opened', () => shards() !== before, 30_000);
+      const firstWrite = shards();
+      await until('a checkpoint started after that', () => shards() !== firstWrite, 30_000);
       a.child.kill('SIGKILL');
       await a.exited;
       await until('b to lead', () => leaseSpec().holderIdentity === b.identity(), 30_000);

@@ -83,9 +83,9 @@ describe('gateway replicas', () => {
     // Keep asking from both replicas until the fleet's 6 slots are all carrying connections.
     await expect
       .poll(
-        () => {
+        async () => {
           for (const r of [a, b]) {
-            const got = r.acquire('example.com', routing);
+            const got = await r.acquire('example.com', routing);
             if (got.ok) open.push({ r, a: got.acquired });
           }
           return open.length;
@@ -103,8 +103,8 @@ describe('gateway replicas', () => {
     const before = open.filter((x) => x.r === b).length;
     await expect
       .poll(
-        () => {
-          const got = b.acquire('example.com', routing);
+        async () => {
+          const got = await b.acquire('example.com', routing);
           if (got.ok) open.push({ r: b, a: got.acquired });
           return open.filter((x) => x.r === b).length;
         },
@@ -118,7 +118,7 @@ describe('gateway replicas', () => {
     const { leases, replicas } = cluster(0);
     const [a, b] = replicas as [ReplicaChooser, ReplicaChooser];
     await expect.poll(() => a.ready && b.ready, { timeout: 10_000 }).toBe(true);
-    const got = a.acquire('blocks.example', { ...routing, selector: 'pool=eu' });
+    const got = await a.acquire('blocks.example', { ...routing, selector: 'pool=eu' });
     expect(got.ok).toBe(true);
     if (!got.ok) return;
     const blocked = got.acquired.upstream.key;
@@ -132,10 +132,10 @@ describe('gateway replicas', () => {
     // b learns it from the hub's push, not from a lease per connection.
     await expect
       .poll(
-        () => {
+        async () => {
           const seen = new Set<string>();
           for (let i = 0; i < 6; i++) {
-            const g = b.acquire('blocks.example', { ...routing, selector: 'pool=eu' });
+            const g = await b.acquire('blocks.example', { ...routing, selector: 'pool=eu' });
             if (g.ok) {
               seen.add(g.acquired.upstream.key);
               b.release(g.acquired);
@@ -149,7 +149,7 @@ describe('gateway replicas', () => {
     // Another site still gets it.
     const seen = new Set<string>();
     for (let i = 0; i < 6; i++) {
-      const g = b.acquire('other.example', { ...routing, selector: 'pool=eu' });
+      const g = await b.acquire('other.example', { ...routing, selector: 'pool=eu' });
       if (g.ok) {
         seen.add(g.acquired.upstream.key);
         b.release(g.acquired);
@@ -163,15 +163,15 @@ describe('gateway replicas', () => {
     const [a, b] = replicas as [ReplicaChooser, ReplicaChooser];
     await expect.poll(() => a.ready && b.ready, { timeout: 10_000 }).toBe(true);
     await expect
-      .poll(() => {
-        const ga = a.acquire('s.example', { ...routing, session: 's1' });
-        const gb = b.acquire('s.example', { ...routing, session: 's1' });
+      .poll(async () => {
+        const ga = await a.acquire('s.example', { ...routing, session: 's1' });
+        const gb = await b.acquire('s.example', { ...routing, session: 's1' });
         return ga.ok && gb.ok && ga.acquired.upstream.key === gb.acquired.upstream.key;
       })
       .toBe(true);
     for (const id of ['s2', 's3', 's4', 's5']) {
-      const ga = a.acquire('s.example', { ...routing, session: id });
-      const gb = b.acquire('s.example', { ...routing, session: id });
+      const ga = await a.acquire('s.example', { ...routing, session: id });
+      const gb = await b.acquire('s.example', { ...routing, session: id });
       expect(ga.ok && gb.ok && ga.acquired.upstream.key === gb.acquired.upstream.key, id).toBe(true);
     }
   });
@@ -225,7 +225,7 @@ describe('gateway replicas', () => {
     const [a, b] = replicas as [ReplicaChooser, ReplicaChooser];
     await expect.poll(() => a.ready && b.ready, { timeout: 10_000 }).toBe(true);
     // The session's tunnels went through b only; the report reaches the leader, whose gateway is a.
-    const got = b.acquire('shop.example', { ...routing, session: 'far' });
+    const got = await b.acquire('shop.example', { ...routing, session: 'far' });
     expect(got.ok).toBe(true);
     if (!got.ok) return;
     b.release(got.acquired);
