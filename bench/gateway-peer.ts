@@ -2,12 +2,24 @@
  * bench/gateway-peer — the far sides of the gateway benchmark, each run as its own process so
  * none bills its CPU to the gateway: `origin` (raw TCP: every "\n" received is answered with
  * 1 MiB), `stock <upstreamUrl>` (a stock proxy-chain gateway chaining to the upstream, the
- * comparison the targets name), and `load <json>` (the load generator: CONNECT set-up latency
- * with one client, bulk throughput over many tunnels, or idle tunnels held open).
- * Servers print one JSON line with their port and exit when stdin closes.
+ * comparison the targets name), `gateway <json>` (this project's gateway over a lease store
+ * holding the one upstream, alone in its process so its memory is measured by itself: a line
+ * `rss` on stdin is answered with its RSS after a GC), and `load <json>` (the load generator:
+ * CONNECT set-up latency with one client, bulk throughput over many tunnels, or idle tunnels
+ * held open). Servers print one JSON line with their port and exit when stdin closes.
  */
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
+import { createInterface } from 'node:readline';
+import { trace } from '@opentelemetry/api';
+import { Registry } from 'prom-client';
 import { Server as ProxyChainServer } from 'proxy-chain';
+import { resolveEgressPolicy } from '../src/config/egress.ts';
+import { Gateway } from '../src/gateway/server.ts';
+import { LeaseStoreChooser } from '../src/gateway/upstreams.ts';
+import { LeaseStore } from '../src/lease/store.ts';
+import { silentLogger } from '../src/log/index.ts';
+import { EgressGuard } from '../src/provider/local/egress.ts';
+import { systemClock } from '../src/runtime/clock.ts';
 
 export const BODY_BYTES = 1024 * 1024;
 
@@ -60,6 +72,55 @@ async function stock(upstreamUrl: string): Promise<void> {
   });
   await server.listen();
   serveUntilStdinEnds({ port: server.port });
+}
+
+export interface GatewaySpec {
+  upstreamPort: number;
+  username: string;
+  password: string;
+  originPort: number;
+  token: string;
+}
+
+async function gateway(spec: GatewaySpec): Promise<void> {
+  const leases = new LeaseStore({ clock: systemClock });
+  leases.upsertProxy({
+    key: 'bench/upstream',
+    namespace: 'bench',
+    name: 'upstream',
+    uid: 'u1',
+    labels: {},
+    phase: 'Ready',
+    healthy: true,
+    draining: false,
+    deleting: false,
+    maxLeases: 0,
+    host: '127.0.0.1',
+    port: spec.upstreamPort,
+    credentials: { username: spec.username, password: spec.password },
+  });
+  const gw = new Gateway({
+    bind: { host: '127.0.0.1', port: 0 },
+    token: spec.token,
+    chooser: new LeaseStoreChooser(leases, systemClock),
+    egress: new EgressGuard(
+      resolveEgressPolicy({ allowCIDRs: ['127.0.0.0/8'], connectPorts: [spec.originPort] }),
+    ),
+    clock: systemClock,
+    log: silentLogger(),
+    registry: new Registry(),
+    tracer: trace.getTracer('bench'),
+  });
+  await gw.listen();
+  process.stdout.write(`${JSON.stringify({ port: gw.port })}\n`);
+  const lines = createInterface({ input: process.stdin });
+  lines.on('line', (l) => {
+    if (l !== 'rss') return;
+    global.gc?.();
+    const answer = { rss: process.memoryUsage().rss, open: gw.openConnections };
+    process.stdout.write(`${JSON.stringify(answer)}\n`);
+  });
+  lines.on('close', () => process.exit(0));
 }
 
 /** One CONNECT; resolves with the socket once the proxy answered 200. */
@@ -143,6 +204,7 @@ async function idle(spec: LoadSpec): Promise<void> {
 const [role, arg] = process.argv.slice(2);
 if (role === 'origin') await origin();
 else if (role === 'stock') await stock(arg ?? '');
+else if (role === 'gateway') await gateway(JSON.parse(arg ?? '{}') as GatewaySpec);
 else if (role === 'load') {
   const spec = JSON.parse(arg ?? '{}') as LoadSpec;
   if (spec.mode === 'idle') await idle(spec);

@@ -12,6 +12,7 @@ import { loadProvidersConfig } from '../config/load.ts';
 import type { ProvidersConfig } from '../config/schema.ts';
 import { discoveryTokenFromEnv } from '../discovery/auth.ts';
 import { gatewayTokenFromEnv } from '../gateway/auth.ts';
+import { clusterGateway } from '../gateway/cluster.ts';
 import { GatewaySessions, gatewaySetupProblem } from '../gateway/service.ts';
 import type { HealthEngine } from '../health/engine.ts';
 import type { LeaseStore } from '../lease/store.ts';
@@ -238,9 +239,24 @@ async function assemble(
     egressPolicy: config.gateway?.egressPolicy,
     operatorPorts: operatorPorts(flags),
   };
+  // Cluster mode: every replica serves the gateway with a share from the leader's hub, which
+  // also finds the replica that knows a reported session (docs/architecture.md, "Gateway scale-out").
+  const cluster =
+    parsed.command === 'operator'
+      ? clusterGateway({
+          leases: parts.leases,
+          authority: parts.authority,
+          clock,
+          log: log.child({ component: 'gateway' }),
+          token: listeners.token,
+          tls: listeners.discoveryTls,
+          registry,
+        })
+      : undefined;
   const discoveryUrl = addRunnables(manager, parts, listeners, {
     setup: gateway,
-    sessions: new GatewaySessions(),
+    sessions: new GatewaySessions(cluster ? (id, r, t) => cluster.hub.askSession(id, r, t) : undefined),
+    ...(cluster ? { cluster } : {}),
   });
   return {
     manager,

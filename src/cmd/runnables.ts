@@ -4,6 +4,7 @@
  */
 import { registerDashboardRoutes } from '../dashboard/routes.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
+import { type ClusterGateway, registerGatewaySync } from '../gateway/cluster.ts';
 import { type GatewaySessions, type GatewaySetup, runGateway } from '../gateway/service.ts';
 import { startLeaseFeed } from '../lease/feed.ts';
 import { startMetricsServer } from '../metrics/server.ts';
@@ -35,9 +36,9 @@ export function addRunnables(
   manager: Manager,
   c: Components,
   listeners: ListenerInputs,
-  gateway: { setup: GatewaySetup; sessions: GatewaySessions },
+  gateway: { setup: GatewaySetup; sessions: GatewaySessions; cluster?: ClusterGateway },
 ): () => string | undefined {
-  const discoveryUrl = addListeners(manager, c, listeners, gateway.sessions);
+  const discoveryUrl = addListeners(manager, c, listeners, gateway);
   addLeaderLoops(manager, c);
   addGateway(manager, c, gateway);
   return discoveryUrl;
@@ -48,7 +49,7 @@ function addListeners(
   manager: Manager,
   c: Components,
   listeners: ListenerInputs,
-  sessions: GatewaySessions,
+  gateway: { sessions: GatewaySessions; cluster?: ClusterGateway },
 ): () => string | undefined {
   const { flags, log, registry, tracer, clock, credentials, mode, leases, authority, dashboard } = c;
   let discovery: DiscoveryServer | undefined;
@@ -65,8 +66,11 @@ function addListeners(
         registry,
         tracer,
         authority,
-        extraRoutes: (app) => registerDashboardRoutes(app, dashboard, c.dashboardAssets),
-        sessions,
+        extraRoutes: (app) => {
+          registerDashboardRoutes(app, dashboard, c.dashboardAssets);
+          if (gateway.cluster) registerGatewaySync(app, gateway.cluster.hub);
+        },
+        sessions: gateway.sessions,
       });
       mode.advertiseDiscovery?.(discovery.url);
       log.info({ url: discovery.url }, 'discovery API listening');
@@ -144,30 +148,42 @@ function addLeaderLoops(manager: Manager, c: Components): void {
 }
 
 /**
- * Upstream choice needs the lease authority: the gateway serves where leases are decided, once
- * the restored state is in (docs/gateway.md).
+ * The gateway (docs/gateway.md). Standalone: it serves where leases are decided, once the
+ * restored state is in. Cluster mode: every replica serves it, choosing upstreams from the share
+ * and the cooldowns the leader's hub hands it (docs/architecture.md, "Gateway scale-out").
  */
 function addGateway(
   manager: Manager,
   c: Components,
-  gateway: { setup: GatewaySetup; sessions: GatewaySessions },
+  gateway: { setup: GatewaySetup; sessions: GatewaySessions; cluster?: ClusterGateway },
 ): void {
   const { log, registry, tracer, clock, authority, leases } = c;
+  const deps = {
+    leases,
+    clock,
+    log: log.child({ component: 'gateway' }),
+    registry,
+    tracer,
+    sessions: gateway.sessions,
+  };
+  const cluster = gateway.cluster;
+  if (cluster) {
+    manager.add(
+      service('gateway', false, async (signal) => {
+        await runGateway(
+          gateway.setup,
+          { ...deps, chooser: cluster.replica, alongside: (s) => cluster.link.run(s) },
+          signal,
+        );
+        await cluster.close();
+      }),
+    );
+    return;
+  }
   manager.add(
     service('gateway', true, async (signal) => {
       while (!authority.isServing && !signal.aborted) await new Promise<void>((r) => clock.setTimeout(r, 50));
-      await runGateway(
-        gateway.setup,
-        {
-          leases,
-          clock,
-          log: log.child({ component: 'gateway' }),
-          registry,
-          tracer,
-          sessions: gateway.sessions,
-        },
-        signal,
-      );
+      await runGateway(gateway.setup, deps, signal);
     }),
   );
 }

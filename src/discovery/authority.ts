@@ -67,7 +67,7 @@ function noLeader(reply: FastifyReply, why: string): FastifyReply {
 }
 
 /** The forwarding client: replicas share one certificate, so with TLS the leader must present it. */
-function forwardingAgent(tls: TlsFiles | undefined): Agent {
+export function forwardingAgent(tls: TlsFiles | undefined): Agent {
   if (!tls) return new Agent({ keepAliveTimeout: 30_000, connections: 64 });
   const own = new X509Certificate(tls.cert).fingerprint256;
   return new Agent({

@@ -101,11 +101,11 @@ function handlers(leases: LeaseStore, sessions: GatewaySessions | undefined): Re
         return reply.send({ proxy, target: normalizeTarget(body.target) ?? null, result: body.result });
       }),
     reportSession: (req, reply) =>
-      within(req, () => {
+      within(req, async () => {
         const { id } = req.params as Static<typeof SessionIdParams>;
         const body = req.body as Static<typeof SessionReportRequestBody>;
         const out = sessions
-          ? sessions.report(id, body.result, body.target)
+          ? await sessions.report(id, body.result, body.target)
           : ({ ok: false, status: 409, message: 'the gateway is not running in this process' } as const);
         if (!out.ok) {
           return reply

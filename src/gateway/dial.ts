@@ -2,16 +2,26 @@
  * gateway/dial — opens a CONNECT tunnel through one upstream proxy on a raw socket: one write
  * of the CONNECT request, the reply head read by hand, and the socket handed back untouched,
  * so a tunnel costs one round trip to the upstream and no HTTP machinery on the data path
- * (docs/gateway.md, "Why not proxy-chain").
+ * (docs/gateway.md, "Why not proxy-chain"). The upstream socket reads into a buffer of its own
+ * (`onread`) that is written straight to the client once the tunnel is up (`pipeTo`): no buffer
+ * allocated per read unless the client is still holding the last one.
  */
 import net from 'node:net';
 import type { Upstream } from './upstreams.ts';
 
 /** A reply head longer than this is not a proxy's CONNECT answer. */
 const MAX_HEAD_BYTES = 16 * 1024;
+/** Bytes per read from an upstream (untouched pages of an idle tunnel's buffer cost no memory). */
+const READ_BYTES = 256 * 1024;
+
+/** Where an upstream socket's reads go once its tunnel is up. */
+export interface UpstreamReader {
+  /** Copies everything read from now on to `client`, pausing while the client cannot take more. */
+  pipeTo(client: net.Socket): void;
+}
 
 export type DialOutcome =
-  | { ok: true; socket: net.Socket; rest: Buffer }
+  | { ok: true; socket: net.Socket; rest: Buffer; reader: UpstreamReader }
   /** The upstream itself failed (refused, reset, timed out, or refused our credentials with 407). */
   | { ok: false; kind: 'failed'; why: string }
   /** The upstream answered but would not open the tunnel (403 by its egress policy, 502 for a dead origin…). */
@@ -20,14 +30,49 @@ export type DialOutcome =
 /** `CONNECT authority` through `up`, giving up after `timeoutMs` (connect plus reply). */
 export function dialTunnel(up: Upstream, authority: string, timeoutMs: number): Promise<DialOutcome> {
   return new Promise((resolve) => {
-    const socket = net.connect({ host: up.host, port: up.port, noDelay: true });
+    let buf = Buffer.allocUnsafe(READ_BYTES);
+    /** The last read's bytes are still queued for the client: the next read needs another buffer. */
+    let handedOff = false;
+    let client: net.Socket | undefined;
+    let onHead: ((chunk: Buffer) => boolean) | undefined;
+    const socket = net.connect({
+      host: up.host,
+      port: up.port,
+      noDelay: true,
+      onread: {
+        buffer: () => {
+          if (handedOff) {
+            buf = Buffer.allocUnsafe(READ_BYTES);
+            handedOff = false;
+          }
+          return buf;
+        },
+        callback: (n: number, b: Uint8Array) => {
+          const chunk = (b as Buffer).subarray(0, n);
+          if (!client) return onHead ? onHead(chunk) : false;
+          const more = client.write(chunk);
+          // Written through to the kernel, the buffer is free again; otherwise it is the client's now.
+          if (client.writableLength > 0) handedOff = true;
+          if (more) return true;
+          client.once('drain', () => socket.resume());
+          return false;
+        },
+      },
+    });
+    const reader: UpstreamReader = {
+      pipeTo: (c) => {
+        client = c;
+        socket.once('end', () => c.end());
+        socket.resume();
+      },
+    };
     let head: Buffer = Buffer.alloc(0);
     let settled = false;
     const finish = (o: DialOutcome) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      socket.off('data', onData);
+      onHead = undefined;
       socket.off('error', onError);
       socket.off('close', onClose);
       if (!o.ok) socket.destroy();
@@ -37,29 +82,33 @@ export function dialTunnel(up: Upstream, authority: string, timeoutMs: number): 
     const onError = (err: Error) =>
       finish({ ok: false, kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? 'error' });
     const onClose = () => finish({ ok: false, kind: 'failed', why: 'closed before answering' });
-    const onData = (chunk: Buffer) => {
-      head = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
+    /** Reads of the reply head (copied: the read buffer is reused); false stops reading. */
+    onHead = (chunk: Buffer) => {
+      head = Buffer.concat([head, chunk]);
       const end = head.indexOf('\r\n\r\n');
       if (end < 0) {
-        if (head.length > MAX_HEAD_BYTES) finish({ ok: false, kind: 'failed', why: 'reply head too long' });
-        return;
+        if (head.length <= MAX_HEAD_BYTES) return true;
+        finish({ ok: false, kind: 'failed', why: 'reply head too long' });
+        return false;
       }
       const m = /^HTTP\/1\.[01] (\d{3}) ?([^\r\n]*)/.exec(head.toString('latin1', 0, Math.min(end, 512)));
-      if (!m) return finish({ ok: false, kind: 'failed', why: 'not an HTTP reply' });
-      const status = Number(m[1]);
-      if (status >= 200 && status < 300) {
-        socket.pause();
-        return finish({ ok: true, socket, rest: head.subarray(end + 4) });
+      if (!m) finish({ ok: false, kind: 'failed', why: 'not an HTTP reply' });
+      else {
+        const status = Number(m[1]);
+        if (status >= 200 && status < 300) finish({ ok: true, socket, rest: head.subarray(end + 4), reader });
+        else if (status === 407) finish({ ok: false, kind: 'failed', why: 'refused our credentials (407)' });
+        else finish({ ok: false, kind: 'answered', status, reason: m[2] ?? '' });
       }
-      if (status === 407) return finish({ ok: false, kind: 'failed', why: 'refused our credentials (407)' });
-      finish({ ok: false, kind: 'answered', status, reason: m[2] ?? '' });
+      // Nothing more is read until the tunnel is piped (or the socket is destroyed).
+      return false;
     };
-    socket.on('data', onData);
     socket.on('error', onError);
     socket.on('close', onClose);
     socket.once('connect', () => {
       const auth = up.authorization ? `Proxy-Authorization: ${up.authorization}\r\n` : '';
       socket.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${auth}\r\n`);
     });
+    // Flowing from the start: with `onread` the callback gets the bytes, and 'end' is emitted.
+    socket.resume();
   });
 }

@@ -112,7 +112,7 @@ export async function handleForward(
   }
   const retryable = !hasBody(req);
   for (let attempt = 1; attempt <= (retryable ? 2 : 1); attempt++) {
-    const got = ctx.chooser.acquire(host, routing);
+    const got = await ctx.chooser.acquire(host, routing);
     if (!got.ok) {
       done('no_upstream');
       return plain(res, got.status, got.message);

@@ -51,6 +51,10 @@ export interface GatewayRunDeps {
   registry: Registry;
   tracer: Tracer;
   sessions: GatewaySessions;
+  /** Who chooses upstreams; default: the lease store in this process (standalone). */
+  chooser?: UpstreamChooser;
+  /** Runs beside the listener while it serves (cluster mode: the link to the leader's hub). */
+  alongside?: (signal: AbortSignal) => Promise<void>;
 }
 
 /** Serves the gateway until `signal` aborts; returns without listening when it is off ('0'). */
@@ -66,7 +70,7 @@ export async function runGateway(
     isOwnPort: (p) => own.has(p),
     ...(setup.operatorPorts.probePort === undefined ? {} : { probePort: setup.operatorPorts.probePort }),
   });
-  const chooser = new LeaseStoreChooser(deps.leases, deps.clock);
+  const chooser = deps.chooser ?? new LeaseStoreChooser(deps.leases, deps.clock);
   const gateway = new Gateway({
     bind,
     token: setup.token,
@@ -87,7 +91,10 @@ export async function runGateway(
     );
   }
   deps.log.info({ address }, 'gateway listening');
-  await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+  await Promise.all([
+    deps.alongside?.(signal),
+    new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true })),
+  ]);
   deps.sessions.serve(undefined);
   await gateway.close();
 }
@@ -102,15 +109,30 @@ export type SessionReportOutcome =
  */
 export class GatewaySessions {
   private chooser: UpstreamChooser | undefined;
+  private readonly elsewhere: SessionAsker | undefined;
+
+  /** `elsewhere` (cluster mode): asks the other replicas' gateways about a session this one does not know. */
+  constructor(elsewhere?: SessionAsker) {
+    this.elsewhere = elsewhere;
+  }
 
   serve(chooser: UpstreamChooser | undefined): void {
     this.chooser = chooser;
   }
 
-  report(id: string, result: ReportResult, target: string | undefined): SessionReportOutcome {
+  async report(id: string, result: ReportResult, target: string | undefined): Promise<SessionReportOutcome> {
     if (!this.chooser)
       return { ok: false, status: 409, message: 'the gateway is not running in this process' };
     const r = this.chooser.reportSession(id, result, target);
-    return r.ok ? r : { ok: false, status: 404, message: r.message };
+    if (r.ok) return r;
+    const there = await this.elsewhere?.(id, result, target);
+    return there ? { ok: true, ...there } : { ok: false, status: 404, message: r.message };
   }
 }
+
+/** Applies a session report on whichever replica knows the session (gateway/hub), or undefined. */
+export type SessionAsker = (
+  id: string,
+  result: ReportResult,
+  target: string | undefined,
+) => Promise<{ upstream: string; target: string } | undefined>;

@@ -10,7 +10,7 @@ import type { Duplex } from 'node:stream';
 import { type Span, SpanStatusCode } from '@opentelemetry/api';
 import { parseAuthority } from '../provider/local/forward-proxy.ts';
 import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
-import { dialTunnel } from './dial.ts';
+import { dialTunnel, type UpstreamReader } from './dial.ts';
 import type { GatewayResult } from './metrics.ts';
 import type { Acquired } from './upstreams.ts';
 import type { RoutingOptions } from './username.ts';
@@ -76,7 +76,7 @@ export async function handleConnect(
       span.end();
       return;
     }
-    const got = ctx.chooser.acquire(target.host, routing);
+    const got = await ctx.chooser.acquire(target.host, routing);
     if (!got.ok) {
       done('no_upstream');
       span.end();
@@ -94,7 +94,7 @@ export async function handleConnect(
     const named = [`${EGRESS_PROXY_HEADER}: ${up.key}`];
     if (dialed.ok) {
       span.setAttribute('gateway.upstream', up.key);
-      return splice(ctx, a, client, dialed.socket, head, dialed.rest, span, done);
+      return splice(ctx, a, client, dialed, head, span, done);
     }
     if (dialed.kind === 'answered') {
       ctx.chooser.release(a);
@@ -119,13 +119,14 @@ function splice(
   ctx: GatewayContext,
   a: Acquired,
   client: net.Socket,
-  upstream: net.Socket,
+  dialed: { socket: net.Socket; rest: Buffer; reader: UpstreamReader },
   head: Buffer,
-  rest: Buffer,
   span: Span,
   done: (result: GatewayResult, upstream?: string) => void,
 ): void {
   const key = a.upstream.key;
+  const upstream = dialed.socket;
+  const rest = dialed.rest;
   if (client.destroyed) {
     // The client gave up while the tunnel was being set up: its close event has already passed.
     upstream.destroy();
@@ -149,10 +150,9 @@ function splice(
   for (const s of [client, upstream]) s.setTimeout(ctx.limits.idleTimeoutMs, close);
   upstream.on('error', close);
   client.on('error', close);
-  // pipe() ends the other side when one side ends, so a half-close travels through the tunnel.
+  // Each direction ends the other side when it ends, so a half-close travels through the tunnel.
   client.pipe(upstream);
-  upstream.pipe(client);
-  upstream.resume();
+  dialed.reader.pipeTo(client);
   let finished = 0;
   const onClose = () => {
     if (++finished === 1) {

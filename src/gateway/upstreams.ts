@@ -27,6 +27,8 @@ export interface Acquired {
   leaseId: string;
   upstream: Upstream;
   session: Session | undefined;
+  /** The target host, where the chooser reports by upstream and host rather than by lease (gateway/replica). */
+  target?: string;
 }
 
 export type AcquireOutcome =
@@ -36,7 +38,8 @@ export type AcquireOutcome =
 
 /** What the gateway's data path asks of whoever decides leases. */
 export interface UpstreamChooser {
-  acquire(target: string, routing: RoutingOptions): AcquireOutcome;
+  /** At once, or after a short wait for capacity (a gateway replica whose share is being grown). */
+  acquire(target: string, routing: RoutingOptions): AcquireOutcome | Promise<AcquireOutcome>;
   /** Keeps the connection's lease alive; false when the lease may not be renewed (it ended, or a drain deadline passed). */
   renew(leaseId: string): boolean;
   release(a: Acquired): void;

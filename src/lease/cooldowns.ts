@@ -11,12 +11,15 @@ import { IndexedHeap } from './ordered.ts';
 export const DEFAULT_MAX_TARGET_COOLDOWNS = 200_000;
 
 export type CooldownObserver = (e: Entry, target: string, sign: 1 | -1) => void;
+/** Hears of every cooldown that begins or lengthens, with its new end (gateway/hub pushes them to replicas). */
+export type CooldownWatcher = (e: Entry, target: string, until: number) => void;
 
 export class TargetCooldowns {
   private readonly heap = new IndexedHeap<TargetCooldown>((a, b) => a.at < b.at);
   private readonly max: number;
   private readonly onEvict: () => void;
   private readonly onChange: CooldownObserver;
+  private readonly watchers = new Set<CooldownWatcher>();
 
   /** `onChange` hears of every cooldown that begins (1) or is forgotten (-1), whoever set it. */
   constructor(max: number, onEvict: () => void, onChange: CooldownObserver = () => {}) {
@@ -29,6 +32,12 @@ export class TargetCooldowns {
     return this.heap.size;
   }
 
+  /** Adds a watcher besides `onChange`; returns the function that removes it. */
+  watch(w: CooldownWatcher): () => void {
+    this.watchers.add(w);
+    return () => this.watchers.delete(w);
+  }
+
   /** Cools `e` down for `target` until at least `until`; evicts the soonest-ending beyond the cap. */
   set(e: Entry, target: string, until: number): void {
     const current = e.targetUntil.get(target);
@@ -36,12 +45,14 @@ export class TargetCooldowns {
       if (until <= current.at) return;
       current.at = until;
       this.heap.update(current);
+      for (const w of this.watchers) w(e, target, until);
       return;
     }
     const fresh: TargetCooldown = { at: until, target, entry: e, heapIndex: -1 };
     e.targetUntil.set(target, fresh);
     this.heap.push(fresh);
     this.onChange(e, target, 1);
+    for (const w of this.watchers) w(e, target, until);
     while (this.heap.size > this.max) {
       const victim = this.heap.peek();
       if (!victim) break;

@@ -8,6 +8,7 @@
  * proxy — of how a proxy did.
  */
 
+import type { CooldownWatcher } from './cooldowns.ts';
 import { LEASE_STATE_VERSION, type LeaseState, type ProxyRecord } from './durable.ts';
 import { countLease, type Entry, newEntry, notLeasableReason, snapshotOf } from './entry.ts';
 import { checkNamespace, checkReport, checkSeconds, toSelector } from './input.ts';
@@ -50,6 +51,20 @@ export {
   type ReportResult,
   type SnapshotFilter,
 } from './types.ts';
+
+/** One proxy as gateway replicas see it (LeaseStore.gatewayUpstreams). */
+export interface GatewayUpstream {
+  key: string;
+  namespace: string;
+  labels: Record<string, string>;
+  /** 0 = unlimited. */
+  maxLeases: number;
+  /** Why no connection may use it now, capacity and target cooldowns aside; null = usable. */
+  reason: NotLeasableReason | null;
+  latencyMillis: number | null;
+  /** Live per-target cooldowns: [target, end in ms of the store's clock]. */
+  cooldowns?: [string, number][];
+}
 
 export class LeaseStore extends LeaseStoreCore {
   /** What the store knows about every proxy matching the filter, for `GET /v1/proxies`. */
@@ -159,6 +174,39 @@ export class LeaseStore extends LeaseStoreCore {
     if (reason) return { granted: false, reason };
     if (this.leases.size >= this.maxActive) throw new TooManyLeasesError(this.maxActive);
     return { granted: true, grant: this.grant(e, host, ttlSeconds, now) };
+  }
+
+  /**
+   * Every proxy the store knows, as the gateway hub hands them to replicas (gateway/hub): its
+   * labels, capacity, and the first leasing rule it fails for any target, capacity aside.
+   * With `cooldowns`, also its live per-target cooldowns (target, end).
+   */
+  gatewayUpstreams(cooldowns = false): GatewayUpstream[] {
+    this.tick();
+    const now = this.clock.now();
+    const out: GatewayUpstream[] = [];
+    for (const e of this.proxies.values()) {
+      const reason = notLeasableReason(e, undefined, now);
+      const u: GatewayUpstream = {
+        key: e.key,
+        namespace: e.namespace,
+        labels: e.labels,
+        maxLeases: e.maxLeases,
+        reason: reason === 'AtCapacity' || reason === undefined ? null : reason,
+        latencyMillis: e.latencyMillis ?? null,
+      };
+      if (cooldowns) {
+        u.cooldowns = [];
+        for (const c of e.targetUntil.values()) if (c.at > now) u.cooldowns.push([c.target, c.at]);
+      }
+      out.push(u);
+    }
+    return out;
+  }
+
+  /** Calls `w` for every per-target cooldown that begins or lengthens; returns the unsubscribe. */
+  watchTargetCooldowns(w: CooldownWatcher): () => void {
+    return this.targetCooldowns.watch(w);
   }
 
   /**

@@ -1,13 +1,16 @@
 /**
  * End-to-end: the real `standalone` CLI serves the gateway on `--gateway-bind-address`, routing
  * curl through its local proxies by the user name's options; without a token it says so loudly
- * and serves loopback only.
+ * and serves loopback only. curl and Python's urllib, given nothing but the gateway URL, reach a
+ * TLS origin through the local proxies too.
  */
-import { appendFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { run } from '../gateway/world.ts';
+import { pythonCrawl, run } from '../gateway/world.ts';
 import { cleanupCli, createWorkspace, startStandalone, waitForReady } from '../support/cli.ts';
-import { startHttpOrigin } from '../support/origins.ts';
+import { startHttpOrigin, startTlsOrigin, testPki } from '../support/origins.ts';
 import { freePort } from '../support/ports.ts';
 
 vi.setConfig({ testTimeout: 120_000 });
@@ -16,11 +19,12 @@ afterEach(cleanupCli);
 describe('standalone gateway', () => {
   it('routes curl through the pool the user name asks for, naming the upstream', async () => {
     const origin = await startHttpOrigin();
+    const tls = await startTlsOrigin();
     try {
-      const ws = await createWorkspace({ openPorts: [origin.port] });
+      const ws = await createWorkspace({ openPorts: [origin.port, tls.port] });
       appendFileSync(
         ws.providersFile,
-        `\ngateway:\n  egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${origin.port}]}\n`,
+        `\ngateway:\n  egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${origin.port}, ${tls.port}]}\n`,
       );
       const port = await freePort();
       const proc = startStandalone(ws, ['--gateway-bind-address', `127.0.0.1:${port}`]);
@@ -51,8 +55,24 @@ describe('standalone gateway', () => {
       ]);
       expect(none.stdout).toMatch(/^HTTP\/1\.1 503/);
       expect(proc.logs.some((l) => String(l.msg).includes('WITHOUT a password'))).toBe(true);
+
+      // TLS through the local proxies: curl's CONNECT reply names the upstream; urllib crawls.
+      const caFile = join(mkdtempSync(join(tmpdir(), 'gw-ca-')), 'ca.pem');
+      writeFileSync(caFile, testPki().caCert);
+      const secure = await run('curl', ['-sS', '-i', '--cacert', caFile, '-x', url, `${tls.baseUrl}/`]);
+      expect(secure.stdout).toMatch(/X-Egress-Proxy: crawl\/local-[12]/i);
+      expect(secure.stdout).toMatch(/HTTP\/1\.1 204/);
+      const crawl = await pythonCrawl('urllib', url.replace('-session-1', ''), `${tls.baseUrl}/`, 10, caFile);
+      expect(crawl.code, crawl.stderr).toBe(0);
+      expect(
+        crawl.stdout
+          .trim()
+          .split('\n')
+          .filter((l) => l.startsWith('204 ')),
+      ).toHaveLength(10);
     } finally {
       await origin.close();
+      await tls.close();
     }
   });
 });
