@@ -366,16 +366,9 @@ export class ReplicaChooser implements UpstreamChooser {
     result: ReportResult,
     target: string | undefined,
   ): { ok: true; upstream: string; target: string } | { ok: false; message: string } {
-    const session = this.sessions.find(id);
-    if (!session) return { ok: false, message: `no live session ${JSON.stringify(id)}` };
-    const host = target ?? session.lastTarget;
-    const leaseId = host === undefined ? undefined : session.leases.get(host);
-    if (host === undefined || leaseId === undefined) {
-      return {
-        ok: false,
-        message: `session ${JSON.stringify(id)} has not connected to ${target ?? 'any target'}`,
-      };
-    }
+    const found = this.sessions.reportable(id, target);
+    if (!found.ok) return found;
+    const { session, host, leaseId } = found;
     const key = keyOf(leaseId);
     if (result !== 'success') {
       this.note(key, result, host);

@@ -51,6 +51,27 @@ export class SessionTable {
     return s;
   }
 
+  /**
+   * What a report on session `id` concerns: the session, the host (`target`, else the last one
+   * it used) and the lease it holds for that host; or the message saying why there is none.
+   */
+  reportable(
+    id: string,
+    target: string | undefined,
+  ): { ok: true; session: Session; host: string; leaseId: string } | { ok: false; message: string } {
+    const session = this.find(id);
+    if (!session) return { ok: false, message: `no live session ${JSON.stringify(id)}` };
+    const host = target ?? session.lastTarget;
+    const leaseId = host === undefined ? undefined : session.leases.get(host);
+    if (host === undefined || leaseId === undefined) {
+      return {
+        ok: false,
+        message: `session ${JSON.stringify(id)} has not connected to ${target ?? 'any target'}`,
+      };
+    }
+    return { ok: true, session, host, leaseId };
+  }
+
   /** The session to use for a new connection: the live one (rebound if its routing changed) or a new one. */
   use(id: string, routing: string, ttlMs: number): Session {
     let s = this.find(id);

@@ -7,7 +7,8 @@
  * not seen yet. A sync with `waitMs` > 0 and nothing to change is a long poll: the leader answers
  * as soon as a cooldown begins, so a block reaches every replica without polling.
  */
-import type { NotLeasableReason, ReportResult } from '../lease/types.ts';
+import type { GatewayUpstream } from '../lease/store.ts';
+import type { ReportResult } from '../lease/types.ts';
 
 export const SYNC_PATH = '/v1/internal/gateway/sync';
 /** The longest a watch may wait for news. */
@@ -63,15 +64,8 @@ export interface SessionAnswer {
   target: string;
 }
 
-export interface UpstreamState {
-  key: string;
-  namespace: string;
-  labels: Record<string, string>;
-  /** 0 = unlimited: one slot lease (for its URL) carries any number of connections. */
-  maxLeases: number;
-  /** Why no connection may use it now, capacity and target cooldowns aside; null = usable. */
-  reason: NotLeasableReason | null;
-  latencyMillis: number | null;
+/** An upstream as a replica keeps it: the leader's view of the proxy, without its cooldowns. */
+export interface UpstreamState extends Omit<GatewayUpstream, 'cooldowns'> {
   /** A replica was refused a larger share lately: idle shares should go back (gateway/replica). */
   contended?: boolean;
 }

@@ -78,76 +78,63 @@ export function unsupportedSpec(
   return `spec.rotation.strategy: Restart is not supported: ${which}; use strategy Replace (a new Proxy per rotation)`;
 }
 
-/** Asks `m` for an in-place restart: no new leases (spec.drain), and the request's time. */
-async function requestRestart(
+/**
+ * Rewrites member `m` with `change` (given a copy of the current object; it returns false to
+ * leave it as it is), re-reading and trying again on a Conflict.
+ */
+async function updateMember(
   store: ObjectStore,
   m: Member,
-  sinceIso: string,
   signal: AbortSignal,
+  change: (next: ProxyObject) => boolean,
 ): Promise<void> {
   await retryOnConflict(
     m.proxy,
     async (p: ProxyObject) => {
-      const a = p.metadata.annotations ?? {};
-      if (p.metadata.deletionTimestamp || a[ANNOTATION_RESTART_REQUESTED] || a[ANNOTATION_POOL_DRAIN_SINCE])
-        return;
+      if (p.metadata.deletionTimestamp) return;
       const next = structuredClone(p);
-      next.spec.drain = true;
-      next.metadata.annotations = { ...a, [ANNOTATION_RESTART_REQUESTED]: sinceIso };
-      await store.proxies.update(next, { signal });
+      if (change(next)) await store.proxies.update(next, { signal });
     },
     () => store.proxies.read(parseKey(m.key), { signal }),
     { signal },
   );
+}
+
+/** Asks `m` for an in-place restart: no new leases (spec.drain), and the request's time. */
+function requestRestart(store: ObjectStore, m: Member, sinceIso: string, signal: AbortSignal): Promise<void> {
+  return updateMember(store, m, signal, (next) => {
+    const a = next.metadata.annotations ?? {};
+    if (a[ANNOTATION_RESTART_REQUESTED] || a[ANNOTATION_POOL_DRAIN_SINCE]) return false;
+    next.spec.drain = true;
+    next.metadata.annotations = { ...a, [ANNOTATION_RESTART_REQUESTED]: sinceIso };
+    return true;
+  });
 }
 
 /** A restarted `m` passed its health checks: the drain is lifted (back to the template's). */
-async function resumeMember(
-  store: ObjectStore,
-  pool: ProxyPool,
-  m: Member,
-  signal: AbortSignal,
-): Promise<void> {
-  await retryOnConflict(
-    m.proxy,
-    async (p: ProxyObject) => {
-      const a = p.metadata.annotations ?? {};
-      if (p.metadata.deletionTimestamp || !a[ANNOTATION_RESTART_REQUESTED] || a[ANNOTATION_POOL_DRAIN_SINCE])
-        return;
-      const next = structuredClone(p);
-      const { [ANNOTATION_RESTART_REQUESTED]: _done, ...rest } = a;
-      next.metadata.annotations = rest;
-      if (pool.spec.template.spec.drain === undefined) delete next.spec.drain;
-      else next.spec.drain = pool.spec.template.spec.drain;
-      await store.proxies.update(next, { signal });
-    },
-    () => store.proxies.read(parseKey(m.key), { signal }),
-    { signal },
-  );
+function resumeMember(store: ObjectStore, pool: ProxyPool, m: Member, signal: AbortSignal): Promise<void> {
+  return updateMember(store, m, signal, (next) => {
+    const a = next.metadata.annotations ?? {};
+    if (!a[ANNOTATION_RESTART_REQUESTED] || a[ANNOTATION_POOL_DRAIN_SINCE]) return false;
+    const { [ANNOTATION_RESTART_REQUESTED]: _done, ...rest } = a;
+    next.metadata.annotations = rest;
+    if (pool.spec.template.spec.drain === undefined) delete next.spec.drain;
+    else next.spec.drain = pool.spec.template.spec.drain;
+    return true;
+  });
 }
 
 /** Stops new leases on `m` (spec.drain) and records when, so it is deleted once drained. */
-async function startDrain(
-  store: ObjectStore,
-  m: Member,
-  sinceIso: string,
-  signal: AbortSignal,
-): Promise<void> {
-  await retryOnConflict(
-    m.proxy,
-    async (p: ProxyObject) => {
-      if (p.metadata.deletionTimestamp || p.metadata.annotations?.[ANNOTATION_POOL_DRAIN_SINCE]) return;
-      const next = structuredClone(p);
-      next.spec.drain = true;
-      next.metadata.annotations = {
-        ...(p.metadata.annotations ?? {}),
-        [ANNOTATION_POOL_DRAIN_SINCE]: sinceIso,
-      };
-      await store.proxies.update(next, { signal });
-    },
-    () => store.proxies.read(parseKey(m.key), { signal }),
-    { signal },
-  );
+function startDrain(store: ObjectStore, m: Member, sinceIso: string, signal: AbortSignal): Promise<void> {
+  return updateMember(store, m, signal, (next) => {
+    if (next.metadata.annotations?.[ANNOTATION_POOL_DRAIN_SINCE]) return false;
+    next.spec.drain = true;
+    next.metadata.annotations = {
+      ...(next.metadata.annotations ?? {}),
+      [ANNOTATION_POOL_DRAIN_SINCE]: sinceIso,
+    };
+    return true;
+  });
 }
 
 /** Deletes a drained pool Proxy (its finalizer deletes the instance first). */
