@@ -26,7 +26,7 @@ import { type Clock, systemClock } from '../runtime/clock.ts';
 import { Manager } from '../runtime/manager.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 import { setupTracing, type Tracing, type TracingOptions } from '../tracing/index.ts';
-import { buildComponents } from './components.ts';
+import { buildComponents, type Components } from './components.ts';
 import type { CommonFlags, ParsedCommand } from './flags.ts';
 import {
   egressReservationsIn,
@@ -216,48 +216,13 @@ async function assemble(
     assignsEgressIP,
   });
   leaseStore = parts.leases;
-  const manager = new Manager({
-    store,
-    clock,
-    elector: mode.elector,
-    healthProbeBindAddress: flags.healthProbeBindAddress,
-    // The --http-*-timeout flags hold for the probe port too; its cap is fixed and small.
-    healthProbeLimits: {
-      headersTimeoutMs: flags.metricsLimits.headersTimeoutMs,
-      requestTimeoutMs: flags.metricsLimits.requestTimeoutMs,
-      idleTimeoutMs: flags.metricsLimits.idleTimeoutMs,
-      maxConnections: DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS,
-    },
-    gracePeriodMs: flags.shutdownGraceMs,
-    log: log.child({ component: 'manager' }),
-  });
-
-  const gateway = {
-    bindAddress: flags.gateway.bindAddress,
-    blockedStatuses: flags.gateway.blockedStatuses,
-    token: listeners.gatewayToken,
-    egressPolicy: config.gateway?.egressPolicy,
-    operatorPorts: operatorPorts(flags),
-  };
-  // Cluster mode: every replica serves the gateway with a share from the leader's hub, which
-  // also finds the replica that knows a reported session (docs/architecture.md, "Gateway scale-out").
-  const cluster =
-    parsed.command === 'operator'
-      ? clusterGateway({
-          leases: parts.leases,
-          authority: parts.authority,
-          clock,
-          log: log.child({ component: 'gateway' }),
-          token: listeners.token,
-          tls: listeners.discoveryTls,
-          registry,
-        })
-      : undefined;
-  const discoveryUrl = addRunnables(manager, parts, listeners, {
-    setup: gateway,
-    sessions: new GatewaySessions(cluster ? (id, r, t) => cluster.hub.askSession(id, r, t) : undefined),
-    ...(cluster ? { cluster } : {}),
-  });
+  const manager = managerFor(flags, mode, clock, log);
+  const discoveryUrl = addRunnables(
+    manager,
+    parts,
+    listeners,
+    gatewayFor(parsed, config, parts, listeners, registry),
+  );
   return {
     manager,
     store,
@@ -272,6 +237,64 @@ async function assemble(
       await manager.stop();
       await teardown.close();
     },
+  };
+}
+
+/** The manager of one process: leader election, the probe port, the shutdown grace. */
+function managerFor(flags: CommonFlags, mode: ModeParts, clock: Clock, log: Logger): Manager {
+  return new Manager({
+    store: mode.store,
+    clock,
+    elector: mode.elector,
+    healthProbeBindAddress: flags.healthProbeBindAddress,
+    // The --http-*-timeout flags hold for the probe port too; its cap is fixed and small.
+    healthProbeLimits: {
+      headersTimeoutMs: flags.metricsLimits.headersTimeoutMs,
+      requestTimeoutMs: flags.metricsLimits.requestTimeoutMs,
+      idleTimeoutMs: flags.metricsLimits.idleTimeoutMs,
+      maxConnections: DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS,
+    },
+    gracePeriodMs: flags.shutdownGraceMs,
+    log: log.child({ component: 'manager' }),
+  });
+}
+
+/**
+ * The gateway's set-up and sessions. Cluster mode: every replica serves the gateway with a
+ * share from the leader's hub, which also finds the replica that knows a reported session
+ * (docs/architecture.md, "Gateway scale-out").
+ */
+function gatewayFor(
+  parsed: ServerCommand,
+  config: ProvidersConfig,
+  parts: Components,
+  listeners: ListenerInputs,
+  registry: Registry,
+): Parameters<typeof addRunnables>[3] {
+  const flags = parsed.flags;
+  const setup = {
+    bindAddress: flags.gateway.bindAddress,
+    blockedStatuses: flags.gateway.blockedStatuses,
+    token: listeners.gatewayToken,
+    egressPolicy: config.gateway?.egressPolicy,
+    operatorPorts: operatorPorts(flags),
+  };
+  const cluster =
+    parsed.command === 'operator'
+      ? clusterGateway({
+          leases: parts.leases,
+          authority: parts.authority,
+          clock: parts.clock,
+          log: parts.log.child({ component: 'gateway' }),
+          token: listeners.token,
+          tls: listeners.discoveryTls,
+          registry,
+        })
+      : undefined;
+  return {
+    setup,
+    sessions: new GatewaySessions(cluster ? (id, r, t) => cluster.hub.askSession(id, r, t) : undefined),
+    ...(cluster ? { cluster } : {}),
   };
 }
 
