@@ -392,5 +392,8 @@ export async function listeningInRange(ws: Workspace): Promise<number[]> {
 /** Kills every process still running and removes the workspaces; call from afterEach/afterAll. */
 export async function cleanupCli(): Promise<void> {
   await Promise.all([...running].map((p) => p.killHard()));
-  for (const dir of workspaces.splice(0)) rmSync(dir, { recursive: true, force: true });
+  // Other members of a killed process group may still be finishing a write into the workspace:
+  // Node's rm retries ENOTEMPTY/EBUSY with a backoff.
+  for (const dir of workspaces.splice(0))
+    rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
 }
