@@ -9,22 +9,22 @@
  * usual rows take over.
  */
 import { googleAuthLibrary } from 'google-gax';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ANNOTATION_RESTART_REQUESTED } from '../../src/api/constants.ts';
 import { createProxyReconciler } from '../../src/controller/reconciler.ts';
 import type { Provider } from '../../src/provider/contract.ts';
 import { createGcpProvider, type GcpProvider } from '../../src/provider/gcp/index.ts';
 import { FakeClock } from '../support/clock.ts';
-import { type FakeGce, startFakeGce } from '../support/fake-gce.ts';
 import { natIPOf } from '../support/fake-gce-power.ts';
+import { useFakeGce } from '../support/gce-suite.ts';
 import { until } from '../support/wait.ts';
 import { condition, createHarness, type Harness, NS, TEST_INSTALLATION, testOptions } from './harness.ts';
 
 const PROJECT = 'proj-restart-ctl';
 const ZONE = 'europe-west1-b';
 
-let fake: FakeGce;
-const providers: GcpProvider[] = [];
+const gce = useFakeGce({ zones: [ZONE], boot: true });
+const { providers } = gce;
 
 function gcp(operationWaitMs = 5000): GcpProvider {
   const p = createGcpProvider({
@@ -32,7 +32,7 @@ function gcp(operationWaitMs = 5000): GcpProvider {
     config: { project: PROJECT },
     clientOptions: {
       apiEndpoint: '127.0.0.1',
-      port: fake.port,
+      port: gce.fake.port,
       protocol: 'http',
       authClient: new googleAuthLibrary.PassThroughClient(),
     },
@@ -44,8 +44,8 @@ function gcp(operationWaitMs = 5000): GcpProvider {
 }
 
 const posts = (suffix: string) =>
-  fake.requests.filter((r) => r.method === 'POST' && r.path.endsWith(suffix)).length;
-const deletes = () => fake.requests.filter((r) => r.method === 'DELETE').length;
+  gce.fake.requests.filter((r) => r.method === 'POST' && r.path.endsWith(suffix)).length;
+const deletes = () => gce.fake.requests.filter((r) => r.method === 'DELETE').length;
 
 /** A Ready gcp Proxy `eu-1` on a harness with an injected clock and a lease count to set. */
 async function readyProxy(
@@ -75,24 +75,6 @@ async function requestRestart(h: Harness, at: string): Promise<void> {
   await h.store.proxies.update(p);
 }
 
-beforeAll(async () => {
-  fake = await startFakeGce({ zones: [ZONE] });
-  fake.boot = true;
-});
-afterAll(async () => {
-  await fake.close();
-});
-beforeEach(() => {
-  fake.requests.length = 0;
-  fake.instances.clear();
-  fake.operations.clear();
-  fake.clearFaults();
-  fake.operationDelayMs = 0;
-});
-afterEach(async () => {
-  await Promise.all(providers.splice(0).map((p) => p.close()));
-});
-
 describe('in-place restart (controller/restart)', () => {
   it('drains until the live lease ends, then stops and starts the VM: Ready at a new address', async () => {
     const clock = new FakeClock();
@@ -115,7 +97,7 @@ describe('in-place restart (controller/restart)', () => {
     const s = h.proxy('eu-1')?.status;
     expect(s?.phase).toBe('Ready');
     expect(s?.address).not.toBe(address);
-    expect(s?.address).toBe(natIPOf(fake.instances.get(`${PROJECT}/${ZONE}/${s?.instanceName}`) ?? {}));
+    expect(s?.address).toBe(natIPOf(gce.fake.instances.get(`${PROJECT}/${ZONE}/${s?.instanceName}`) ?? {}));
     expect(s?.restart).toMatchObject({ phase: 'Done', previousAddress: address });
     expect(s?.restart?.finishedAt).toBeDefined();
     expect(condition(h.proxy('eu-1'), 'Provisioned')).toMatchObject({
@@ -142,7 +124,7 @@ describe('in-place restart (controller/restart)', () => {
   it('a restart under way survives an operator restart and is never taken for a lost instance', async () => {
     const clock = new FakeClock();
     const { h } = await readyProxy(gcp(30), clock, { n: 0 });
-    fake.operationDelayMs = 400;
+    gce.fake.operationDelayMs = 400;
     await requestRestart(h, new Date(clock.now()).toISOString());
     await h.reconcile('eu-1');
     clock.advance(1_000);
@@ -194,7 +176,7 @@ describe('in-place restart (controller/restart)', () => {
   it('a start failing for good: Failed, and the stopped VM is then a lost instance, re-created', async () => {
     const clock = new FakeClock();
     const { h } = await readyProxy(gcp(), clock, { n: 0 });
-    fake.failOperation({ type: 'start', code: 'PERMISSIONS_ERROR', message: 'no permission to start' });
+    gce.fake.failOperation({ type: 'start', code: 'PERMISSIONS_ERROR', message: 'no permission to start' });
     await requestRestart(h, new Date(clock.now()).toISOString());
     await h.reconcile('eu-1');
     clock.advance(1_000);

@@ -6,14 +6,14 @@
  * again on the next poll — and a slow successful operation is waited for.
  */
 import { googleAuthLibrary } from 'google-gax';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log/index.ts';
 import type { CallContext, CreateRequest } from '../../src/provider/contract.ts';
 import { ProviderError } from '../../src/provider/errors.ts';
 import { createGcpProvider, type GcpProvider } from '../../src/provider/gcp/index.ts';
 import { RetryAfterError } from '../../src/runtime/workqueue.ts';
 import { condition, createHarness } from '../controller/harness.ts';
-import { type FakeGce, startFakeGce } from '../support/fake-gce.ts';
+import { useFakeGce } from '../support/gce-suite.ts';
 import { until } from '../support/wait.ts';
 
 const PROJECT = 'proj-ops-1';
@@ -24,8 +24,8 @@ const UID = '0a1b2c3d-1111-2222-3333-444455556666';
 const EXHAUSTED =
   "The zone 'projects/proj-ops-1/zones/europe-west1-b' does not have enough resources available to fulfill the request.";
 
-let fake: FakeGce;
-const providers: GcpProvider[] = [];
+const gce = useFakeGce({ zones: [ZONE] });
+const { providers } = gce;
 
 const ctx = (): CallContext => ({ signal: new AbortController().signal, log: silentLogger() });
 
@@ -48,7 +48,7 @@ function make(operationWaitMs: number, name = 'gcp-ops'): GcpProvider {
     config: { project: PROJECT },
     clientOptions: {
       apiEndpoint: '127.0.0.1',
-      port: fake.port,
+      port: gce.fake.port,
       protocol: 'http',
       authClient: new googleAuthLibrary.PassThroughClient(),
     },
@@ -68,41 +68,24 @@ async function failure(p: Promise<unknown>): Promise<ProviderError> {
   return err as ProviderError;
 }
 
-const inserts = () => fake.requests.filter((r) => r.method === 'POST' && r.path.endsWith('/instances'));
-const deletes = () => fake.requests.filter((r) => r.method === 'DELETE');
-const opsDone = () => [...fake.operations.values()].every((o) => o.status === 'DONE');
-
-beforeAll(async () => {
-  fake = await startFakeGce({ zones: [ZONE] });
-});
-afterAll(async () => {
-  await fake.close();
-});
-beforeEach(() => {
-  fake.requests.length = 0;
-  fake.instances.clear();
-  fake.operations.clear();
-  fake.clearFaults();
-  fake.operationDelayMs = 0;
-});
-afterEach(async () => {
-  await Promise.all(providers.splice(0).map((p) => p.close()));
-});
+const inserts = () => gce.fake.requests.filter((r) => r.method === 'POST' && r.path.endsWith('/instances'));
+const deletes = () => gce.fake.requests.filter((r) => r.method === 'DELETE');
+const opsDone = () => [...gce.fake.operations.values()].every((o) => o.status === 'DONE');
 
 describe('insert operations', () => {
   it('a slow successful insert is waited for, then read back', async () => {
-    fake.operationDelayMs = 400;
+    gce.fake.operationDelayMs = 400;
     const p = make(5000);
     const started = Date.now();
     const inst = await p.create(ctx(), req());
     expect(Date.now() - started).toBeGreaterThanOrEqual(350);
     expect(inst).toMatchObject({ id: ID, state: 'Pending', uid: UID });
     expect(opsDone()).toBe(true);
-    expect(fake.requests.some((r) => r.path.endsWith('/wait'))).toBe(true);
+    expect(gce.fake.requests.some((r) => r.path.endsWith('/wait'))).toBe(true);
   });
 
   it('an insert failing within the wait is a QuotaExceeded carrying the code; the next create inserts again', async () => {
-    fake.failOperation({
+    gce.fake.failOperation({
       type: 'insert',
       code: 'ZONE_RESOURCE_POOL_EXHAUSTED',
       message: EXHAUSTED,
@@ -114,15 +97,15 @@ describe('insert operations', () => {
     expect(err.message).toContain('ZONE_RESOURCE_POOL_EXHAUSTED');
     expect(err.message).toContain(EXHAUSTED);
     expect(err.providerID).toBe(ID);
-    expect(fake.instances.size).toBe(0);
+    expect(gce.fake.instances.size).toBe(0);
     // The failure was reported: the caller's next create (after its backoff) is a new insert.
     await p.create(ctx(), req());
     expect(inserts()).toHaveLength(2);
-    expect(fake.instances.size).toBe(1);
+    expect(gce.fake.instances.size).toBe(1);
   });
 
   it('an insert failing after the wait: get says Pending while it runs, then the error once, then NotFound naming it', async () => {
-    fake.failOperation({
+    gce.fake.failOperation({
       type: 'insert',
       code: 'ZONE_RESOURCE_POOL_EXHAUSTED',
       message: EXHAUSTED,
@@ -144,7 +127,7 @@ describe('insert operations', () => {
   });
 
   it('create of a name whose insert still runs polls the operation instead of inserting again', async () => {
-    fake.failOperation({
+    gce.fake.failOperation({
       type: 'insert',
       code: 'QUOTA_EXCEEDED',
       message: "Quota 'CPUS' exceeded.",
@@ -162,7 +145,7 @@ describe('insert operations', () => {
 
   it('a permission error in the operation is Permanent; an internal error Transient', async () => {
     const p = make(5000);
-    fake.failOperation({
+    gce.fake.failOperation({
       type: 'insert',
       code: 'PERMISSIONS_ERROR',
       message: "Required 'compute.disks.create' permission",
@@ -171,7 +154,7 @@ describe('insert operations', () => {
     const denied = await failure(p.create(ctx(), req()));
     expect(denied.errorClass).toBe('Permanent');
     expect(denied.message).toContain('PERMISSIONS_ERROR');
-    fake.failOperation({ type: 'insert', code: 'INTERNAL_ERROR', message: 'Internal error.' });
+    gce.fake.failOperation({ type: 'insert', code: 'INTERNAL_ERROR', message: 'Internal error.' });
     expect((await failure(p.create(ctx(), req()))).errorClass).toBe('Transient');
   });
 
@@ -179,7 +162,7 @@ describe('insert operations', () => {
     const gcp = make(50, 'gcp-test');
     const h = await createHarness({ deps: { providers: new Map([['gcp-test', gcp]]) } });
     await h.seed('eu-1', { provider: 'gcp-test', placement: { zone: ZONE } });
-    fake.failOperation({
+    gce.fake.failOperation({
       type: 'insert',
       code: 'ZONE_RESOURCE_POOL_EXHAUSTED',
       message: EXHAUSTED,
@@ -202,7 +185,7 @@ describe('insert operations', () => {
     // After the backoff the pass inserts again, and the capacity is back this time.
     expect((await h.attempt('eu-1')).error).toBeUndefined();
     expect(inserts()).toHaveLength(2);
-    expect(fake.instances.size).toBe(1);
+    expect(gce.fake.instances.size).toBe(1);
     // A create that failed is not an instance lost behind the operator's back.
     const lost = await h.registry.getSingleMetric('proxy_operator_instances_lost_total')?.get();
     expect(lost?.values.reduce((n, v) => n + v.value, 0) ?? 0).toBe(0);
@@ -211,8 +194,8 @@ describe('insert operations', () => {
 
 describe('delete operations', () => {
   it('a failed delete operation is surfaced with its code and the instance stays', async () => {
-    fake.put(PROJECT, ZONE, NAME);
-    fake.failOperation({
+    gce.fake.put(PROJECT, ZONE, NAME);
+    gce.fake.failOperation({
       type: 'delete',
       code: 'RESOURCE_IN_USE_BY_ANOTHER_RESOURCE',
       message: `The instance '${NAME}' is in use.`,
@@ -221,12 +204,12 @@ describe('delete operations', () => {
     const err = await failure(make(5000).delete(ctx(), ID));
     expect(err.errorClass).toBe('Transient');
     expect(err.message).toContain('RESOURCE_IN_USE_BY_ANOTHER_RESOURCE');
-    expect(fake.instances.size).toBe(1);
+    expect(gce.fake.instances.size).toBe(1);
   });
 
   it('a delete still running is polled, not sent again; its later failure is reported once', async () => {
-    fake.put(PROJECT, ZONE, NAME);
-    fake.failOperation({
+    gce.fake.put(PROJECT, ZONE, NAME);
+    gce.fake.failOperation({
       type: 'delete',
       code: 'PERMISSIONS_ERROR',
       message: "Required 'compute.instances.delete' permission",
@@ -244,17 +227,17 @@ describe('delete operations', () => {
     // Reported: the next delete asks again, and this time it goes through.
     await p.delete(ctx(), ID);
     expect(deletes()).toHaveLength(2);
-    expect(fake.instances.size).toBe(0);
+    expect(gce.fake.instances.size).toBe(0);
   });
 
   it('a slow successful delete is waited for; one whose VM was already gone succeeded', async () => {
-    fake.put(PROJECT, ZONE, NAME);
-    fake.operationDelayMs = 400;
+    gce.fake.put(PROJECT, ZONE, NAME);
+    gce.fake.operationDelayMs = 400;
     const p = make(5000);
     await p.delete(ctx(), ID);
-    expect(fake.instances.size).toBe(0);
-    fake.put(PROJECT, ZONE, NAME);
-    fake.failOperation({ type: 'delete', code: 'RESOURCE_NOT_FOUND', message: 'gone', httpStatus: 404 });
+    expect(gce.fake.instances.size).toBe(0);
+    gce.fake.put(PROJECT, ZONE, NAME);
+    gce.fake.failOperation({ type: 'delete', code: 'RESOURCE_NOT_FOUND', message: 'gone', httpStatus: 404 });
     await p.delete(ctx(), ID);
   });
 });

@@ -8,15 +8,15 @@
  */
 import { googleAuthLibrary } from 'google-gax';
 import { Registry } from 'prom-client';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log/index.ts';
 import { type CallContext, type CreateRequest, canRestart } from '../../src/provider/contract.ts';
 import { ProviderError } from '../../src/provider/errors.ts';
 import { createGcpProvider, type GcpProvider } from '../../src/provider/gcp/index.ts';
 import { createLocalProvider } from '../../src/provider/local/index.ts';
 import { providerRegistryFrom } from '../../src/provider/registry.ts';
-import { type FakeGce, startFakeGce } from '../support/fake-gce.ts';
 import { natIPOf } from '../support/fake-gce-power.ts';
+import { useFakeGce } from '../support/gce-suite.ts';
 import { freePortRange } from '../support/ports.ts';
 import { until } from '../support/wait.ts';
 
@@ -26,8 +26,8 @@ const NAME = 'px-0a1b2c3d11112222-9f8e7d6c5b';
 const ID = `projects/${PROJECT}/zones/${ZONE}/instances/${NAME}`;
 const KEY = `${PROJECT}/${ZONE}/${NAME}`;
 
-let fake: FakeGce;
-const providers: GcpProvider[] = [];
+const gce = useFakeGce({ zones: [ZONE], boot: true });
+const { providers } = gce;
 const ctx = (): CallContext => ({ signal: new AbortController().signal, log: silentLogger() });
 
 function req(): CreateRequest {
@@ -48,7 +48,7 @@ function make(operationWaitMs = 5000, name = 'gcp-restart'): GcpProvider {
     config: { project: PROJECT },
     clientOptions: {
       apiEndpoint: '127.0.0.1',
-      port: fake.port,
+      port: gce.fake.port,
       protocol: 'http',
       authClient: new googleAuthLibrary.PassThroughClient(),
     },
@@ -60,15 +60,15 @@ function make(operationWaitMs = 5000, name = 'gcp-restart'): GcpProvider {
 }
 
 const posts = (action: 'stop' | 'start') =>
-  fake.requests.filter((r) => r.method === 'POST' && r.path.endsWith(`/instances/${NAME}/${action}`));
-const stored = () => fake.instances.get(KEY) ?? {};
+  gce.fake.requests.filter((r) => r.method === 'POST' && r.path.endsWith(`/instances/${NAME}/${action}`));
+const stored = () => gce.fake.instances.get(KEY) ?? {};
 
 /** A running VM made by the provider itself (the fake boots it with a loopback natIP). */
 async function running(p: GcpProvider): Promise<string> {
   await p.create(ctx(), req());
   const inst = await p.get(ctx(), ID);
   expect(inst.state).toBe('Running');
-  fake.requests.length = 0;
+  gce.fake.requests.length = 0;
   return inst.address ?? '';
 }
 
@@ -80,24 +80,6 @@ async function failure(p: Promise<unknown>): Promise<ProviderError> {
   expect(err).toBeInstanceOf(ProviderError);
   return err as ProviderError;
 }
-
-beforeAll(async () => {
-  fake = await startFakeGce({ zones: [ZONE] });
-  fake.boot = true;
-});
-afterAll(async () => {
-  await fake.close();
-});
-beforeEach(() => {
-  fake.requests.length = 0;
-  fake.instances.clear();
-  fake.operations.clear();
-  fake.clearFaults();
-  fake.operationDelayMs = 0;
-});
-afterEach(async () => {
-  await Promise.all(providers.splice(0).map((p) => p.close()));
-});
 
 describe('gcp restart', () => {
   it('stops and starts the VM: same instance, a new external IP; asked again, nothing more happens', async () => {
@@ -121,7 +103,7 @@ describe('gcp restart', () => {
   it('follows slow operations across calls without sending them twice', async () => {
     const p = make(30);
     const before = await running(p);
-    fake.operationDelayMs = 300;
+    gce.fake.operationDelayMs = 300;
     const since = new Date();
     const first = await p.restart(ctx(), ID, since);
     expect(first.state).toBe('Stopping');
@@ -144,7 +126,7 @@ describe('gcp restart', () => {
   it('a start that fails is GCE code once; the next call starts again', async () => {
     const p = make();
     await running(p);
-    fake.failOperation({ type: 'start', code: 'ZONE_RESOURCE_POOL_EXHAUSTED', message: 'no capacity' });
+    gce.fake.failOperation({ type: 'start', code: 'ZONE_RESOURCE_POOL_EXHAUSTED', message: 'no capacity' });
     const since = new Date();
     const err = await failure(p.restart(ctx(), ID, since));
     expect(err.errorClass).toBe('QuotaExceeded');
@@ -163,7 +145,7 @@ describe('gcp restart', () => {
     await running(first);
     const since = new Date(Date.now() - 1000);
     await first.restart(ctx(), ID, since);
-    fake.requests.length = 0;
+    gce.fake.requests.length = 0;
     // A new process: no memory of the operations, GCE's lastStopTimestamp tells.
     const second = make(5000, 'gcp-b');
     expect((await second.restart(ctx(), ID, since)).state).toBe('Running');
@@ -177,10 +159,10 @@ describe('gcp restart', () => {
   it('a stopped VM is started; a missing one is NotFound', async () => {
     const p = make();
     await running(p);
-    fake.setStatus(PROJECT, ZONE, NAME, 'TERMINATED');
+    gce.fake.setStatus(PROJECT, ZONE, NAME, 'TERMINATED');
     expect((await p.restart(ctx(), ID, new Date())).state).toBe('Running');
     expect(posts('stop')).toHaveLength(0);
-    fake.instances.clear();
+    gce.fake.instances.clear();
     const err = await failure(p.restart(ctx(), ID, new Date()));
     expect(err.errorClass).toBe('NotFound');
   });
