@@ -3,6 +3,8 @@
  * cmd/main — the executable: parse the command line, then hand over to the composition root
  * (standalone / operator) or the status printer. Bad flags or config fail fast with one line.
  */
+// First: the V8 settings must be in place before the rest of the program allocates anything.
+import '../runtime/gc.ts';
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { FlagError, helpText, parseCommandLine } from './flags.ts';
