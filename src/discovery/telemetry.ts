@@ -19,7 +19,7 @@ import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import { counter } from '../metrics/register.ts';
+import { type CounterCell, counter, counterCells } from '../metrics/register.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -41,30 +41,49 @@ export function leaseResult(status: number): string {
   return 'bad_request';
 }
 
-/** `counter.labels(...)` children cached by label values: no label hashing per request. */
-function boundChildren<T>(bind: (...values: string[]) => T): (...values: string[]) => T {
-  const cache = new Map<string, T>();
-  return (...values) => {
-    const key = values.join('\u0000');
-    let child = cache.get(key);
-    if (child === undefined) {
-      child = bind(...values);
-      // Routes and methods are a fixed set; status codes a handful: the cache stays small.
-      cache.set(key, child);
+/** Counter cells by route, method and status code: three map lookups, no key built per request. */
+function cellTable(
+  make: (route: string, method: string, code: number) => CounterCell,
+): (route: string, method: string, code: number) => CounterCell {
+  // Routes and methods are a fixed set, status codes a handful: the table stays small.
+  const byRoute = new Map<string, Map<string, Map<number, CounterCell>>>();
+  return (route, method, code) => {
+    let byMethod = byRoute.get(route);
+    if (!byMethod) {
+      byMethod = new Map();
+      byRoute.set(route, byMethod);
     }
-    return child;
+    let byCode = byMethod.get(method);
+    if (!byCode) {
+      byCode = new Map();
+      byMethod.set(method, byCode);
+    }
+    let cell = byCode.get(code);
+    if (!cell) {
+      cell = make(route, method, code);
+      byCode.set(code, cell);
+    }
+    return cell;
   };
 }
 
 /**
+ * Whether `tracer` records spans: the API's no-op tracer (tracing off) answers with an invalid
+ * trace id. The probe span is never ended, so a real tracer exports nothing for it.
+ */
+function recordsSpans(tracer: Tracer): boolean {
+  return tracer.startSpan('probe').spanContext().traceId !== INVALID_TRACEID;
+}
+
+/**
  * Installs the span, metric and log hooks. Must be installed before auth, so a refused request
- * is traced and counted too.
+ * is traced and counted too. With tracing off there are no span hooks at all: tracing is set up
+ * before any server starts (cmd/compose).
  */
 export function installTelemetry(
   app: FastifyInstance,
   { registry, tracer, log }: { registry: Registry; tracer: Tracer; log: Logger },
 ): void {
-  const propagator = new W3CTraceContextPropagator();
   const leaseRequests = counter(registry, {
     name: 'proxy_operator_lease_requests_total',
     help: 'POST /v1/leases requests by result (granted, none_leasable, bad_request, unauthorized, error).',
@@ -76,15 +95,25 @@ export function installTelemetry(
     labelNames: ['method', 'route', 'code'],
   });
 
-  const requestsBy = boundChildren((method, route, code) => requests.labels(method, route, code));
-  const leaseRequestsBy = boundChildren((result) => leaseRequests.labels(result));
+  const requestCell = counterCells(requests, ['method', 'route', 'code']);
+  const requestsBy = cellTable((route, method, code) => requestCell(method, route, String(code)));
+  const leaseCell = counterCells(leaseRequests, ['result']);
+  const leaseCells = new Map<number, CounterCell>();
+  const leaseRequestsBy = (code: number): CounterCell => {
+    let cell = leaseCells.get(code);
+    if (!cell) {
+      cell = leaseCell(leaseResult(code));
+      leaseCells.set(code, cell);
+    }
+    return cell;
+  };
 
-  installSpans(app, tracer, propagator);
+  if (recordsSpans(tracer)) installSpans(app, tracer, new W3CTraceContextPropagator());
   app.addHook('onResponse', (req, reply, done) => {
     const route = req.routeOptions.url ?? 'unmatched';
     const status = reply.statusCode;
-    requestsBy(req.method, route, String(status)).inc();
-    if (route === '/v1/leases' && req.method === 'POST') leaseRequestsBy(leaseResult(status)).inc();
+    requestsBy(route, req.method, status).inc();
+    if (route === '/v1/leases' && req.method === 'POST') leaseRequestsBy(status).inc();
     const otel = req.otel;
     if (otel) {
       otel.span.setAttribute('http.response.status_code', status);
@@ -110,15 +139,11 @@ export function installTelemetry(
 }
 
 /**
- * One server span per request, continuing the caller's W3C trace context. The API's no-op tracer
- * (tracing off) answers the first span with an invalid trace id; from then on requests skip span
- * work altogether. A sampler that drops spans still yields valid ids, and callers' trace context
- * keeps flowing through them.
+ * One server span per request, continuing the caller's W3C trace context. A sampler that drops
+ * spans still yields valid ids, and callers' trace context keeps flowing through them.
  */
 function installSpans(app: FastifyInstance, tracer: Tracer, propagator: W3CTraceContextPropagator): void {
-  let live = true;
   app.addHook('onRequest', (req, _reply, done) => {
-    if (!live) return done();
     const route = req.routeOptions.url;
     const parent = propagator.extract(ROOT_CONTEXT, req.headers, defaultTextMapGetter);
     const span = tracer.startSpan(
@@ -129,11 +154,6 @@ function installSpans(app: FastifyInstance, tracer: Tracer, propagator: W3CTrace
       },
       parent,
     );
-    if (span.spanContext().traceId === INVALID_TRACEID) {
-      live = false;
-      span.end();
-      return done();
-    }
     req.otel = { span, ctx: trace.setSpan(parent, span), start: performance.now() };
     done();
   });

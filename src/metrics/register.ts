@@ -106,3 +106,59 @@ export function collectedGauge<L extends string = string>(
   }
   return new Gauge<L>({ ...config, registers: [registry] });
 }
+
+/** One label set of a counter, counted as a plain number until the next scrape. */
+export interface CounterCell {
+  inc(): void;
+}
+
+class PendingCell implements CounterCell {
+  pending = 0;
+  readonly labels: Partial<Record<string, string>>;
+  constructor(labels: Partial<Record<string, string>>) {
+    this.labels = labels;
+  }
+  inc(): void {
+    this.pending++;
+  }
+}
+
+const pendingByCounter = new WeakMap<Counter, PendingCell[]>();
+
+/**
+ * Label-bound cells of `counter` for hot paths: `cell.inc()` adds to a number, and the counts
+ * reach prom-client when the counter is read (a scrape, `get()`), so the request path does not
+ * hash label values into a key on every increment (docs/benchmarks.md, "Lease API"). Each call
+ * of the returned function makes a new cell: make one per label set and keep it. Cells of every
+ * caller of the same counter are handed over together.
+ */
+export function counterCells<L extends string>(
+  counter: Counter<L>,
+  labelNames: readonly L[],
+): (...values: string[]) => CounterCell {
+  let cells = pendingByCounter.get(counter as Counter);
+  if (!cells) {
+    const all: PendingCell[] = [];
+    cells = all;
+    pendingByCounter.set(counter as Counter, all);
+    const previous = (counter as { collect?: () => unknown }).collect;
+    (counter as { collect?: () => unknown }).collect = function flush(this: Counter<L>) {
+      for (const cell of all) {
+        if (cell.pending === 0) continue;
+        counter.inc(cell.labels as Partial<Record<L, string>>, cell.pending);
+        cell.pending = 0;
+      }
+      return previous?.call(this);
+    };
+  }
+  const list = cells;
+  return (...values) => {
+    const labels: Partial<Record<string, string>> = {};
+    labelNames.forEach((name, i) => {
+      labels[name] = values[i];
+    });
+    const cell = new PendingCell(labels);
+    list.push(cell);
+    return cell;
+  };
+}
