@@ -86,29 +86,53 @@ export function errorOptions(): Pick<FastifyServerOptions, 'frameworkErrors' | '
   };
 }
 
+/** An error answer: status, an optional Retry-After and the body. */
+export interface Refusal {
+  status: number;
+  retryAfter?: string;
+  body: ReturnType<typeof errorBody>;
+}
+
+/**
+ * How the API answers `err` thrown while serving a request; undefined when it is not the
+ * client's doing (a 500, detail to the log only). `bodyLimit` is quoted in the 413 message.
+ */
+export function refusalOf(err: unknown, bodyLimit: number): Refusal | undefined {
+  if (err instanceof FieldError || err instanceof LeaseInputError) {
+    return { status: 400, body: errorBody('bad_request', err.message, err.field) };
+  }
+  if (err instanceof TooManyLeasesError) {
+    return { status: 503, retryAfter: '1', body: errorBody('too_many_leases', err.message) };
+  }
+  const code = (err as FastifyError).code;
+  if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+    return {
+      status: 415,
+      body: errorBody('unsupported_media_type', 'content type must be application/json'),
+    };
+  }
+  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    return { status: 413, body: errorBody('payload_too_large', `body larger than ${bodyLimit} bytes`) };
+  }
+  const status = (err as FastifyError).statusCode ?? 500;
+  if (status >= 400 && status < 500)
+    return { status, body: errorBody('bad_request', (err as Error).message) };
+  return undefined;
+}
+
+export const INTERNAL_ERROR = errorBody('internal', 'internal error');
+
 /** Installs the error and not-found handlers; `bodyLimit` is quoted in the 413 message. */
 export function installErrorHandling(app: FastifyInstance, log: Logger, bodyLimit: number): void {
-  app.setErrorHandler((err: FastifyError | FieldError | LeaseInputError | TooManyLeasesError, req, reply) => {
-    if (err instanceof FieldError || err instanceof LeaseInputError) {
-      return reply.code(400).send(errorBody('bad_request', err.message, err.field));
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    const refusal = refusalOf(err, bodyLimit);
+    if (refusal) {
+      if (refusal.retryAfter) reply.header('retry-after', refusal.retryAfter);
+      return reply.code(refusal.status).send(refusal.body);
     }
-    if (err instanceof TooManyLeasesError) {
-      return reply.code(503).header('retry-after', '1').send(errorBody('too_many_leases', err.message));
-    }
-    const code = (err as FastifyError).code;
-    if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-      return reply
-        .code(415)
-        .send(errorBody('unsupported_media_type', 'content type must be application/json'));
-    }
-    if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-      return reply.code(413).send(errorBody('payload_too_large', `body larger than ${bodyLimit} bytes`));
-    }
-    const status = (err as FastifyError).statusCode ?? 500;
-    if (status >= 400 && status < 500) return reply.code(status).send(errorBody('bad_request', err.message));
     req.otel?.span.recordException({ name: err.name, message: err.message });
     log.error({ err }, 'discovery handler error');
-    return reply.code(500).send(errorBody('internal', 'internal error'));
+    return reply.code(500).send(INTERNAL_ERROR);
   });
 
   app.setNotFoundHandler((req, reply) => {

@@ -26,15 +26,14 @@ function isLoopback(host: string): boolean {
 }
 
 /**
- * Answers 403 to a request on a non-public route whose Host is not loopback, `bindHost`
- * (when the API listens on one address) or one of `allowedHosts` (an entry starting with a dot
- * admits every name ending in it).
+ * Whether a request with this Host header may be served without a token: the host is loopback,
+ * `bindHost` (when the API listens on one address) or one of `allowedHosts` (an entry starting
+ * with a dot admits every name ending in it).
  */
-export function installHostGuard(
-  app: FastifyInstance,
+export function hostAdmitter(
   bindHost: string | undefined,
   allowedHosts: string[],
-): void {
+): (hostHeader: string | undefined) => boolean {
   const allowed = new Set(
     allowedHosts.map((h) => hostOfHeader(h)).filter((h): h is string => h !== undefined),
   );
@@ -45,14 +44,21 @@ export function installHostGuard(
   if (bind) allowed.add(bind);
   // `.example.svc` admits every name under it (Service names of a namespace).
   const suffixes = [...allowed].filter((h) => h.startsWith('.'));
+  return (hostHeader) => {
+    const host = hostOfHeader(hostHeader);
+    return (
+      host !== undefined && (isLoopback(host) || allowed.has(host) || suffixes.some((s) => host.endsWith(s)))
+    );
+  };
+}
+
+/** Answers 403 to a request on a non-public route whose Host `admits` refuses. */
+export function installHostGuard(
+  app: FastifyInstance,
+  admits: (hostHeader: string | undefined) => boolean,
+): void {
   app.addHook('onRequest', (req, reply, done) => {
-    if (isPublicRoute(req)) return done();
-    const host = hostOfHeader(req.headers.host);
-    if (
-      host !== undefined &&
-      (isLoopback(host) || allowed.has(host) || suffixes.some((s) => host.endsWith(s)))
-    )
-      return done();
+    if (isPublicRoute(req) || admits(req.headers.host)) return done();
     // The Host is not echoed: it is the attacker's text.
     reply
       .code(403)

@@ -7,7 +7,7 @@ import type { Static, TSchema } from 'typebox';
 import type { GatewaySessions } from '../gateway/service.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import { normalizeTarget } from '../lease/target.ts';
-import type { NoneLeasableCounts } from '../lease/types.ts';
+import type { LeaseOutcome, NoneLeasableCounts } from '../lease/types.ts';
 import { errorBody } from './errors.ts';
 import { buildOpenApi } from './openapi.ts';
 import {
@@ -43,6 +43,22 @@ export function retryAfterSeconds(retryAt: number | undefined, now: number): num
   return Math.max(1, Math.ceil((retryAt - now) / 1000));
 }
 
+/** The 409 answer to a refused grant: Retry-After and the body that explains the refusal. */
+export function noneLeasable(
+  out: Extract<LeaseOutcome, { granted: false }>,
+  requestedTarget: string | undefined,
+  now: number,
+) {
+  return {
+    retryAfter: String(retryAfterSeconds(out.retryAt, now)),
+    body: {
+      ...errorBody('none_leasable', describeRefusal(out.counts, normalizeTarget(requestedTarget))),
+      ...out.counts,
+      retryAt: out.retryAt === undefined ? null : new Date(out.retryAt).toISOString(),
+    },
+  };
+}
+
 function handlers(leases: LeaseStore, sessions: GatewaySessions | undefined): Record<string, Handler> {
   return {
     healthz: (_req, reply) => reply.send({ status: 'ok' }),
@@ -62,14 +78,8 @@ function handlers(leases: LeaseStore, sessions: GatewaySessions | undefined): Re
           req.otel?.span.setAttribute('lease.proxy', `${out.grant.proxy.namespace}/${out.grant.proxy.name}`);
           return reply.code(201).send(out.grant);
         }
-        return reply
-          .code(409)
-          .header('retry-after', String(retryAfterSeconds(out.retryAt, leases.now())))
-          .send({
-            ...errorBody('none_leasable', describeRefusal(out.counts, normalizeTarget(body.target))),
-            ...out.counts,
-            retryAt: out.retryAt === undefined ? null : new Date(out.retryAt).toISOString(),
-          });
+        const refusal = noneLeasable(out, body.target, leases.now());
+        return reply.code(409).header('retry-after', refusal.retryAfter).send(refusal.body);
       }),
     renew: (req, reply) =>
       within(req, () => {

@@ -22,7 +22,8 @@ import {
 import { expectedToken, installBearerAuth } from './auth.ts';
 import { installAuthority, type LeaseAuthority } from './authority.ts';
 import { errorOptions, installErrorHandling, MAX_PARAM_LENGTH } from './errors.ts';
-import { installHostGuard } from './host.ts';
+import { type FastLane, fastLane } from './fastlane.ts';
+import { hostAdmitter, installHostGuard } from './host.ts';
 import { registerRoutes } from './routes.ts';
 import { installTelemetry } from './telemetry.ts';
 import { installValidation } from './validation.ts';
@@ -58,6 +59,11 @@ export interface DiscoveryServerOptions {
   extraRoutes?: (app: FastifyInstance) => void;
   /** The gateway's sticky sessions, for `POST /v1/sessions/{id}/report`. */
   sessions?: GatewaySessions;
+  /**
+   * Answer ordinary grants and releases without the framework (discovery/fastlane; default
+   * true). Off only to compare both paths in tests.
+   */
+  fastLane?: boolean;
 }
 
 export interface DiscoveryServer {
@@ -94,23 +100,52 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
     ...opts.limits,
   };
 
+  // Set once the app exists: ordinary grants and releases go round the framework.
+  let lane: FastLane | undefined;
   const app = Fastify({
     logger: false,
     bodyLimit: BODY_LIMIT_BYTES,
     return503OnClosing: true,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
-    serverFactory: (handler) => createListener(handler, limits, opts.tls),
+    serverFactory: (handler) =>
+      createListener(
+        (req, res) => {
+          if (lane === undefined || !lane(req, res)) handler(req, res);
+        },
+        limits,
+        opts.tls,
+      ),
     ...errorOptions(),
   });
   installValidation(app);
   // Telemetry before auth: a refused request is traced and counted too.
-  installTelemetry(app, { registry: opts.registry, tracer, log });
+  const telemetry = installTelemetry(app, { registry: opts.registry, tracer, log });
+  const admitsHost = hostAdmitter(host, opts.allowedHosts ?? []);
   if (token) installBearerAuth(app, token);
-  else installHostGuard(app, host, opts.allowedHosts ?? []);
+  else installHostGuard(app, admitsHost);
   installErrorHandling(app, log, BODY_LIMIT_BYTES);
   if (opts.authority) installAuthority(app, opts.authority, { log, tls: opts.tls });
   registerRoutes(app, opts.leases, opts.sessions);
   opts.extraRoutes?.(app);
+
+  let closing = false;
+  app.addHook('preClose', (done) => {
+    closing = true;
+    done();
+  });
+  // Spans need the framework's hooks: with tracing on, every request takes the routes.
+  if (opts.fastLane !== false && !telemetry.traced) {
+    lane = fastLane({
+      leases: opts.leases,
+      token,
+      admitsHost,
+      authority: opts.authority,
+      bodyLimit: BODY_LIMIT_BYTES,
+      log,
+      countResponse: telemetry.countResponse,
+      closing: () => closing,
+    });
+  }
 
   await app.listen({ host, port });
   const url = reachableUrl(app.server.address() as AddressInfo, opts.tls ? 'https' : 'http');

@@ -75,6 +75,14 @@ function recordsSpans(tracer: Tracer): boolean {
   return tracer.startSpan('probe').spanContext().traceId !== INVALID_TRACEID;
 }
 
+/** What the installed telemetry offers the rest of the server. */
+export interface Telemetry {
+  /** Whether requests get spans (tracing is on). */
+  traced: boolean;
+  /** Counts one answered request: route pattern (or `unmatched`), method, status code. */
+  countResponse(route: string, method: string, status: number): void;
+}
+
 /**
  * Installs the span, metric and log hooks. Must be installed before auth, so a refused request
  * is traced and counted too. With tracing off there are no span hooks at all: tracing is set up
@@ -83,7 +91,7 @@ function recordsSpans(tracer: Tracer): boolean {
 export function installTelemetry(
   app: FastifyInstance,
   { registry, tracer, log }: { registry: Registry; tracer: Tracer; log: Logger },
-): void {
+): Telemetry {
   const leaseRequests = counter(registry, {
     name: 'proxy_operator_lease_requests_total',
     help: 'POST /v1/leases requests by result (granted, none_leasable, bad_request, unauthorized, error).',
@@ -108,12 +116,17 @@ export function installTelemetry(
     return cell;
   };
 
-  if (recordsSpans(tracer)) installSpans(app, tracer, new W3CTraceContextPropagator());
+  const countResponse = (route: string, method: string, status: number): void => {
+    requestsBy(route, method, status).inc();
+    if (route === '/v1/leases' && method === 'POST') leaseRequestsBy(status).inc();
+  };
+
+  const traced = recordsSpans(tracer);
+  if (traced) installSpans(app, tracer, new W3CTraceContextPropagator());
   app.addHook('onResponse', (req, reply, done) => {
     const route = req.routeOptions.url ?? 'unmatched';
     const status = reply.statusCode;
-    requestsBy(route, req.method, status).inc();
-    if (route === '/v1/leases' && req.method === 'POST') leaseRequestsBy(status).inc();
+    countResponse(route, req.method, status);
     const otel = req.otel;
     if (otel) {
       otel.span.setAttribute('http.response.status_code', status);
@@ -136,6 +149,7 @@ export function installTelemetry(
     }
     done();
   });
+  return { traced, countResponse };
 }
 
 /**
