@@ -255,7 +255,7 @@ export async function runLeaseBench(options: LeaseBenchOptions = {}): Promise<Le
   const o: Required<LeaseBenchOptions> = {
     durationMs: options.durationMs ?? 3000,
     warmupMs: options.warmupMs ?? 1000,
-    rounds: options.rounds ?? 3,
+    rounds: options.rounds ?? 5,
     clients: options.clients ?? 64,
     proxies: options.proxies ?? 1000,
     print: options.print ?? true,
