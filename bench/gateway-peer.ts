@@ -8,6 +8,8 @@
  * CONNECT set-up latency with one client, bulk throughput over many tunnels, or idle tunnels
  * held open). Servers print one JSON line with their port and exit when stdin closes.
  */
+// The product's V8 settings, applied first as cmd/main does.
+import '../src/runtime/gc.ts';
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
 import { trace } from '@opentelemetry/api';

@@ -5,6 +5,8 @@
  * entries (each from a `blocked` report, so the 100,000 ended-but-reportable leases those
  * reports leave behind are in too). Prints one JSON line with the figures.
  */
+// The product's V8 settings, applied first as cmd/main does.
+import '../src/runtime/gc.ts';
 import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';

@@ -23,9 +23,12 @@ function compiledLoad(): string {
   });
   if (build.status !== 0) throw new Error('building dist/ failed');
   const source = stripTypeScriptTypes(readFileSync(join(ROOT, 'bench', 'memory-load.ts'), 'utf8'));
-  const js = source.replace(/from '\.\.\/src\/([^']+)\.ts'/g, (_m, path: string) => {
-    return `from '${pathToFileURL(join(ROOT, 'dist', `${path}.js`)).href}'`;
-  });
+  const js = source.replace(
+    /(from |import )'\.\.\/src\/([^']+)\.ts'/g,
+    (_m, keyword: string, path: string) => {
+      return `${keyword}'${pathToFileURL(join(ROOT, 'dist', `${path}.js`)).href}'`;
+    },
+  );
   const out = join(ROOT, 'dist', 'bench', 'memory-load.mjs');
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(out, js);

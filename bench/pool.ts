@@ -4,6 +4,8 @@
  * controller, Proxy reconciler and work queues. Reports the time from creating the pool until
  * its status counts 1,000 Ready Proxies (target ≤ 60 s); exits non-zero on a miss.
  */
+// The product's V8 settings, applied first as cmd/main does.
+import '../src/runtime/gc.ts';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -5,7 +5,7 @@
  * straight into the old generation; Node's HTTP internals reuse those sites for every request,
  * and those old-space, short-lived objects then keep each request's young objects alive through
  * every minor collection. Under lease traffic that doubled CPU per request and made 15–25 ms
- * minor-GC pauses the p99 (docs/benchmarks.md, "Garbage collection"). Imported first by every
+ * minor-GC pauses the p99 (docs/benchmarks.md, "Lease API"). Imported first by every
  * entry point that serves requests (cmd/main, the benches).
  */
 import { setFlagsFromString } from 'node:v8';
