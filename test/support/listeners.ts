@@ -133,6 +133,8 @@ export function openIdle(port: number): Promise<{ socket: Socket; closed: Promis
     const socket = connect({ host: '127.0.0.1', port });
     const closed = new Promise<number>((r) => socket.on('close', () => r(performance.now() - started)));
     socket.on('error', () => undefined);
+    // A paused socket may never see the server's FIN (no 'end', so no 'close'): keep reading.
+    socket.resume();
     socket.once('connect', () => resolve({ socket, closed }));
     socket.once('error', reject);
   });
