@@ -97,7 +97,12 @@ describe('one lease authority across replicas', () => {
       const load = startLoad(loadOptions(front.url));
       await until(
         'load on both replicas',
-        () => load.stats.grants > 150 && load.stats.blockedReports > 10,
+        // Some blocks must be older than the checkpoint the new leader restores (taken every
+        // 500 ms; a second of margin): only those are promised to survive a kill -9.
+        () =>
+          load.stats.grants > 150 &&
+          load.stats.blockedReports > 10 &&
+          [...load.stats.blockedAt.values()].some((at) => at < Date.now() - 1500),
         60_000,
       );
       expect(front.hits.get(aPort)).toBeGreaterThan(0);
