@@ -15,9 +15,11 @@ import {
   PROXY_POOL_PLURAL,
   VERSION,
 } from './constants.ts';
+import { POOL_NAME_RULES } from './pool-rules.ts';
 import { ProviderHealthSchema } from './providerhealth.ts';
 import { ProxySchema } from './proxy.ts';
 import { POOL_SCALE_PATHS, ProxyPoolSchema } from './proxypool.ts';
+import { celValidations, type XValidation } from './rules.ts';
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 type JsonObject = { [k: string]: Json };
@@ -117,8 +119,11 @@ export function toStructural(schema: unknown, at = '#'): JsonObject {
   return out;
 }
 
-/** The root of a resource schema: metadata is left to the API server. */
-function resourceSchema(schema: unknown): JsonObject {
+/**
+ * The root of a resource schema: metadata is left to the API server, but for CEL rules on
+ * `metadata.name` (the only metadata field a CRD schema may constrain).
+ */
+function resourceSchema(schema: unknown, nameRules: XValidation[] = []): JsonObject {
   const root = toStructural(schema);
   const props = root.properties as JsonObject;
   props.apiVersion = {
@@ -126,7 +131,13 @@ function resourceSchema(schema: unknown): JsonObject {
     description: 'APIVersion defines the versioned schema of this representation of an object.',
   };
   props.kind = { type: 'string', description: 'Kind is the type of resource this object represents.' };
-  props.metadata = { type: 'object' };
+  props.metadata =
+    nameRules.length > 0
+      ? {
+          type: 'object',
+          properties: { name: { type: 'string', 'x-kubernetes-validations': nameRules as unknown as Json } },
+        }
+      : { type: 'object' };
   // The API server fills apiVersion, kind and metadata itself.
   const required = (root.required as string[] | undefined)?.filter(
     (r) => !['apiVersion', 'kind', 'metadata'].includes(r),
@@ -233,7 +244,7 @@ export function proxyPoolCrd(): JsonObject {
     plural: PROXY_POOL_PLURAL,
     shortName: 'pxp',
     scope: 'Namespaced',
-    schema: resourceSchema(ProxyPoolSchema),
+    schema: resourceSchema(ProxyPoolSchema, celValidations(POOL_NAME_RULES)),
     scale: POOL_SCALE_PATHS,
     columns: [
       { name: 'Desired', type: 'integer', jsonPath: '.spec.replicas' },

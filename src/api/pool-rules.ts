@@ -27,15 +27,19 @@ interface RotationView {
 /** The shortest maxAge: recycling faster than a proxy can come up and pass its probes thrashes. */
 export const MIN_MAX_AGE_SECONDS = 10;
 
-/** The pool's name is the value of its Proxies' pool label, and label values stop at 63 characters. */
-export const POOL_ROOT_RULES: readonly CelRule<PoolView>[] = [
+/**
+ * The pool's name is the value of its Proxies' pool label, and label values stop at 63
+ * characters. The rule sits on `metadata.name` itself: the API server accepts a CEL rule there
+ * (and reports it at that path), but rejects a root rule whose fieldPath points into metadata,
+ * which a CRD schema may not declare.
+ */
+export const POOL_NAME_RULES: readonly CelRule<string>[] = [
   {
-    rule: 'self.metadata.name.size() <= 63',
+    rule: 'self.size() <= 63',
     message:
       'must be at most 63 characters: it is the value of the crawl.example.com/pool label on every Proxy',
-    fieldPath: '.metadata.name',
     reason: 'FieldValueInvalid',
-    holds: (p) => (p.metadata?.name ?? '').length <= 63,
+    holds: (name) => name.length <= 63,
   },
 ];
 
@@ -87,7 +91,7 @@ export const POOL_ROTATION_RULES: readonly CelRule<RotationView>[] = [
 
 /** Where each pool rule set sits (dotted from the object root), for the CEL tests. */
 export const POOL_RULE_LOCATIONS = {
-  '': POOL_ROOT_RULES,
+  'metadata.name': POOL_NAME_RULES,
   spec: POOL_SPEC_RULES,
   'spec.rollingUpdate': POOL_ROLLING_RULES,
   'spec.rotation': POOL_ROTATION_RULES,
@@ -117,9 +121,7 @@ export function checkProxyPoolRules(
 ): FieldError[] {
   const out: FieldError[] = [];
   const spec = pool.spec;
-  for (const r of POOL_ROOT_RULES) {
-    if (!r.holds(pool)) out.push({ path: (r.fieldPath ?? '').slice(1), message: r.message });
-  }
+  apply('metadata.name', POOL_NAME_RULES, pool.metadata?.name ?? '', out);
   apply('spec', POOL_SPEC_RULES, spec, out);
   apply('spec.rollingUpdate', POOL_ROLLING_RULES, spec.rollingUpdate, out);
   apply('spec.rotation', POOL_ROTATION_RULES, spec.rotation, out);

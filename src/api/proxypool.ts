@@ -7,13 +7,7 @@
  */
 import Type from 'typebox';
 import { ConditionSchema, ObjectMetaSchema } from './meta.ts';
-import {
-  durationSeconds,
-  POOL_ROLLING_RULES,
-  POOL_ROOT_RULES,
-  POOL_ROTATION_RULES,
-  POOL_SPEC_RULES,
-} from './pool-rules.ts';
+import { durationSeconds, POOL_ROLLING_RULES, POOL_ROTATION_RULES, POOL_SPEC_RULES } from './pool-rules.ts';
 import { ProxySpecSchema } from './proxy.ts';
 import { celValidations } from './rules.ts';
 
@@ -176,10 +170,7 @@ export const ProxyPoolSchema = Type.Object(
     spec: ProxyPoolSpecSchema,
     status: Type.Optional(ProxyPoolStatusSchema),
   },
-  {
-    description: 'A set of identical Managed Proxies kept at a count, rolled out and recycled safely.',
-    'x-kubernetes-validations': celValidations(POOL_ROOT_RULES),
-  },
+  { description: 'A set of identical Managed Proxies kept at a count, rolled out and recycled safely.' },
 );
 export type ProxyPool = Type.Static<typeof ProxyPoolSchema>;
 
