@@ -1,8 +1,9 @@
 /**
  * scripts/test/run — `npm test`: check the machine, set it up when root (system packages,
  * IPv6 test addresses on lo, libvirtd + sshd on loopback, the VMs' bridge), type-check, lint, run
- * vitest, then the KVM end-to-end tier (test/e2e-kvm, its guest image built first or taken from
- * the cache), and stop the daemons it started — also when interrupted, however often
+ * vitest, then the real-API-server tier (test/e2e-kube, its control plane built first or taken
+ * from the cache) and the KVM end-to-end tier (test/e2e-kvm, its guest image built first or taken
+ * from the cache), and stop the daemons it started — also when interrupted, however often
  * (scripts/test/session.ts). Arguments after `npm test --` go to vitest, and the KVM tier is then
  * left out (it says so). See docs/testing.md.
  */
@@ -24,6 +25,8 @@ import { ensureTestAddresses } from './test-addresses.ts';
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = join(ROOT, 'node_modules', '.bin');
 const KVM_TIER_CONFIG = 'test/e2e-kvm/vitest.config.ts';
+const KUBE_TIER_CONFIG = 'test/e2e-kube/vitest.config.ts';
+const CONTROL_PLANE_BUILD = 'test/e2e-kube/control-plane/build.sh';
 
 function say(msg: string): void {
   process.stderr.write(`[npm test] ${msg}\n`);
@@ -36,6 +39,34 @@ function step(what: string, cmd: string, args: string[]): void {
     say(`${what} failed (exit ${r.status ?? r.signal})`);
     process.exit(r.status ?? 1);
   }
+}
+
+/**
+ * The real-API-server tier, after the main suite: the control plane is built from its Go module
+ * first (minutes, once per version; cached outside the repository), then the tier runs on it.
+ */
+function kubeTier(args: string[]): FollowUp[] {
+  if (args.length > 0) {
+    say(
+      'real-API-server tier (test/e2e-kube) left out: vitest arguments were given; run it with npm run test:kube',
+    );
+    return [];
+  }
+  return [
+    {
+      name: `control plane for the real-API-server tier (${CONTROL_PLANE_BUILD}, cached after the first build)`,
+      command: 'bash',
+      args: [CONTROL_PLANE_BUILD],
+      gate: true,
+      tier: 'kube',
+    },
+    {
+      name: 'real-API-server tier (test/e2e-kube): kube-apiserver, etcd and the operator as its ServiceAccount',
+      command: join(BIN, 'vitest'),
+      args: ['run', '--config', KUBE_TIER_CONFIG],
+      tier: 'kube',
+    },
+  ];
 }
 
 /**
@@ -57,6 +88,7 @@ function kvmTier(args: string[]): FollowUp[] {
             command: 'bash',
             args: [GUEST_IMAGE_SCRIPT],
             gate: true,
+            tier: 'kvm',
           },
         ]
       : [];
@@ -66,6 +98,7 @@ function kvmTier(args: string[]): FollowUp[] {
       name: 'KVM end-to-end tier (test/e2e-kvm): a Debian guest on TCG',
       command: join(BIN, 'vitest'),
       args: ['run', '--config', KVM_TIER_CONFIG],
+      tier: 'kvm',
     },
   ];
 }
@@ -95,7 +128,7 @@ async function main(): Promise<number> {
     mayStartDaemons: plan.startDaemons,
     command: join(BIN, 'vitest'),
     args: ['run', ...process.argv.slice(2)],
-    afterwards: kvmTier(process.argv.slice(2)),
+    afterwards: [...kubeTier(process.argv.slice(2)), ...kvmTier(process.argv.slice(2))],
     say,
   });
 }

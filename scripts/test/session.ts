@@ -47,8 +47,13 @@ export interface FollowUp {
   name: string;
   command: string;
   args: string[];
-  /** When it fails, the follow-ups after it are not run (and the run says so). */
+  /**
+   * When it fails, the follow-ups after it of the same tier are not run (and the run says so):
+   * a failed build stops its own tier, not another.
+   */
   gate?: boolean;
+  /** Which tier it belongs to (for `gate`). */
+  tier?: string;
 }
 
 /** The exit code of a process ended by `sig`, as a shell reports it. */
@@ -147,8 +152,10 @@ export async function runSession(o: SessionOptions): Promise<number> {
       code = await runForwardingSignals(o, runId, (l) => {
         forward = l;
       });
+      let skipTier: string | undefined;
       for (const f of o.afterwards ?? []) {
         if (interrupted !== undefined) break;
+        if (skipTier !== undefined && f.tier === skipTier) continue;
         say(f.name);
         const started = Date.now();
         const c = await runForwardingSignals({ ...o, command: f.command, args: f.args }, runId, (l) => {
@@ -157,8 +164,9 @@ export async function runSession(o: SessionOptions): Promise<number> {
         say(`${f.name}: exit ${c} after ${Math.round((Date.now() - started) / 1000)} s`);
         code = Math.max(code, c);
         if (c !== 0 && f.gate) {
-          say(`not running what follows ${f.name}: it failed`);
-          break;
+          say(`not running the rest of ${f.tier ?? 'the run'}: ${f.name} failed`);
+          if (f.tier === undefined) break;
+          skipTier = f.tier;
         }
       }
     }

@@ -71,21 +71,36 @@ export const POOL_ROLLING_RULES: readonly CelRule<RollingView>[] = [
   },
 ];
 
-/** Seconds of a Go-style duration without days (`90s`, `1h30m`); NaN for anything else. */
+/**
+ * Go-style durations without days: `90s`, `20m`, `1h30m`. The digit limits keep the longest
+ * (999999h9999999m999999999s, about 165 years) within what a duration holds, so CEL's
+ * `duration()` can parse every string that matches.
+ */
+export const DURATION_PATTERN = '^([0-9]{1,6}h)?([0-9]{1,7}m)?([0-9]{1,9}s)?$';
+const DURATION = new RegExp(DURATION_PATTERN);
+
+/** Seconds of a duration matching DURATION_PATTERN (and not empty); NaN for anything else. */
 export function durationSeconds(text: string): number {
-  if (text === '') return Number.NaN;
-  const m = /^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(text);
+  const m = text === '' ? null : DURATION.exec(text);
   if (!m) return Number.NaN;
-  return (Number(m[1] ?? 0) * 60 + Number(m[2] ?? 0)) * 60 + Number(m[3] ?? 0);
+  return (
+    (Number(m[1]?.slice(0, -1) ?? 0) * 60 + Number(m[2]?.slice(0, -1) ?? 0)) * 60 +
+    Number(m[3]?.slice(0, -1) ?? 0)
+  );
 }
 
 export const POOL_ROTATION_RULES: readonly CelRule<RotationView>[] = [
   {
-    rule: `duration(self.maxAge) >= duration('${MIN_MAX_AGE_SECONDS}s')`,
+    // A string that is no duration is the pattern's error alone: the guard keeps duration() from
+    // failing, which the API server would report as a rule evaluation error on spec.rotation.
+    rule: `self.maxAge == '' || !self.maxAge.matches('${DURATION_PATTERN}') || duration(self.maxAge) >= duration('${MIN_MAX_AGE_SECONDS}s')`,
     message: `maxAge must be at least ${MIN_MAX_AGE_SECONDS}s`,
     fieldPath: '.maxAge',
     reason: 'FieldValueInvalid',
-    holds: (r) => r.maxAge === undefined || durationSeconds(r.maxAge) >= MIN_MAX_AGE_SECONDS,
+    holds: (r) => {
+      const seconds = r.maxAge === undefined ? Number.NaN : durationSeconds(r.maxAge);
+      return Number.isNaN(seconds) || seconds >= MIN_MAX_AGE_SECONDS;
+    },
   },
 ];
 

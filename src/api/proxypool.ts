@@ -7,7 +7,13 @@
  */
 import Type from 'typebox';
 import { ConditionSchema, ObjectMetaSchema } from './meta.ts';
-import { durationSeconds, POOL_ROLLING_RULES, POOL_ROTATION_RULES, POOL_SPEC_RULES } from './pool-rules.ts';
+import {
+  DURATION_PATTERN,
+  durationSeconds,
+  POOL_ROLLING_RULES,
+  POOL_ROTATION_RULES,
+  POOL_SPEC_RULES,
+} from './pool-rules.ts';
 import { ProxySpecSchema } from './proxy.ts';
 import { celValidations } from './rules.ts';
 
@@ -17,8 +23,7 @@ export type RotationStrategy = (typeof ROTATION_STRATEGIES)[number];
 export const DEFAULT_MAX_SURGE = 1;
 export const DEFAULT_MAX_UNAVAILABLE = 0;
 export const DEFAULT_ROTATION_JITTER = 0.1;
-/** Go-style durations without days: `90s`, `20m`, `1h30m`. */
-export const DURATION_PATTERN = '^([0-9]+h)?([0-9]+m)?([0-9]+s)?$';
+export { DURATION_PATTERN } from './pool-rules.ts';
 
 export const PoolTemplateSchema = Type.Object(
   {

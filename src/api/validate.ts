@@ -16,7 +16,14 @@ import { type FieldError, schemaErrors } from './schema-errors.ts';
 
 export { type FieldError, formatFieldErrors } from './schema-errors.ts';
 
-export type ValidationResult<T> = { ok: true; value: T } | { ok: false; errors: FieldError[] };
+/**
+ * `rulesSkipped`: a schema error kept the cross-field rules from running (the API server's "some
+ * validation rules were not checked because the object was invalid"), so fixing the errors shown
+ * may reveal more.
+ */
+export type ValidationResult<T> =
+  | { ok: true; value: T }
+  | { ok: false; errors: FieldError[]; rulesSkipped?: boolean };
 
 const proxyValidator = Compile(ProxySchema);
 const providerHealthValidator = Compile(ProviderHealthSchema);
@@ -36,6 +43,29 @@ export function isDnsLabel(name: string): boolean {
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+/**
+ * The schema errors that keep the API server from evaluating a CRD's CEL rules: a missing
+ * required field, a value of the wrong type, one outside an enum, and a string or list over its
+ * maximum size. Anything else (a range, a pattern, a bad name, an unknown field) still lets
+ * every rule run, and the server reports the rules' errors beside the schema's.
+ */
+const RULE_BLOCKING_KEYWORDS = new Set([
+  'required',
+  'type',
+  'enum',
+  'const',
+  'anyOf',
+  'oneOf',
+  'maxLength',
+  'maxItems',
+  'maxProperties',
+]);
+
+function blocksRules(errors: Iterable<{ keyword: string }>): boolean {
+  for (const e of errors) if (RULE_BLOCKING_KEYWORDS.has(e.keyword)) return true;
+  return false;
 }
 
 function identityErrors(
@@ -84,17 +114,21 @@ export function defaultProxy<T>(obj: T): T {
 export function validateProxy(obj: unknown, opts: { old?: ProxyObject } = {}): ValidationResult<ProxyObject> {
   if (!isRecord(obj)) return { ok: false, errors: [{ path: '', message: 'must be an object' }] };
   const value = defaultProxy(obj);
-  const errors = [
-    ...identityErrors(value, PROXY_KIND, 'Namespaced'),
-    ...schemaErrors(value, proxyValidator.Errors(value)),
-  ];
-  // Rules read a well-formed spec, as CEL does after schema validation; report shape errors first.
-  if (errors.length === 0) {
+  const raw = [...proxyValidator.Errors(value)];
+  const errors = [...identityErrors(value, PROXY_KIND, 'Namespaced'), ...schemaErrors(value, raw)];
+  // Rules read fields of the right type and shape, as CEL does: only then do they run.
+  const rulesSkipped = blocksRules(raw);
+  if (!rulesSkipped) {
     const spec = value.spec as ProxySpec;
     const oldSpec = opts.old ? (defaultProxy(opts.old).spec as ProxySpec | undefined) : undefined;
     errors.push(...checkProxyRules(spec, oldSpec));
   }
-  return errors.length === 0 ? { ok: true, value: value as ProxyObject } : { ok: false, errors };
+  return result(value as ProxyObject, errors, rulesSkipped);
+}
+
+function result<T>(value: T, errors: FieldError[], rulesSkipped: boolean): ValidationResult<T> {
+  if (errors.length === 0) return { ok: true, value };
+  return rulesSkipped ? { ok: false, errors, rulesSkipped } : { ok: false, errors };
 }
 
 /** Fills in what the API server would default (replicas, limits, the template's type and port). */
@@ -106,15 +140,14 @@ export function defaultProxyPool<T>(obj: T): T {
 export function validateProxyPool(obj: unknown, opts: { old?: ProxyPool } = {}): ValidationResult<ProxyPool> {
   if (!isRecord(obj)) return { ok: false, errors: [{ path: '', message: 'must be an object' }] };
   const value = defaultProxyPool(obj);
-  const errors = [
-    ...identityErrors(value, PROXY_POOL_KIND, 'Namespaced'),
-    ...schemaErrors(value, proxyPoolValidator.Errors(value)),
-  ];
-  if (errors.length === 0) {
+  const raw = [...proxyPoolValidator.Errors(value)];
+  const errors = [...identityErrors(value, PROXY_POOL_KIND, 'Namespaced'), ...schemaErrors(value, raw)];
+  const rulesSkipped = blocksRules(raw);
+  if (!rulesSkipped) {
     const oldSpec = opts.old ? (defaultProxyPool(opts.old).spec as ProxyPoolSpec | undefined) : undefined;
     errors.push(...checkProxyPoolRules(value as { spec: ProxyPoolSpec }, oldSpec));
   }
-  return errors.length === 0 ? { ok: true, value: value as ProxyPool } : { ok: false, errors };
+  return result(value as ProxyPool, errors, rulesSkipped);
 }
 
 /** Validates a ProviderHealth object (status only, cluster-scoped). */

@@ -297,6 +297,45 @@ export const PROXY_CASES: ProxyCase[] = [
   },
   { name: 'missing spec', obj: without(managed(), 'spec'), errors: ['spec'] },
 
+  // Which schema errors stop the rules: a wrong type, a value outside an enum, a missing field or
+  // an over-long string does; a range, a pattern or a bad name does not, and the rules' errors
+  // come beside the schema's.
+  {
+    name: 'a range error and a rule error',
+    obj: external({ provider: 'gcp-main', port: 0 }),
+    errors: ['spec.port', 'spec.provider'],
+  },
+  {
+    name: 'a pattern error and a rule error',
+    obj: external({ provider: 'gcp-main', healthCheck: { url: 'ftp://example.com/' } }),
+    errors: ['spec.healthCheck.url', 'spec.provider'],
+  },
+  {
+    name: 'a bad name and a rule error',
+    obj: managed({ endpoint: { host: 'a.example', port: 1 } }, { name: 'EU-1', namespace: 'crawl' }),
+    errors: ['metadata.name', 'spec.endpoint'],
+  },
+  {
+    name: 'a range error feeding a rule',
+    obj: managed({ healthCheck: { timeoutSeconds: 3, intervalSeconds: 0 } }),
+    errors: ['spec.healthCheck.intervalSeconds', 'spec.healthCheck.timeoutSeconds'],
+  },
+  {
+    name: 'a type error hides a rule error',
+    obj: external({ provider: 'gcp-main', drain: 'yes' }),
+    errors: ['spec.drain'],
+  },
+  {
+    name: 'an enum error hides a rule error',
+    obj: managed({ type: 'Hosted', endpoint: { host: 'a.example', port: 1 } }),
+    errors: ['spec.type'],
+  },
+  {
+    name: 'an over-long value hides a rule error',
+    obj: managed({ placement: { zone: 'z'.repeat(254) }, endpoint: { host: 'a.example', port: 1 } }),
+    errors: ['spec.placement.zone'],
+  },
+
   // Identity.
   {
     name: 'name with capitals',

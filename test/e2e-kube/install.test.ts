@@ -3,9 +3,12 @@
  * config/default` creates the CRDs (structural schemas, CEL rules within the cost budget), RBAC,
  * the namespace, ConfigMap, Service and Deployment; `kubectl get px,pxp,ph` prints the CRDs'
  * columns; `kubectl scale pxp/NAME` goes through the scale subresource; applying it a second time
- * changes nothing; `kubectl delete -k` removes it again.
+ * changes nothing. Then the commands of docs/deployment.md as written there: the Secrets, the
+ * client-side `kubectl apply -k`, a Proxy from config/samples, and the uninstall.
  */
-import { resolve } from 'node:path';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { describe, expect, inject, it } from 'vitest';
 import { until } from '../support/wait.ts';
 import { kubectl } from './support/control-plane.ts';
@@ -151,5 +154,61 @@ describe('config/default on the real API server', () => {
       },
       { timeoutMs: 60_000, intervalMs: 500 },
     );
+  });
+
+  it('the commands of docs/deployment.md, as written: Secrets, install, a sample Proxy, uninstall', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'e2e-kube-docs-'));
+    try {
+      writeFileSync(join(dir, 'id_ed25519'), 'not a real key\n');
+      writeFileSync(join(dir, 'known_hosts'), 'nas1 ssh-ed25519 AAAA\n');
+      writeFileSync(join(dir, 'gcp-key.json'), '{}\n');
+      const run = (args: string[]) => kubectl(cp, args);
+      run(['apply', '-k', resolve(ROOT, 'config/default')]);
+      run([
+        '-n',
+        'egress-proxies-system',
+        'create',
+        'secret',
+        'generic',
+        'egress-proxies-operator-discovery-token',
+        '--from-literal=token=0123456789abcdef',
+      ]);
+      run([
+        '-n',
+        'egress-proxies-system',
+        'create',
+        'secret',
+        'generic',
+        'egress-proxies-operator-kvm-ssh',
+        `--from-file=id_ed25519=${join(dir, 'id_ed25519')}`,
+        `--from-file=known_hosts=${join(dir, 'known_hosts')}`,
+      ]);
+      run([
+        '-n',
+        'egress-proxies-system',
+        'create',
+        'secret',
+        'generic',
+        'egress-proxies-operator-gcp',
+        `--from-file=key.json=${join(dir, 'gcp-key.json')}`,
+      ]);
+      run(['create', 'namespace', 'crawl-docs']);
+      const sample = readFileSync(resolve(ROOT, 'config/samples/proxy_external.yaml'), 'utf8').replace(
+        'namespace: crawl',
+        'namespace: crawl-docs',
+      );
+      kubectl(cp, ['apply', '-f', '-'], sample);
+      expect(run(['get', 'px', '-A'])).toMatch(/crawl-docs\s+partner-1\s+External/);
+      run(['get', 'ph']); // none until an operator runs: answered, empty
+      // Uninstall, in the documented order; nothing of the installation is left.
+      run(['delete', 'px', '--all', '-A', '--wait']);
+      run(['delete', '-k', resolve(ROOT, 'config/default'), '--wait']);
+      run(['delete', 'namespace', 'crawl-docs', '--wait']);
+      expect(run(['get', 'crd', '-o', 'name'])).not.toContain('crawl.example.com');
+      expect(() => run(['get', 'namespace', 'egress-proxies-system'])).toThrow(/NotFound/);
+      expect(run(['get', 'clusterrole', '-o', 'name'])).not.toContain('egress-proxies-operator');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

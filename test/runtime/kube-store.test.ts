@@ -105,7 +105,8 @@ describe('kube store: reflector resilience', () => {
     const { server, store, events } = await setup();
     seed(server, 'ns', 'keep');
     seed(server, 'ns', 'gone');
-    await vi.waitFor(() => expect(names(store)).toEqual(['ns/gone', 'ns/keep']), WAIT);
+    seed(server, 'ns', 'phoenix');
+    await vi.waitFor(() => expect(names(store)).toEqual(['ns/gone', 'ns/keep', 'ns/phoenix']), WAIT);
     const watchesBefore = env!.store.reflectors[0]!.stats.relistsOnGone;
     // Changes happen while our watch is down, then history is compacted past our resourceVersion.
     server.injectFault({ path: /\/proxies$/, watch: true, status: 500, times: 3 });
@@ -115,8 +116,14 @@ describe('kube store: reflector resilience', () => {
     col.update({ ...keep, metadata: { ...keep.metadata, labels: { changed: 'yes' } } });
     col.delete('ns', 'gone');
     col.create(proxyFixture('ns', 'new') as never);
+    const phoenixOld = col.read('ns', 'phoenix');
+    col.delete('ns', 'phoenix');
+    const phoenixNew = col.create(proxyFixture('ns', 'phoenix') as never);
     server.compact();
-    await vi.waitFor(() => expect(names(store)).toEqual(['ns/keep', 'ns/new']), WAIT);
+    await vi.waitFor(() => expect(names(store)).toEqual(['ns/keep', 'ns/new', 'ns/phoenix']), WAIT);
+    expect(store.proxies.get({ namespace: 'ns', name: 'phoenix' })?.metadata.uid).toBe(
+      phoenixNew.metadata.uid,
+    );
     expect(store.proxies.get({ namespace: 'ns', name: 'keep' })?.metadata.labels).toEqual({ changed: 'yes' });
     expect(env!.store.reflectors[0]!.stats.relistsOnGone).toBeGreaterThan(watchesBefore);
     const types = events
@@ -125,6 +132,12 @@ describe('kube store: reflector resilience', () => {
     expect(types).toEqual(expect.arrayContaining(['MODIFIED:keep', 'DELETED:gone', 'ADDED:new']));
     const deleted = events.find((e) => e.type === 'DELETED');
     expect(deleted?.old?.metadata.name).toBe('gone');
+    // The relist finds only the new phoenix: consumers still see the old one deleted, then the new one.
+    const phoenix = events.filter((e) => e.object.metadata.name === 'phoenix').slice(1);
+    expect(phoenix.map((e) => `${e.type}:${e.object.metadata.uid}`)).toEqual([
+      `DELETED:${phoenixOld.metadata.uid}`,
+      `ADDED:${phoenixNew.metadata.uid}`,
+    ]);
   });
 
   it('retries 500, 429 and connection resets on list and watch until it syncs', async () => {

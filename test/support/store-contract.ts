@@ -1,8 +1,8 @@
 /**
  * test/support/store-contract — the ObjectStore contract every backend must pass (memory,
- * embedded standalone, Kubernetes via client-node). It checks exactly the semantics the
- * reconciler, health engine and GC rely on; backends whose cache lags writes are fine, the
- * cache assertions wait for it.
+ * embedded standalone, Kubernetes via client-node against the REST test server and against a
+ * real kube-apiserver). It checks exactly the semantics the reconciler, health engine and GC rely
+ * on; backends whose cache lags writes are fine, the cache assertions wait for it.
  */
 import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -59,18 +59,27 @@ function condition(type: string, status: 'True' | 'False', reason: string): Cond
   return { type, status, reason, lastTransitionTime: '2026-01-01T00:00:00Z' };
 }
 
+/**
+ * What a test will write to: `namespaces` lists every namespace it uses, so a backend that
+ * requires namespaces to exist (a real API server answers NotFound otherwise) creates them.
+ */
+export interface ContractContext {
+  namespaces: string[];
+}
+
 /** Registers the contract tests for one backend. `makeStore` is called once per test. */
 export function runStoreContract(
   name: string,
-  makeStore: () => Promise<ContractStore>,
+  makeStore: (ctx: ContractContext) => Promise<ContractStore>,
   opts: ContractOptions = {},
 ): void {
   const cache = { timeout: opts.cacheTimeoutMs ?? 5000, interval: 10 };
   describe(`ObjectStore contract: ${name}`, () => {
     let current: ContractStore | undefined;
     const open = async (): Promise<{ store: ObjectStore; ns: string }> => {
-      current = await makeStore();
-      return { store: current.store, ns: `ns-${rnd()}` };
+      const ns = `ns-${rnd()}`;
+      current = await makeStore({ namespaces: [ns, `${ns}-other`] });
+      return { store: current.store, ns };
     };
     afterEach(async () => {
       await current?.cleanup();

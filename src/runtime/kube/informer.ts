@@ -4,6 +4,10 @@
  * informer-style subscribers that get
  * ADDED for everything cached when they subscribe, then ADDED/MODIFIED/DELETED with the old
  * object. A subscriber that throws is logged and skipped, never allowed to break the feed.
+ * Writes of our own reach the cache before their watch events, so the cache ignores what is
+ * older than it already knows: a version below the cached one, a DELETED of an object that was
+ * since replaced, a late version of an object we deleted. An object deleted and created again
+ * under its name while the watch was away is reported as a delete and an add.
  */
 import { type KubeObject, keyOf } from '../../api/meta.ts';
 import { type Logger, silentLogger } from '../../log/index.ts';
@@ -29,6 +33,18 @@ export function isNewerVersion(a: string | undefined, b: string | undefined): bo
   return true;
 }
 
+/**
+ * Whether `obj` is a different object from `cached` that took over its name: deleted and
+ * created again, so the UIDs differ.
+ */
+function isReplacement(cached: KubeObject, obj: KubeObject): boolean {
+  const [a, b] = [cached.metadata.uid, obj.metadata.uid];
+  return a !== undefined && b !== undefined && a !== b;
+}
+
+/** How many deleted UIDs an informer remembers to recognise late events of deleted objects. */
+const DELETED_UIDS_KEPT = 4096;
+
 function labelTerms(obj: KubeObject): string[] {
   return Object.entries(obj.metadata.labels ?? {}).map(([k, v]) => `${k}=${v}`);
 }
@@ -43,6 +59,8 @@ export class Informer<T extends KubeObject> implements CacheSink<T> {
   private readonly handlers = new Set<(e: WatchEvent<T>) => void>();
   private syncedFlag = false;
   private readonly syncWaiters = new Set<() => void>();
+  /** UIDs of objects our own writes deleted, oldest first (bounded). */
+  private readonly deletedUids = new Set<string>();
 
   constructor(name: string, log: Logger = silentLogger()) {
     this.name = name;
@@ -104,8 +122,18 @@ export class Informer<T extends KubeObject> implements CacheSink<T> {
 
   upsert(obj: T): void {
     const key = keyOf(obj);
-    const prev = this.objects.get(key);
+    // A write of ours deleted it; the watch may still deliver versions from before that.
+    if (obj.metadata.uid !== undefined && this.deletedUids.has(obj.metadata.uid)) return;
+    let prev = this.objects.get(key);
     if (prev && !isNewerVersion(obj.metadata.resourceVersion, prev.metadata.resourceVersion)) return;
+    if (prev && isReplacement(prev, obj)) {
+      // Deleted and created again under the same name while the watch was away (a relist
+      // finds only the new one): consumers see the delete, as a continuous watch shows it.
+      this.unindex(key, prev);
+      this.objects.delete(key);
+      this.emit({ type: 'DELETED', object: prev, old: prev });
+      prev = undefined;
+    }
     if (prev) this.unindex(key, prev);
     this.objects.set(key, obj);
     this.index(key, obj);
@@ -115,11 +143,43 @@ export class Informer<T extends KubeObject> implements CacheSink<T> {
   remove(obj: T): void {
     const key = keyOf(obj);
     const prev = this.objects.get(key);
-    if (!prev) return;
+    if (!prev || this.holdsNewer(obj)) return;
     this.unindex(key, prev);
     this.objects.delete(key);
     // DELETED carries the final state the server sent (or the last cached one).
     this.emit({ type: 'DELETED', object: obj.metadata.resourceVersion ? obj : prev, old: prev });
+  }
+
+  /**
+   * Whether the cache holds something newer under `obj`'s key than `obj` itself: a later
+   * version, or another object that took the name. A removal naming `obj` is then stale (a late
+   * DELETED of an earlier incarnation must not drop the object that replaced it).
+   */
+  holdsNewer(obj: T): boolean {
+    const cached = this.objects.get(keyOf(obj));
+    if (!cached) return false;
+    if (isReplacement(cached, obj)) return true;
+    const [c, o] = [cached.metadata.resourceVersion, obj.metadata.resourceVersion];
+    return c !== undefined && o !== undefined && /^\d+$/.test(c) && /^\d+$/.test(o) && BigInt(c) > BigInt(o);
+  }
+
+  /**
+   * Our own write deleted this object (its UID, or the cached one under its key): it leaves the
+   * cache now, and versions of it a lagging watch or an older list still delivers are ignored —
+   * a deleted object never comes back under its UID, so they cannot bring it back.
+   */
+  deleted(key: { namespace?: string; name: string }, uid?: string): void {
+    const cached = this.objects.get(keyOf({ metadata: key }));
+    const gone = uid ?? cached?.metadata.uid;
+    if (gone !== undefined) {
+      this.deletedUids.delete(gone);
+      this.deletedUids.add(gone);
+      if (this.deletedUids.size > DELETED_UIDS_KEPT) {
+        const oldest = this.deletedUids.values().next().value;
+        if (oldest !== undefined) this.deletedUids.delete(oldest);
+      }
+    }
+    if (cached && (gone === undefined || cached.metadata.uid === gone)) this.remove(cached);
   }
 
   /** Informer semantics: ADDED for every cached object first (asynchronously), then changes. */
@@ -219,6 +279,7 @@ export class MultiSourceSink<T extends KubeObject> {
 
   source(name: string, accept: (obj: T) => boolean): CacheSink<T> {
     const drop = (obj: T) => {
+      if (this.target.holdsNewer(obj)) return;
       const key = keyOf(obj);
       const m = this.members.get(key);
       if (!m?.delete(name)) return;
@@ -253,6 +314,14 @@ export class MultiSourceSink<T extends KubeObject> {
         for (const obj of items) put(obj);
       },
     };
+  }
+
+  /** Our own write deleted it: gone from every source at once (see `Informer.deleted`). */
+  deleted(key: { namespace?: string; name: string }, uid?: string): void {
+    const k = keyOf({ metadata: key });
+    const cached = this.target.get(k);
+    if (cached && (uid === undefined || cached.metadata.uid === uid)) this.members.delete(k);
+    this.target.deleted(key, uid);
   }
 
   /** A write we made ourselves, applied before its watch event arrives (read-your-writes). */

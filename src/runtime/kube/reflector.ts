@@ -72,6 +72,10 @@ export class Reflector<T extends KubeObject> {
     this.log = (o.log ?? silentLogger()).child({ reflector: o.name });
   }
 
+  get name(): string {
+    return this.o.name;
+  }
+
   hasSynced(): boolean {
     return this.synced;
   }

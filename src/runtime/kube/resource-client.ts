@@ -42,7 +42,7 @@ export class KubeResourceClient<T extends KubeObject> implements ResourceClient<
 
   private cache(obj: T): T {
     if (!this.inScope(obj)) return obj;
-    if (isGone(obj)) this.informer.remove(obj);
+    if (isGone(obj)) this.informer.deleted(obj.metadata, obj.metadata.uid);
     else this.informer.upsert(obj);
     return obj;
   }
@@ -91,8 +91,8 @@ export class KubeResourceClient<T extends KubeObject> implements ResourceClient<
     if (isObject<T>(out) && out.metadata.deletionTimestamp && (out.metadata.finalizers?.length ?? 0) > 0) {
       this.cache(out);
     } else {
-      const cached = this.get(key);
-      if (cached) this.informer.remove(cached);
+      // Deleted: the API answers with a Status, or with the object as it was.
+      this.informer.deleted(key, isObject<T>(out) ? out.metadata.uid : opts?.uid);
     }
   }
 
@@ -122,8 +122,7 @@ export class KubeResourceClient<T extends KubeObject> implements ResourceClient<
     const out: unknown = await this.api.patch(base.metadata, body, 'merge', false, opts?.signal);
     if (isObject<T>(out)) return this.cache(out);
     // Some servers answer the patch that deletes the object with a Status instead of it.
-    const cached = this.get(base.metadata);
-    if (cached) this.informer.remove(cached);
+    this.informer.deleted(base.metadata, base.metadata.uid);
     return undefined;
   }
 
@@ -197,9 +196,8 @@ export class KubeSecretClient implements SecretClient {
   }
 
   async delete(key: ObjectKey, opts?: WriteOptions): Promise<void> {
-    await this.api.delete(key, undefined, opts?.signal);
-    const cached = this.get(key);
-    if (cached) for (const s of SECRET_SOURCES) this.sink.source(s.name, s.accept).remove(cached);
+    const out = await this.api.delete(key, undefined, opts?.signal);
+    this.sink.deleted(key, isObject<Secret>(out) ? out.metadata.uid : undefined);
   }
 
   watch(handler: (event: WatchEvent<Secret>) => void): Unsubscribe {

@@ -70,7 +70,10 @@ export class EventHistory {
   }
 }
 
-/** Applies the watcher's filter, turning selector transitions into ADDED / DELETED like the apiserver. */
+/**
+ * Applies the watcher's filter, turning selector transitions into ADDED / DELETED like the
+ * apiserver (which shows an object leaving the selector as it was when it still matched).
+ */
 function deliver(w: Watcher, ev: EngineEvent): void {
   const now = w.match(ev.object);
   let out: EngineEvent | undefined;
@@ -78,7 +81,12 @@ function deliver(w: Watcher, ev: EngineEvent): void {
     const before = ev.old ? w.match(ev.old) : false;
     if (now && before) out = ev;
     else if (now) out = { ...ev, type: 'ADDED' };
-    else if (before) out = { ...ev, type: 'DELETED' };
+    else if (before && ev.old) {
+      // The state the watcher last matched, at the version of the change that took it out.
+      const last = deepClone(ev.old);
+      last.metadata.resourceVersion = ev.object.metadata.resourceVersion;
+      out = { ...ev, type: 'DELETED', object: last };
+    }
   } else if (now) {
     out = ev;
   }

@@ -4,10 +4,44 @@
  * names, and how selector and patch failures map to API errors.
  */
 import type { ObjectMeta } from '../../api/meta.ts';
-import { PatchError } from '../patch.ts';
+import { applyJsonPatch, isPlainObject, type JsonPatchOp, PatchError } from '../patch.ts';
 import { SelectorError } from '../selector.ts';
 import { StoreError } from '../store.ts';
 import type { ResourceType, StoredObject } from './types.ts';
+
+/** One field's problem, as a Kubernetes Status lists it in `details.causes`. */
+export interface FieldCause {
+  reason: 'FieldValueInvalid' | 'FieldValueRequired' | 'FieldValueForbidden' | 'FieldValueNotSupported';
+  message: string;
+  field: string;
+}
+
+/** A Kubernetes Status's `details`: which object, named by kind or by resource, and why. */
+export interface ErrorDetails {
+  name?: string;
+  group?: string;
+  kind?: string;
+  causes?: FieldCause[];
+}
+
+/**
+ * A StoreError that carries the `details` the API server reports with it: they differ between
+ * errors of one reason (a stale update names the resource, a failed delete precondition the
+ * kind; a failed JSON patch names nothing), so the engine, which knows which case it is, says.
+ */
+export class ObjectError extends StoreError {
+  readonly details: ErrorDetails;
+  constructor(
+    reason: StoreError['reason'],
+    code: number,
+    message: string,
+    details: ErrorDetails,
+    opts?: { cause?: unknown },
+  ) {
+    super(reason, code, message, opts);
+    this.details = details;
+  }
+}
 
 export const storeKey = (ns: string | undefined, name: string) => (ns ? `${ns}/${name}` : name);
 
@@ -23,11 +57,16 @@ export function selectorError(e: unknown): never {
   throw e;
 }
 
-export function patchFailure(e: unknown): never {
+/**
+ * A patch that cannot be applied. Like the API server: a body that does not decode as the patch
+ * type (not an object, not a list of objects) is a 400; an operation that fails — unknown, a
+ * path that does not exist, a failed `test` — is a 422 naming nothing.
+ */
+export function patchFailure(e: unknown, body: unknown, type: PatchType): never {
   if (e instanceof PatchError) {
-    throw e.kind === 'bad'
-      ? new StoreError('BadRequest', 400, e.message)
-      : new StoreError('Invalid', 422, e.message);
+    const decodes = type === 'json' ? Array.isArray(body) && body.every(isPlainObject) : isPlainObject(body);
+    if (!decodes) throw new StoreError('BadRequest', 400, `error decoding patch: ${e.message}`);
+    throw new ObjectError('Invalid', 422, e.message, {});
   }
   throw e;
 }
@@ -69,4 +108,48 @@ export function keepServerMetadata(next: StoredObject, cur: StoredObject): void 
   }
   delete m.generateName;
   if (c.generateName !== undefined) m.generateName = c.generateName;
+}
+
+/**
+ * RFC 6902 as the API server applies it, which differs in one place: `replace` of a key an
+ * object lacks adds the key instead of failing.
+ */
+export function kubeJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {
+  let out = doc;
+  for (const op of ops) {
+    out = applyJsonPatch(out, [
+      op.op === 'replace' && replacesMissingKey(out, op.path) ? { ...op, op: 'add' } : op,
+    ]);
+  }
+  return out;
+}
+
+function replacesMissingKey(doc: unknown, path: string): boolean {
+  if (!path.startsWith('/')) return false;
+  const tokens = path
+    .slice(1)
+    .split('/')
+    .map((t) => t.replaceAll('~1', '/').replaceAll('~0', '~'));
+  let cur: unknown = doc;
+  for (const t of tokens.slice(0, -1)) {
+    if (Array.isArray(cur)) cur = /^(0|[1-9][0-9]*)$/.test(t) ? cur[Number(t)] : undefined;
+    else cur = isPlainObject(cur) ? cur[t] : undefined;
+  }
+  return isPlainObject(cur) && !Object.hasOwn(cur, tokens.at(-1) as string);
+}
+
+/** Metadata lists and maps the API server drops when empty (they are `omitempty`). */
+const OMIT_EMPTY_METADATA = ['labels', 'annotations', 'finalizers', 'ownerReferences'] as const;
+
+export function omitEmptyMetadata(obj: StoredObject): void {
+  const m = obj.metadata as Record<string, unknown>;
+  for (const k of OMIT_EMPTY_METADATA) {
+    const v = m[k];
+    if (
+      v === null ||
+      (Array.isArray(v) && v.length === 0) ||
+      (isPlainObject(v) && Object.keys(v).length === 0)
+    )
+      delete m[k];
+  }
 }

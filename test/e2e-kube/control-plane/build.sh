@@ -15,6 +15,7 @@ have=1
 for b in "${bins[@]}"; do [ -x "$out/$b" ] || have=0; done
 if [ "$have" = 1 ]; then echo "$out"; exit 0; fi
 
+command -v go >/dev/null || { echo "build.sh: no go on PATH: the real-API-server tier builds its control plane with Go >= 1.24 (see docs/testing.md)" >&2; exit 1; }
 mkdir -p "$CACHE_ROOT"
 tmp="$(mktemp -d "$CACHE_ROOT/.build-XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
@@ -37,6 +38,7 @@ rm -rf "$out"
 chmod 755 "$tmp"
 mv "$tmp" "$out"
 trap - EXIT
-# Older builds of other versions or module files are not needed any more.
-find "$CACHE_ROOT" -mindepth 1 -maxdepth 1 -type d ! -name "$(basename "$out")" ! -name '.build-*' -exec rm -rf {} +
+# Builds of other versions or module files go once they are a week old (a run of another
+# checkout may still be using a recent one).
+find "$CACHE_ROOT" -mindepth 1 -maxdepth 1 -type d -mmin +10080 ! -name "$(basename "$out")" -exec rm -rf {} +
 echo "$out"

@@ -11,6 +11,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import {
   chmodSync,
   chownSync,
+  existsSync,
   mkdirSync,
   mkdtempSync,
   openSync,
@@ -19,7 +20,7 @@ import {
   rmSync,
   writeFileSync,
 } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SQUID_BIN } from '../../support/squid.ts';
@@ -55,6 +56,14 @@ export interface NodeAgent {
   stop(): Promise<void>;
 }
 
+function canBind(host: string, port: number): Promise<boolean> {
+  const srv = createServer();
+  return new Promise((r) => {
+    srv.once('error', () => r(false));
+    srv.listen({ host, port, exclusive: true }, () => srv.close(() => r(true)));
+  });
+}
+
 function listening(host: string, port: number): Promise<boolean | undefined> {
   return new Promise((r) => {
     const sock = connect({ host, port }, () => {
@@ -66,6 +75,10 @@ function listening(host: string, port: number): Promise<boolean | undefined> {
 }
 
 export async function startNodeAgent(cp: ControlPlaneInfo): Promise<NodeAgent> {
+  if (!existsSync(SQUID_BIN))
+    throw new Error(
+      `${SQUID_BIN} is missing: the node agent runs proxy Pods as real Squids (npm test installs it)`,
+    );
   const api: Rest = rest(cp.server, cp.adminToken, cp.caFile);
   const dir = mkdtempSync(join(tmpdir(), 'e2e-node-'));
   chmodSync(dir, 0o755);
@@ -115,7 +128,7 @@ export async function startNodeAgent(cp: ControlPlaneInfo): Promise<NodeAgent> {
   /** Writes the Pod's volumes into its directory; false while a referenced object is missing. */
   const materialise = async (p: Pod, podDir: string): Promise<Map<string, string> | undefined> => {
     const mounts = new Map<string, string>();
-    const container = p.spec.containers[0];
+    const container = p.spec.containers.find((c) => c.command?.[0] === 'squid');
     for (const m of container?.volumeMounts ?? []) {
       const vol = p.spec.volumes?.find((v) => v.name === m.name);
       const local = join(podDir, 'volumes', m.name);
@@ -138,22 +151,30 @@ export async function startNodeAgent(cp: ControlPlaneInfo): Promise<NodeAgent> {
   };
 
   const run = async (p: Pod) => {
-    const container = p.spec.containers[0];
-    if (!container || container.command?.[0] !== 'squid') return; // only Squid Pods run here
+    const container = p.spec.containers.find((c) => c.command?.[0] === 'squid');
+    if (!container?.command) return; // only Squid Pods run here
     const podDir = join(dir, `${p.metadata.namespace}-${p.metadata.name}`);
     const mounts = await materialise(p, podDir);
     if (!mounts) return;
-    const ip = `127.0.0.${nextIp++}`;
     const port = container.ports?.[0]?.containerPort ?? 3128;
-    const args = container.command.slice(1).map((a) => {
-      for (const [from, to] of mounts) if (a.startsWith(`${from}/`)) return `${to}${a.slice(from.length)}`;
-      return a;
-    });
+    // A Pod IP of its own whose port nothing else holds (a Squid left by a killed run would).
+    let ip = `127.0.0.${nextIp++}`;
+    while (!(await canBind(ip, port))) ip = `127.0.0.${nextIp++}`;
+    // One pass over every mount path, whole path segments only: a mount at /tmp must not
+    // rewrite the /tmp/… directory another mount was already moved to.
+    const paths = [...mounts.keys()]
+      .sort((x, y) => y.length - x.length)
+      .map((m) => m.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+    const mountPath = new RegExp(`(?<![\\w/.-])(${paths.join('|')})(?=/|\\s|$)`, 'gm');
+    const local = (text: string) =>
+      paths.length ? text.replace(mountPath, (m) => mounts.get(m) as string) : text;
+    const args = container.command.slice(1).map(local);
     const confIdx = args.indexOf('-f') + 1;
     const confPath = args[confIdx] as string;
-    let conf = readFileSync(confPath, 'utf8');
-    for (const [from, to] of mounts) conf = conf.replaceAll(`${from}/`, `${to}/`);
-    conf = conf.replace(new RegExp(`^http_port ${port}$`, 'm'), `http_port ${ip}:${port}`);
+    const conf = local(readFileSync(confPath, 'utf8')).replace(
+      new RegExp(`^http_port ${port}$`, 'm'),
+      `http_port ${ip}:${port}`,
+    );
     const localConf = join(podDir, 'squid.conf');
     writeFileSync(localConf, conf);
     args[confIdx] = localConf;
@@ -177,7 +198,9 @@ export async function startNodeAgent(cp: ControlPlaneInfo): Promise<NodeAgent> {
     squids.set(key(p), { child, ip, uid: p.metadata.uid });
     child.once('exit', (code, sig) => {
       if (!stopped && squids.get(key(p))?.child === child)
-        problems.push(`squid of ${key(p)} exited (${code ?? sig}); see ${out}`);
+        problems.push(
+          `squid of ${key(p)} exited (${code ?? sig}): ${readFileSync(out, 'utf8').split('\n').slice(-8).join(' | ')}`,
+        );
     });
     await until(`squid of ${key(p)} to listen on ${ip}:${port}`, () => listening(ip, port), {
       timeoutMs: 15_000,

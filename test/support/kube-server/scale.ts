@@ -65,7 +65,8 @@ function invalid(name: string, why: string): StoreError {
 function writeScale(c: Collection, namespace: string | undefined, name: string, next: unknown): Scale {
   if (!isPlainObject(next) || !isPlainObject(next.spec)) throw invalid(name, 'spec: Required value');
   const replicas = next.spec.replicas;
-  if (typeof replicas !== 'number' || !Number.isInteger(replicas) || replicas < 0) {
+  // A negative count reaches the object, whose own check refuses it as the apiserver does.
+  if (typeof replicas !== 'number' || !Number.isInteger(replicas)) {
     throw invalid(
       name,
       `spec.replicas: Invalid value: ${JSON.stringify(replicas)}: must be a non-negative integer`,

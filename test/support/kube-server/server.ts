@@ -1,16 +1,24 @@
 /**
  * kube-server/server — a stateful Kubernetes REST server for tests, over real HTTP on 127.0.0.1,
- * built on the same object engine as the standalone store. It follows the conventions
- * @kubernetes/client-node 2.0.1 relies on: JSON Status errors, list with selectors and paging,
- * watch streams from a resourceVersion with 410 and bookmarks, status subresource, merge / JSON /
- * apply patches, finalizers, Lease MicroTime validation, bearer auth, the scale subresource
- * (scale.ts), ownerReference garbage collection (background propagation, runtime/objects/owners)
- * and fault injection.
+ * built on the same object engine as the standalone store. It answers as kube-apiserver does
+ * where @kubernetes/client-node 2.0.1 and the operator can tell: JSON Status errors with the
+ * apiserver's reasons and details (causes' fields; a Status for a DELETE that removed the
+ * object), list with selectors and paging, watch streams from a resourceVersion with 410 and
+ * bookmarks, status subresource, merge / JSON / apply patches, finalizers, preconditions,
+ * unconditional updates of the types that allow them, the decoding and validation rules of
+ * Secrets, ConfigMaps and Leases (MicroTime), bearer auth, the scale subresource (scale.ts),
+ * ownerReference garbage collection (background propagation, runtime/objects/owners) and fault
+ * injection. test/e2e-kube/fidelity.test.ts holds it to a real kube-apiserver, request by request.
  *
  * Deliberately not modelled (cover with the e2e suite on a real cluster): server-side apply
- * field ownership and its conflicts (apply is a merge that needs a fieldManager), CRD schema
- * validation/defaulting/pruning, admission, RBAC, foreground deletion, namespace
- * existence, dryRun, resourceVersionMatch / sendInitialEvents, and consistent snapshots across
+ * field ownership and its conflicts (apply is a merge that needs a fieldManager) and
+ * managedFields, strategic merge patch semantics (a built-in type takes it as a merge patch),
+ * CRD schema validation/defaulting/pruning (CEL included), validation of built-in types beyond
+ * names, data keys and Lease fields, admission, RBAC, foreground deletion, deletecollection,
+ * namespace existence (every namespace reads as Active), dryRun, resourceVersionMatch /
+ * sendInitialEvents, the watch cache's own timing (bookmarks come every bookmarkIntervalMs,
+ * default a minute, 2 s before a watch's timeoutSeconds once it got an event, and after the
+ * initial ADDED events; the garbage collector acts at once), and consistent snapshots across
  * list pages (later pages show current state; a page token older than compaction gets 410).
  */
 import { randomUUID } from 'node:crypto';
@@ -29,7 +37,12 @@ import {
 import { collectOwnedObjects, type OwnerCollector } from '../../../src/runtime/objects/owners.ts';
 import {
   apiVersionOf,
+  dataKeyErrors,
+  invalidField,
+  isBase64,
+  isBuiltIn,
   LEASE_RESOURCE,
+  omitEmpty,
   POD_RESOURCE,
   PROVIDER_HEALTH_RESOURCE,
   PROXY_POOL_RESOURCE,
@@ -41,7 +54,7 @@ import {
 import { isPlainObject } from '../../../src/runtime/patch.ts';
 import { StoreError } from '../../../src/runtime/store.ts';
 import { handleScale } from './scale.ts';
-import { HttpError, type StatusBody, statusOf, toStatus } from './status.ts';
+import { deletedStatus, HttpError, InternalError, type StatusBody, statusOf, toStatus } from './status.ts';
 
 export const EVENT_RESOURCE: ResourceType = {
   group: '',
@@ -51,6 +64,7 @@ export const EVENT_RESOURCE: ResourceType = {
   namespaced: true,
   statusSubresource: false,
   generation: false,
+  unconditionalUpdate: true,
 };
 
 /** Where the leader keeps its lease checkpoint (runtime/leader/checkpoint-configmaps). */
@@ -62,7 +76,30 @@ export const CONFIGMAP_RESOURCE: ResourceType = {
   namespaced: true,
   statusSubresource: false,
   generation: false,
+  unconditionalUpdate: true,
+  normalize: (obj) => omitEmpty(obj, ['data', 'binaryData']),
+  validate: validateConfigMap,
 };
+
+/** Like the apiserver: data holds strings and binaryData base64 (else no decode), keys are file names. */
+function validateConfigMap(obj: StoredObject): StoreError | undefined {
+  const undecodable = (why: string) =>
+    new StoreError('BadRequest', 400, `ConfigMap in version "v1" cannot be handled as a ConfigMap: ${why}`);
+  for (const [field, ok, why] of [
+    [
+      'data',
+      (v: unknown) => typeof v === 'string',
+      'json: cannot unmarshal into Go struct field ConfigMap.data of type string',
+    ],
+    ['binaryData', isBase64, 'illegal base64 data'],
+  ] as const) {
+    const m = obj[field];
+    if (m === undefined || m === null) continue;
+    if (!isPlainObject(m) || !Object.values(m).every(ok)) return undecodable(why);
+  }
+  const causes = dataKeyErrors(obj, ['data', 'binaryData']);
+  return causes.length > 0 ? invalidField(obj, 'ConfigMap', 'ConfigMap', '', causes) : undefined;
+}
 
 export const DEFAULT_RESOURCES: ResourceType[] = [
   PROXY_RESOURCE,
@@ -81,7 +118,7 @@ export interface KubeServerOptions {
   clock?: Clock;
   /** Watch history retained per resource (older resourceVersions get 410). */
   historyLimit?: number;
-  /** Period of BOOKMARK events on watches that ask for them (default 5000 ms). */
+  /** Period of BOOKMARK events on watches that ask for them (default 60 s, as the apiserver). */
   bookmarkIntervalMs?: number;
   /** Resource types served (default: Proxy, ProxyPool, ProviderHealth, Secret, Pod, Event, Lease, ConfigMap). */
   resources?: ResourceType[];
@@ -223,13 +260,14 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
     byPath.set(`${apiVersionOf(t)}/${t.plural}`, t);
   }
   const token = opts.token === undefined ? 'test-token' : opts.token;
-  const bookmarkMs = opts.bookmarkIntervalMs ?? 5000;
+  const bookmarkMs = opts.bookmarkIntervalMs ?? 60_000;
   const requests: RequestLogEntry[] = [];
-  const namespaceUids = new Map<string, string>();
+  /** Namespaces as first read: every name exists (existence is not modelled), each stays the same. */
+  const namespaces = new Map<string, StoredObject>();
   const faults = new Set<ActiveFault>();
   const watches = new Set<OpenWatch>();
   const sockets = new Set<Socket>();
-  const garbageCollector = collectOwnedObjects(engine);
+  const garbageCollector = collectOwnedObjects(engine, { danglingWrites: true });
 
   const groups = () => {
     const m = new Map<string, Set<string>>();
@@ -337,6 +375,14 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
 
   function list(r: Route, q: URLSearchParams): unknown {
     const c = engine.collection(r.type);
+    const at = q.get('resourceVersion');
+    if (at && !/^\d+$/.test(at)) {
+      throw new StoreError(
+        'BadRequest',
+        400,
+        `invalid resource version: resourceVersion: Invalid value: ${JSON.stringify(at)}: strconv.ParseUint: parsing ${JSON.stringify(at)}: invalid syntax`,
+      );
+    }
     const query = {
       ...(r.namespace ? { namespace: r.namespace } : {}),
       ...(q.get('labelSelector') ? { labelSelector: q.get('labelSelector') as string } : {}),
@@ -359,13 +405,16 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
     const metadata: Record<string, unknown> = { resourceVersion };
     const limit = Number(q.get('limit') ?? 0);
     if (limit > 0 && items.length > limit) {
-      metadata.remainingItemCount = items.length - limit;
+      // With a selector the server cannot know how many of the rest match, so it does not say.
+      if (!query.labelSelector && !query.fieldSelector) metadata.remainingItemCount = items.length - limit;
       items = items.slice(0, limit);
       metadata.continue = encodeContinue(
         Number(resourceVersion),
         keyOfObj(items[items.length - 1] as StoredObject),
       );
     }
+    // Items of a built-in type's list carry no kind (the list says it); custom resources' do.
+    if (isBuiltIn(r.type)) items = items.map(({ apiVersion: _a, kind: _k, ...rest }) => rest as StoredObject);
     return { kind: `${r.type.kind}List`, apiVersion: apiVersionOf(r.type), metadata, items };
   }
 
@@ -379,13 +428,31 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
     c.matcher(query); // reject bad selectors with a 400 before the stream starts
     const rv = q.get('resourceVersion') ?? undefined;
     if (rv !== undefined && rv !== '' && !/^\d+$/.test(rv)) {
-      throw new StoreError('BadRequest', 400, `invalid resourceVersion ${JSON.stringify(rv)}`);
+      // The apiserver fails this deep in the watch cache: an internal error, not a bad request.
+      throw new InternalError(
+        `resourceVersion: Invalid value: ${JSON.stringify(rv)}: strconv.ParseUint: parsing ${JSON.stringify(rv)}: invalid syntax`,
+      );
     }
     res.writeHead(200, { 'content-type': JSON_TYPE, 'cache-control': 'no-cache, private' });
     res.flushHeaders();
     const write = (o: unknown) => {
       if (!res.writableEnded && !res.destroyed) res.write(`${JSON.stringify(o)}\n`);
     };
+    const bookmarks = q.get('allowWatchBookmarks') === 'true';
+    const bookmark = (annotations?: Record<string, string>) =>
+      write({
+        type: 'BOOKMARK',
+        object: {
+          kind: r.type.kind,
+          apiVersion: apiVersionOf(r.type),
+          metadata: {
+            ...(annotations ? { annotations } : {}),
+            resourceVersion: String(engine.resourceVersion),
+          },
+        },
+      });
+    /** Whether the watcher got an event: only then does the apiserver bookmark before the timeout. */
+    let delivered = false;
     const timers: NodeJS.Timeout[] = [];
     let stop = () => {};
     const entry: OpenWatch = {
@@ -402,10 +469,15 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
     };
     res.on('close', cleanup);
     try {
-      const w = c.watch(rv === undefined ? query : { ...query, resourceVersion: rv }, (ev: EngineEvent) =>
-        write({ type: ev.type, object: ev.object }),
-      );
+      const w = c.watch(rv === undefined ? query : { ...query, resourceVersion: rv }, (ev: EngineEvent) => {
+        delivered = true;
+        write({ type: ev.type, object: ev.object });
+      });
       stop = () => w.stop();
+      // Started from the current state (no version, or 0): the apiserver marks where the
+      // synthetic ADDED events end.
+      if (bookmarks && (rv === undefined || rv === '' || rv === '0'))
+        bookmark({ 'k8s.io/initial-events-end': 'true' });
     } catch (e) {
       if (e instanceof StoreError && e.reason === 'Gone') {
         write({ type: 'ERROR', object: statusOf(410, 'Expired', e.message) });
@@ -417,17 +489,9 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
       return;
     }
     watches.add(entry);
-    if (q.get('allowWatchBookmarks') === 'true') {
-      const t = setInterval(() => {
-        write({
-          type: 'BOOKMARK',
-          object: {
-            kind: r.type.kind,
-            apiVersion: apiVersionOf(r.type),
-            metadata: { resourceVersion: String(engine.resourceVersion) },
-          },
-        });
-      }, bookmarkMs);
+    if (bookmarks) {
+      // The apiserver's heartbeat (once a minute); tests shorten it with bookmarkIntervalMs.
+      const t = setInterval(() => bookmark(), bookmarkMs);
       t.unref();
       timers.push(t);
     }
@@ -436,6 +500,13 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
       const t = setTimeout(() => res.end(), timeout * 1000);
       t.unref();
       timers.push(t);
+      // Like the apiserver: a bookmark 2 s before the watch times out, so the client resumes
+      // from a recent version.
+      if (bookmarks && timeout > 2) {
+        const b = setTimeout(() => delivered && bookmark(), (timeout - 2) * 1000);
+        b.unref();
+        timers.push(b);
+      }
     }
   }
 
@@ -450,7 +521,7 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
         return 'apply';
       case 'application/strategic-merge-patch+json':
         // Built-in types accept it (approximated as a merge patch); custom resources never do.
-        if (r.type.group === '' || r.type.group.endsWith('.k8s.io')) return 'merge';
+        if (isBuiltIn(r.type)) return 'merge';
         throw new HttpError(
           415,
           'UnsupportedMediaType',
@@ -493,11 +564,9 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
         ),
       );
     }
-    if (r.subresource && r.subresource !== 'status') {
-      throw new HttpError(404, 'NotFound', `the server could not find the requested resource`);
-    }
-    if (r.subresource === 'status' && !r.type.statusSubresource) {
-      throw new HttpError(404, 'NotFound', `the server could not find the requested resource`);
+    if (r.subresource && (r.subresource !== 'status' || !r.type.statusSubresource)) {
+      // The apiserver answers a subresource it does not serve as if the object were missing.
+      throw c.notFound(r.name ?? '');
     }
     if (!r.name) {
       if (method === 'GET') {
@@ -507,6 +576,9 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
       if (method === 'POST') {
         const body = parseJson(bodyText);
         if (!isPlainObject(body)) throw new HttpError(400, 'BadRequest', 'request body must be an object');
+        const rv = isPlainObject(body.metadata) ? body.metadata.resourceVersion : undefined;
+        if (rv !== undefined && rv !== '')
+          throw new InternalError('resourceVersion should not be set on objects to be created');
         return sendJson(res, 201, c.create(body as StoredObject, target));
       }
       throw new HttpError(
@@ -568,7 +640,18 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
           };
         }
         const out = c.delete(r.namespace, r.name, pre);
-        return sendJson(res, 200, out.object);
+        // A finalizer keeps the object: it comes back marked. Gone at once: a Status says so.
+        if (!out.deleted) return sendJson(res, 200, out.object);
+        return sendJson(
+          res,
+          200,
+          deletedStatus({
+            name: r.name,
+            ...(r.type.group ? { group: r.type.group } : {}),
+            kind: r.type.plural,
+            ...(out.object.metadata.uid ? { uid: out.object.metadata.uid } : {}),
+          }),
+        );
       }
       default:
         throw new HttpError(
@@ -648,16 +731,32 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
           // A UID per namespace per server, as a real cluster has (kube-system's is the
           // operator's installation id): two servers are two clusters.
           const name = segs[3] as string;
-          const uid = namespaceUids.get(name) ?? randomUUID();
-          namespaceUids.set(name, uid);
-          return sendJson(res, 200, {
-            apiVersion: 'v1',
-            kind: 'Namespace',
-            metadata: { name, uid },
-            status: { phase: 'Active' },
-          });
+          let ns = namespaces.get(name);
+          if (!ns) {
+            ns = {
+              apiVersion: 'v1',
+              kind: 'Namespace',
+              metadata: {
+                name,
+                uid: randomUUID(),
+                resourceVersion: String(engine.resourceVersion),
+                creationTimestamp: engine.now(),
+                labels: { 'kubernetes.io/metadata.name': name },
+              },
+              spec: { finalizers: ['kubernetes'] },
+              status: { phase: 'Active' },
+            };
+            namespaces.set(name, ns);
+          }
+          return sendJson(res, 200, ns);
         }
-        throw new HttpError(404, 'NotFound', 'the server could not find the requested resource');
+        if (segs[0] === 'api' && segs[2] === 'namespaces' && segs.length >= 5) {
+          // Read as a subresource of the namespace, which the apiserver does not have.
+          throw new HttpError(404, 'NotFound', 'the server could not find the requested resource', {});
+        }
+        res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' });
+        res.end('404 page not found\n');
+        return;
       }
       details = {
         ...(r.name ? { name: r.name } : {}),
@@ -671,7 +770,7 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
         return;
       }
       const st = toStatus(e, details);
-      sendJson(res, st.code, st);
+      sendJson(res, st.code ?? 500, st);
     }
   }
 
