@@ -1,7 +1,8 @@
 /**
- * scripts/test/session — the commands `npm test` runs after the main suite (the KVM end-to-end
- * tier: its image build, then its vitest): in order, with the run's marker, the worst exit code
- * wins, and a failed gate stops the ones after it. Stub commands only; no daemons are started.
+ * scripts/test/session — the commands `npm test` runs after the main suite (the real-API-server
+ * and KVM tiers: each a build, then its vitest): in order, with the run's marker, the worst exit
+ * code wins, and a failed gate stops the rest of its own tier only. Stub commands only; no
+ * daemons are started.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -68,6 +69,21 @@ describe('npm test follow-ups', () => {
     );
     expect(await r.done).toBe(3);
     expect(r.log()).toBe('main run-1\nbuild run-1\n');
-    expect(r.said).toContain('not running what follows build: it failed');
+    expect(r.said).toContain('not running the rest of the run: build failed');
+  });
+
+  it('a failed build stops its own tier, not the next one', async () => {
+    const r = run(
+      [
+        { name: 'kube build', command: 'kbuild', args: ['4'], gate: true, tier: 'kube' },
+        { name: 'kube tier', command: 'ktier', args: ['0'], tier: 'kube' },
+        { name: 'kvm build', command: 'vbuild', args: ['0'], gate: true, tier: 'kvm' },
+        { name: 'kvm tier', command: 'vtier', args: ['0'], tier: 'kvm' },
+      ],
+      0,
+    );
+    expect(await r.done).toBe(4);
+    expect(r.log()).toBe('main run-1\nkbuild run-1\nvbuild run-1\nvtier run-1\n');
+    expect(r.said).toContain('not running the rest of kube: kube build failed');
   });
 });
