@@ -365,6 +365,9 @@ class GceProvider implements Provider, Checker {
     };
     try {
       const c = await this.client(ctx, 'check');
+      // One zone whose backend is down does not fail this: the list asks for partial success
+      // (clients.askPartialSuccess); the check answers for the credentials, the API and the
+      // list permission, not for zones.
       await this.eachScope(ctx, c, 1, () => false);
       target.ready = true;
       target.reason = 'Reachable';
