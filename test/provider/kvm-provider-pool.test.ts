@@ -2,7 +2,8 @@
  * The kvm per-host connection pool over a real sshd + libvirtd: one shared connection per host,
  * redialled after it closes; a caller's signal ends its wait for a hanging host; a check that
  * times out abandons its RPCs without closing the connection, and at most one such check per
- * host is outstanding. Needs scripts/ci/libvirt-up.sh.
+ * host is outstanding; a dial that hangs in the SSH handshake is reported as such. Needs
+ * scripts/ci/libvirt-up.sh.
  */
 import { type AddressInfo, createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -119,24 +120,31 @@ describe('kvm host pool', () => {
     expect(await pool.get('ci', never())).toBe(conn);
   }, 30_000);
 
-  it('check reports Timeout for a host that accepts TCP and never answers', async () => {
-    const p = createKvmProvider({
-      name: 'kvm-ci',
-      config: {
-        sshKeyFile: env.sshKeyFile,
-        knownHostsFile: env.knownHostsFile,
-        machineTypes: { small: { vcpus: 1, memoryMiB: 64 } },
-        hosts: [{ name: 'hang', address: `127.0.0.1:${silentPort}`, user: env.sshUser, bridge: 'br0' }],
-      },
-      dialTimeoutMs: 20_000,
-    });
-    try {
-      const start = Date.now();
-      const [t] = await p.check({ signal: AbortSignal.timeout(500), log: silentLogger() });
-      expect(t).toMatchObject({ name: 'hang', ready: false, reason: 'Timeout' });
-      expect(Date.now() - start).toBeLessThan(5_000);
-    } finally {
-      await p.close();
+  it('check reports SSHHandshakeFailed, not Timeout, for a host whose sshd accepts TCP and stalls', async () => {
+    // Once with the check's deadline first, once with the dial's own bound first.
+    for (const [dialTimeoutMs, checkMs] of [
+      [20_000, 500],
+      [300, 10_000],
+    ] as const) {
+      const p = createKvmProvider({
+        name: 'kvm-ci',
+        config: {
+          sshKeyFile: env.sshKeyFile,
+          knownHostsFile: env.knownHostsFile,
+          machineTypes: { small: { vcpus: 1, memoryMiB: 64 } },
+          hosts: [{ name: 'hang', address: `127.0.0.1:${silentPort}`, user: env.sshUser, bridge: 'br0' }],
+        },
+        dialTimeoutMs,
+      });
+      try {
+        const start = Date.now();
+        const [t] = await p.check({ signal: AbortSignal.timeout(checkMs), log: silentLogger() });
+        expect(t).toMatchObject({ name: 'hang', ready: false, reason: 'SSHHandshakeFailed' });
+        expect(t?.message).toContain('sshd did not finish the handshake');
+        expect(Date.now() - start).toBeLessThan(5_000);
+      } finally {
+        await p.close();
+      }
     }
   }, 30_000);
 });
