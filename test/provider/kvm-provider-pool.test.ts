@@ -5,7 +5,10 @@
  * host is outstanding; a dial that hangs in the SSH handshake is reported as such. Needs
  * scripts/ci/libvirt-up.sh.
  */
+import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { type AddressInfo, createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log/index.ts';
 import { classify } from '../../src/provider/errors.ts';
@@ -145,6 +148,46 @@ describe('kvm host pool', () => {
       } finally {
         await p.close();
       }
+    }
+  }, 30_000);
+
+  it('keeps the SSH key and known_hosts after a successful dial: a redial works once the files are gone', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvm-material-'));
+    try {
+      const key = join(dir, 'id');
+      const known = join(dir, 'known_hosts');
+      copyFileSync(env.sshKeyFile, key);
+      copyFileSync(env.knownHostsFile, known);
+      const pool = new HostPool({
+        hosts: [
+          { name: 'ci', address: `${env.sshHost}:${env.sshPort}`, user: env.sshUser, socket: env.socketPath },
+        ],
+        sshKeyFile: key,
+        knownHostsFile: known,
+        insecureIgnoreHostKey: false,
+      });
+      pools.push(pool);
+      const first = await pool.get('ci', never());
+      rmSync(dir, { recursive: true, force: true });
+      first.rpc.close();
+      await until('the first connection to close', () => !first.isOpen);
+      const second = await pool.get('ci', never());
+      expect(second).not.toBe(first);
+      expect(await second.getHostname()).toBeTruthy();
+
+      // The control: a pool that never loaded them fails for the missing files.
+      const fresh = new HostPool({
+        hosts: [
+          { name: 'ci', address: `${env.sshHost}:${env.sshPort}`, user: env.sshUser, socket: env.socketPath },
+        ],
+        sshKeyFile: key,
+        knownHostsFile: known,
+        insecureIgnoreHostKey: false,
+      });
+      pools.push(fresh);
+      await expect(fresh.get('ci', never())).rejects.toThrow(/cannot read SSH private key/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   }, 30_000);
 });

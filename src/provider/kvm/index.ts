@@ -109,6 +109,7 @@ class LibvirtProvider implements Provider, Checker {
       ...(opts.keepalive !== undefined ? { keepalive: opts.keepalive } : {}),
     });
     this.images = new ImageCache({ log: this.log, ...(opts.fetch ? { fetch: opts.fetch } : {}) });
+    void this.pool.preflight();
   }
 
   async create(ctx: CallContext, req: CreateRequest): Promise<Instance> {

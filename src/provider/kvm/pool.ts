@@ -174,6 +174,32 @@ export class HostPool {
     }
   }
 
+  /**
+   * Reads the key and known_hosts once at start-up and warns when either cannot be read or
+   * used, so a wrong path or a Secret that is not mounted shows up in the first lines of the
+   * log rather than at the first reconcile or check. Never fails and keeps nothing: the files
+   * may still appear, and the first dial reads them again.
+   */
+  async preflight(): Promise<void> {
+    const check = async (file: string, what: string, load: (f: string) => Promise<unknown>) => {
+      try {
+        await load(file);
+      } catch (err) {
+        const reason = err instanceof SshError ? err.reason : 'SSHMaterialUnavailable';
+        this.log.warn(
+          { file, reason, message: (err as Error).message },
+          `WARNING: kvm ${what} cannot be used yet; every call to these hosts fails until it can`,
+        );
+      }
+    };
+    await Promise.all([
+      check(this.opts.sshKeyFile, 'SSH private key', (f) => loadPrivateKey(f)),
+      !this.opts.insecureIgnoreHostKey && this.opts.knownHostsFile
+        ? check(this.opts.knownHostsFile, 'known_hosts file', (f) => loadKnownHosts(f))
+        : undefined,
+    ]);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     this.stop.abort(new Error('kvm connection pool closed'));
