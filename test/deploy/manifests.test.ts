@@ -494,6 +494,20 @@ describe('RBAC', () => {
       (find('ClusterRoleBinding') as BindingObj[]).some((b) => b.roleRef.name === reader.metadata?.name),
     ).toBe(false);
   });
+
+  it('ships a read-only providerhealth-viewer role, bound to nobody by default', () => {
+    const viewer = one('ClusterRole', 'egress-proxies-operator-providerhealth-viewer') as RoleObj;
+    expect(viewer.rules).toEqual([
+      {
+        apiGroups: ['crawl.example.com'],
+        resources: ['providerhealths', 'providerhealths/status'],
+        verbs: ['get', 'list', 'watch'],
+      },
+    ]);
+    expect(
+      (find('ClusterRoleBinding') as BindingObj[]).some((b) => b.roleRef.name === viewer.metadata?.name),
+    ).toBe(false);
+  });
 });
 
 function walkTs(dir: string, out: string[] = []): string[] {

@@ -1,6 +1,6 @@
 import { Registry } from 'prom-client';
 import { describe, expect, it, vi } from 'vitest';
-import type { TargetStatus } from '../../src/api/providerhealth.ts';
+import type { TargetCheck } from '../../src/api/providerhealth.ts';
 import type { Checker } from '../../src/provider/contract.ts';
 import { ProviderHealthMonitor, validateSchedule } from '../../src/providerhealth/monitor.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
@@ -10,9 +10,9 @@ import { captureLog } from '../support/log.ts';
 const capture = () => captureLog('debug');
 
 class ScriptedChecker implements Checker {
-  next: TargetStatus[] = [];
+  next: TargetCheck[] = [];
   calls = 0;
-  async check(): Promise<TargetStatus[]> {
+  async check(): Promise<TargetCheck[]> {
     this.calls++;
     return this.next;
   }
