@@ -193,8 +193,12 @@ export class ProviderHealthMonitor {
   private async cleanup(keep: Set<string>, signal: AbortSignal): Promise<void> {
     const client = this.opts.store.providerHealths;
     try {
-      await client.synced(signal);
-      for (const obj of client.list({ labelSelector: `${LABEL_MANAGED_BY}=${MANAGED_BY_VALUE}` })) {
+      // One uncached list at start: these objects are never watched (least privilege).
+      const ours = await client.readList({
+        labelSelector: `${LABEL_MANAGED_BY}=${MANAGED_BY_VALUE}`,
+        signal,
+      });
+      for (const obj of ours) {
         if (keep.has(obj.metadata.name)) continue;
         try {
           await client.delete({ name: obj.metadata.name }, { signal });

@@ -253,9 +253,9 @@ const API_CALLS: ApiCall[] = [
     needs: [
       { ...PROXY, resource: 'proxies', verbs: ['list', 'watch'] },
       { ...PROXY, resource: 'proxypools', verbs: ['list', 'watch'] },
-      { ...PROXY, resource: 'providerhealths', verbs: ['list', 'watch'] },
+      { ...PROXY, resource: 'providerhealths', verbs: ['list'] },
     ],
-    why: 'reflector caches (list, then watch from the resourceVersion)',
+    why: 'reflector caches (list, then watch from the resourceVersion); one uncached list of ProviderHealths at start',
   },
   {
     source: STORE,

@@ -489,6 +489,10 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
     const ok = await scrape(token('prometheus'));
     expect(ok.status).toBe(200);
     expect(ok.text).toContain('proxy_operator_');
+    // The kubernetes provider's check of this very API server, as a scraper sees it.
+    expect(ok.text).toMatch(
+      /^proxy_operator_provider_target_up\{provider="kubernetes",target="apiserver"\} 1$/m,
+    );
     expect((await scrape(token('stranger'))).status).toBe(403);
     expect((await scrape()).status).toBe(401);
     await insecure.close();

@@ -29,8 +29,8 @@ import {
   xmlEscape,
 } from '../../src/provider/kvm/domain.ts';
 import { resolveImage } from '../../src/provider/kvm/image.ts';
-import { DomainState, ErrorCode } from '../../src/provider/kvm/libvirt.ts';
 import { createKvmProvider } from '../../src/provider/kvm/index.ts';
+import { DomainState, ErrorCode } from '../../src/provider/kvm/libvirt.ts';
 import { splitHostPort } from '../../src/provider/kvm/pool.ts';
 import { LibvirtError, RpcConnectionError } from '../../src/provider/kvm/rpc.ts';
 import { SshError } from '../../src/provider/kvm/ssh.ts';

@@ -11,10 +11,10 @@ import { ProviderError, permanent, transient } from '../errors.ts';
 import type { LibvirtConnection } from './libvirt.ts';
 import type { KeepaliveOptions } from './rpc.ts';
 import {
+  type DialStage,
   type KnownHosts,
   loadKnownHosts,
   loadPrivateKey,
-  type DialStage,
   openLibvirtOverSsh,
   SshError,
   type SshSession,
