@@ -16,6 +16,7 @@ import { createKvmProvider } from '../../src/provider/kvm/index.ts';
 import { HostPool } from '../../src/provider/kvm/pool.ts';
 import { SshError } from '../../src/provider/kvm/ssh.ts';
 import { type LibvirtEnv, requireLibvirt } from '../support/libvirt.ts';
+import { captureLog } from '../support/log.ts';
 import { until } from '../support/wait.ts';
 
 let env: LibvirtEnv;
@@ -188,6 +189,75 @@ describe('kvm host pool', () => {
       await expect(fresh.get('ci', never())).rejects.toThrow(/cannot read SSH private key/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  }, 30_000);
+
+  it('a libvirt verdict keeps the connection: three checks of a missing pool, one dial', async () => {
+    const captured = captureLog('info');
+    const p = createKvmProvider({
+      name: 'kvm-ci',
+      log: captured.log,
+      config: {
+        sshKeyFile: env.sshKeyFile,
+        knownHostsFile: env.knownHostsFile,
+        machineTypes: { small: { vcpus: 1, memoryMiB: 64 } },
+        hosts: [
+          {
+            name: 'ci',
+            address: `${env.sshHost}:${env.sshPort}`,
+            user: env.sshUser,
+            socket: env.socketPath,
+            pool: 'ci-no-such-pool',
+            bridge: 'br0',
+          },
+        ],
+      },
+    });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const [t] = await p.check({ signal: AbortSignal.timeout(10_000), log: silentLogger() });
+        expect(t).toMatchObject({ name: 'ci', ready: false, reason: 'PoolNotFound' });
+      }
+      expect(captured.lines.filter((l) => l.msg === 'kvm host connected')).toHaveLength(1);
+      expect(captured.lines.filter((l) => l.msg === 'kvm host connection closed')).toHaveLength(0);
+    } finally {
+      await p.close();
+    }
+  }, 30_000);
+
+  it('checks the hosts concurrently: both hanging hosts are dialled before the deadline', async () => {
+    const p = createKvmProvider({
+      name: 'kvm-ci',
+      config: {
+        sshKeyFile: env.sshKeyFile,
+        knownHostsFile: env.knownHostsFile,
+        machineTypes: { small: { vcpus: 1, memoryMiB: 64 } },
+        hosts: ['hang-a', 'hang-b'].map((name) => ({
+          name,
+          address: `127.0.0.1:${silentPort}`,
+          user: env.sshUser,
+          bridge: 'br0',
+        })),
+      },
+      dialTimeoutMs: 20_000,
+    });
+    try {
+      const before = sockets.length;
+      const check = p.check({ signal: AbortSignal.timeout(3_000), log: silentLogger() });
+      let done = false;
+      void check.then(() => {
+        done = true;
+      });
+      // One at a time, the second host would be dialled only after the first gave up.
+      await until('both hosts dialled', () => sockets.length - before >= 2);
+      expect(done).toBe(false);
+      const targets = await check;
+      expect(targets.map((t) => [t.name, t.reason])).toEqual([
+        ['hang-a', 'SSHHandshakeFailed'],
+        ['hang-b', 'SSHHandshakeFailed'],
+      ]);
+    } finally {
+      await p.close();
     }
   }, 30_000);
 });
