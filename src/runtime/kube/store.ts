@@ -1,8 +1,9 @@
 /**
  * runtime/kube/store — the ObjectStore backed by a Kubernetes API server (cluster mode): wires
  * one informer and one resource client per resource, and runs the reflectors that feed the
- * caches (Proxies and ProxyPools, optionally restricted to one namespace; all ProviderHealths;
- * only labelled Secrets). Reads and writes themselves live in resource-client.ts and rest.ts.
+ * caches (Proxies and ProxyPools, optionally restricted to one namespace; only labelled Secrets;
+ * ProviderHealths have none, their cache holds what this process read and wrote). Reads and
+ * writes themselves live in resource-client.ts and rest.ts.
  */
 import type { KubeConfig } from '@kubernetes/client-node';
 import { PROVIDER_HEALTH_PLURAL, PROXY_PLURAL, PROXY_POOL_PLURAL } from '../../api/constants.ts';
