@@ -25,9 +25,7 @@ export const TargetStatusSchema = Type.Object(
       Type.String({ maxLength: 1024, description: 'Detail of the last check, usually its error.' }),
     ),
     latencyMillis: Type.Optional(Type.Integer({ minimum: 0, description: 'Duration of the last check.' })),
-    lastTransitionTime: Type.Optional(
-      Type.String({ format: 'date-time', description: 'When ready last changed.' }),
-    ),
+    lastTransitionTime: Type.String({ format: 'date-time', description: 'When ready last changed.' }),
     details: Type.Optional(
       Type.Record(Type.String(), Type.String(), {
         description: 'Provider-specific facts, e.g. libvirt version and free pool space of a KVM host.',
@@ -37,6 +35,8 @@ export const TargetStatusSchema = Type.Object(
   { description: 'The latest verdict for one thing the provider depends on.' },
 );
 export type TargetStatus = Type.Static<typeof TargetStatusSchema>;
+/** One target's verdict as a Checker returns it; the monitor adds when `ready` last changed. */
+export type TargetCheck = Omit<TargetStatus, 'lastTransitionTime'>;
 
 export const ProviderHealthStatusSchema = Type.Object({
   type: Type.Optional(Type.String({ description: 'Provider type: kubernetes, gcp, kvm or local.' })),

@@ -3,7 +3,7 @@
  * health monitor only ever see these types, never a backend SDK.
  */
 import type { Logger } from 'pino';
-import type { TargetStatus } from '../api/providerhealth.ts';
+import type { TargetCheck } from '../api/providerhealth.ts';
 
 export const INSTANCE_STATES = [
   'Pending',
@@ -109,7 +109,7 @@ export interface Provider {
 
 export interface Checker {
   /** One verdict per backend target; never throws. */
-  check(ctx: CallContext): Promise<TargetStatus[]>;
+  check(ctx: CallContext): Promise<TargetCheck[]>;
 }
 
 /** Whether `p` can give a running instance a new IP in place (it implements `restart`). */

@@ -8,7 +8,7 @@
 import { type Tracer, trace } from '@opentelemetry/api';
 import type { Registry } from 'prom-client';
 import { API_VERSION, LABEL_MANAGED_BY, MANAGED_BY_VALUE, PROVIDER_HEALTH_KIND } from '../api/constants.ts';
-import type { ProviderHealth, TargetStatus } from '../api/providerhealth.ts';
+import type { ProviderHealth, TargetCheck } from '../api/providerhealth.ts';
 import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { registerScrapeGauge, type ScrapeSample } from '../metrics/scrape.ts';
@@ -61,7 +61,7 @@ export class ProviderHealthMonitor {
   private readonly clock: Clock;
   private readonly tracer: Tracer;
   private latest: ProviderResult[] = [];
-  private readonly prev = new Map<string, TargetStatus>();
+  private readonly prev = new Map<string, TargetCheck>();
 
   constructor(opts: MonitorOptions) {
     this.opts = opts;
@@ -130,7 +130,7 @@ export class ProviderHealthMonitor {
 
   private async run(p: MonitoredProvider, signal: AbortSignal): Promise<ProviderResult> {
     const started = this.clock.now();
-    let targets: TargetStatus[] = [];
+    let targets: TargetCheck[] = [];
     if (p.checker) {
       try {
         targets = await p.checker.check({ signal, log: this.log.child({ provider: p.name }) });
@@ -193,8 +193,12 @@ export class ProviderHealthMonitor {
   private async cleanup(keep: Set<string>, signal: AbortSignal): Promise<void> {
     const client = this.opts.store.providerHealths;
     try {
-      await client.synced(signal);
-      for (const obj of client.list({ labelSelector: `${LABEL_MANAGED_BY}=${MANAGED_BY_VALUE}` })) {
+      // One uncached list at start: these objects are never watched (least privilege).
+      const ours = await client.readList({
+        labelSelector: `${LABEL_MANAGED_BY}=${MANAGED_BY_VALUE}`,
+        signal,
+      });
+      for (const obj of ours) {
         if (keep.has(obj.metadata.name)) continue;
         try {
           await client.delete({ name: obj.metadata.name }, { signal });
@@ -213,7 +217,7 @@ export class ProviderHealthMonitor {
 
   private registerGauges(registry: Registry): void {
     const labelNames = ['provider', 'target'] as const;
-    const perTarget = (value: (r: ProviderResult, t: TargetStatus) => number) => (): TargetSample[] =>
+    const perTarget = (value: (r: ProviderResult, t: TargetCheck) => number) => (): TargetSample[] =>
       this.latest.flatMap((r) =>
         r.targets.map((t): TargetSample => [{ provider: r.provider, target: t.name }, value(r, t)]),
       );

@@ -6,7 +6,7 @@
 
 import { setCondition } from '../api/conditions.ts';
 import { CONDITION_READY } from '../api/constants.ts';
-import type { ProviderHealthStatus, TargetStatus } from '../api/providerhealth.ts';
+import type { ProviderHealthStatus, TargetCheck, TargetStatus } from '../api/providerhealth.ts';
 
 const MAX_MESSAGE_LENGTH = 1024;
 
@@ -15,7 +15,7 @@ export interface CheckResult {
   type: string;
   /** false: the provider has no Checker. */
   supported: boolean;
-  targets: TargetStatus[];
+  targets: TargetCheck[];
   checkedAt: Date;
 }
 

@@ -59,6 +59,8 @@ export interface ResourceClient<T extends KubeObject> extends CacheIndexer<T> {
   list(opts?: ListOptions): T[];
   /** Uncached read; throws a NotFound StoreError. */
   read(key: ObjectKey, opts?: WriteOptions): Promise<T>;
+  /** Uncached list (every page): for a resource read too rarely to keep a cache of. */
+  readList(opts?: ListOptions & WriteOptions): Promise<T[]>;
   create(obj: T, opts?: WriteOptions): Promise<T>;
   /** Replace metadata+spec; `metadata.resourceVersion` is a precondition (Conflict on mismatch). */
   update(obj: T, opts?: WriteOptions): Promise<T>;

@@ -90,7 +90,15 @@ describe('validateProviderHealth', () => {
     status: {
       type: 'kvm',
       targetsReady: '1/1',
-      targets: [{ name: 'nas1', ready: true, reason: 'Reachable', details: { pool: 'default' } }],
+      targets: [
+        {
+          name: 'nas1',
+          ready: true,
+          reason: 'Reachable',
+          lastTransitionTime: '2026-01-02T03:04:05Z',
+          details: { pool: 'default' },
+        },
+      ],
     },
   };
 
@@ -102,13 +110,32 @@ describe('validateProviderHealth', () => {
     const bad = {
       ...ph,
       metadata: { name: 'KVM_home', namespace: 'crawl' },
-      status: { targets: [{ name: 'nas1', ready: false, reason: 'Unreachable', message: 'x'.repeat(1025) }] },
+      status: {
+        targets: [
+          {
+            name: 'nas1',
+            ready: false,
+            reason: 'Unreachable',
+            lastTransitionTime: '2026-01-02T03:04:05Z',
+            message: 'x'.repeat(1025),
+          },
+        ],
+      },
     };
     const result = validateProviderHealth(bad);
     expect(result.ok ? [] : result.errors.map((e) => e.path).sort()).toEqual([
       'metadata.name',
       'metadata.namespace',
       'status.targets[0].message',
+    ]);
+  });
+
+  it('requires when each target last changed, naming the field', () => {
+    const { lastTransitionTime: _dropped, ...target } = ph.status.targets[0]!;
+    const result = validateProviderHealth({ ...ph, status: { ...ph.status, targets: [target] } });
+    expect(result.ok).toBe(false);
+    expect(result.ok ? [] : result.errors.map((e) => e.path)).toEqual([
+      'status.targets[0].lastTransitionTime',
     ]);
   });
 });

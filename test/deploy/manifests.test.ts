@@ -253,9 +253,9 @@ const API_CALLS: ApiCall[] = [
     needs: [
       { ...PROXY, resource: 'proxies', verbs: ['list', 'watch'] },
       { ...PROXY, resource: 'proxypools', verbs: ['list', 'watch'] },
-      { ...PROXY, resource: 'providerhealths', verbs: ['list', 'watch'] },
+      { ...PROXY, resource: 'providerhealths', verbs: ['list'] },
     ],
-    why: 'reflector caches (list, then watch from the resourceVersion)',
+    why: 'reflector caches (list, then watch from the resourceVersion); one uncached list of ProviderHealths at start',
   },
   {
     source: STORE,
@@ -492,6 +492,20 @@ describe('RBAC', () => {
     expect(reader.rules).toEqual([{ nonResourceURLs: ['/metrics'], verbs: ['get'] }]);
     expect(
       (find('ClusterRoleBinding') as BindingObj[]).some((b) => b.roleRef.name === reader.metadata?.name),
+    ).toBe(false);
+  });
+
+  it('ships a read-only providerhealth-viewer role, bound to nobody by default', () => {
+    const viewer = one('ClusterRole', 'egress-proxies-operator-providerhealth-viewer') as RoleObj;
+    expect(viewer.rules).toEqual([
+      {
+        apiGroups: ['crawl.example.com'],
+        resources: ['providerhealths', 'providerhealths/status'],
+        verbs: ['get', 'list', 'watch'],
+      },
+    ]);
+    expect(
+      (find('ClusterRoleBinding') as BindingObj[]).some((b) => b.roleRef.name === viewer.metadata?.name),
     ).toBe(false);
   });
 });

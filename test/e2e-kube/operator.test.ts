@@ -489,9 +489,55 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
     const ok = await scrape(token('prometheus'));
     expect(ok.status).toBe(200);
     expect(ok.text).toContain('proxy_operator_');
+    // The kubernetes provider's check of this very API server, as a scraper sees it.
+    expect(ok.text).toMatch(
+      /^proxy_operator_provider_target_up\{provider="kubernetes",target="apiserver"\} 1$/m,
+    );
     expect((await scrape(token('stranger'))).status).toBe(403);
     expect((await scrape()).status).toBe(401);
     await insecure.close();
+  });
+
+  it('providerhealth-viewer: a token bound to it reads ProviderHealths and cannot change them', async () => {
+    try {
+      k('create', 'namespace', 'oncall');
+    } catch (e) {
+      if (!/AlreadyExists/.test((e as Error).message)) throw e;
+    }
+    k('create', 'serviceaccount', 'viewer', '-n', 'oncall');
+    k(
+      'create',
+      'clusterrolebinding',
+      'oncall-providerhealth',
+      '--clusterrole=egress-proxies-operator-providerhealth-viewer',
+      '--serviceaccount=oncall:viewer',
+    );
+    const token = k('create', 'token', 'viewer', '-n', 'oncall').trim();
+    // RBAC bindings take effect asynchronously in the authorizer's cache.
+    const listed = await until(
+      'the viewer binding to take effect',
+      async () => {
+        const r = await api.call('GET', `${GROUP}/providerhealths`, undefined, { token });
+        return r.status === 200 && r;
+      },
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
+    expect(listed.body.items.map((o: { metadata: { name: string } }) => o.metadata.name)).toContain(
+      'kubernetes',
+    );
+    expect(
+      (await api.call('GET', `${GROUP}/providerhealths/kubernetes/status`, undefined, { token })).status,
+    ).toBe(200);
+    const patch = await api.call(
+      'PATCH',
+      `${GROUP}/providerhealths/kubernetes/status`,
+      { status: { targetsReady: '9/9' } },
+      { token, contentType: 'application/merge-patch+json' },
+    );
+    expect(patch.status).toBe(403);
+    expect(
+      (await api.call('DELETE', `${GROUP}/providerhealths/kubernetes`, undefined, { token })).status,
+    ).toBe(403);
   });
 
   it('two replicas: kill -9 of the leader, the standby leads and restores leases and cooldowns', async () => {

@@ -1,7 +1,7 @@
 import { SpanStatusCode } from '@opentelemetry/api';
 import { type Histogram, Registry } from 'prom-client';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { TargetStatus } from '../../src/api/providerhealth.ts';
+import type { TargetCheck } from '../../src/api/providerhealth.ts';
 import { notFound, permanent, quotaExceeded, transient } from '../../src/provider/errors.ts';
 import {
   type CallContext,
@@ -23,7 +23,7 @@ import { setupTestTracing, type TestTracing } from '../support/tracing.ts';
 const ctx = callContext;
 
 /** get(id) answers by id: `ok…` succeeds, `slow` waits 30 ms, others throw the mapped error. */
-function tinyProvider(): Provider & { closed: number; check(): Promise<TargetStatus[]> } {
+function tinyProvider(): Provider & { closed: number; check(): Promise<TargetCheck[]> } {
   const errors: Record<string, () => unknown> = {
     gone: () => notFound('instance gone'),
     quota: () => quotaExceeded('quota CPUS exceeded'),

@@ -322,8 +322,24 @@ describe('listByTag', () => {
     expect(got.every((i) => i.uid === UID && i.createdAt !== undefined)).toBe(true);
     const lists = fake.requests.filter((r) => r.path.endsWith('/aggregated/instances'));
     expect(lists).toHaveLength(4);
-    expect(lists[0]!.query).toEqual({ filter: 'labels.proxy-operator-managed = true', maxResults: '2' });
+    expect(lists[0]!.query).toEqual({
+      filter: 'labels.proxy-operator-managed = true',
+      maxResults: '2',
+      returnPartialSuccess: 'true',
+    });
     expect(lists.slice(1).map((r) => r.query.pageToken)).toEqual(['2', '4', '6']);
+  });
+
+  it('lists the zones that answer when another zone is unreachable', async () => {
+    const managed = { 'proxy-operator-managed': 'true', 'proxy-operator-uid': UID };
+    fake.put(PROJECT, 'us-central1-a', 'px-up', { labels: managed });
+    fake.unreachableZones = ['europe-west1-b'];
+    try {
+      const got = await make().listByTag(ctx());
+      expect(got.map((i) => i.id)).toEqual([`projects/${PROJECT}/zones/us-central1-a/instances/px-up`]);
+    } finally {
+      fake.unreachableZones = [];
+    }
   });
 
   it('labels VMs with the installation, and adopts one from before installations keeping its labels', async () => {
@@ -448,7 +464,19 @@ describe('check', () => {
     expect(fake.requests[0]!.query).toEqual({
       filter: 'labels.proxy-operator-managed = true',
       maxResults: '1',
+      returnPartialSuccess: 'true',
     });
+  });
+
+  it('stays Reachable when one zone of the project is unreachable', async () => {
+    fake.put(PROJECT, ZONE, 'px-0', { labels: { 'proxy-operator-managed': 'true' } });
+    fake.unreachableZones = ['europe-west1-b'];
+    try {
+      const [t] = await make().check(ctx());
+      expect(t).toMatchObject({ name: PROJECT, ready: true, reason: 'Reachable' });
+    } finally {
+      fake.unreachableZones = [];
+    }
   });
 
   const reasons: Array<[string, Parameters<FakeGce['inject']>[0], string]> = [

@@ -274,7 +274,7 @@ describe('kubernetes provider against a Kubernetes REST server', () => {
       });
     });
 
-    it('names the failure: Unauthorized, Forbidden, APIError, Unreachable, Timeout', async () => {
+    it('names the failure: Unauthorized, Forbidden, APIError, Unreachable, Timeout (also a 500 ServerTimeout)', async () => {
       const badClients = await createKubeClients(server.kubeConfig({ token: 'wrong' }));
       try {
         const unauth = createKubernetesProvider({ name: 'k', core: badClients.core });
@@ -288,6 +288,15 @@ describe('kubernetes provider against a Kubernetes REST server', () => {
       const [apiErr] = await provider.check(ctx());
       expect(apiErr).toMatchObject({ ready: false, reason: 'APIError' });
       expect(apiErr?.message).toContain('etcd down');
+      server.injectFault({
+        path: /^\/api\/v1\/pods$/,
+        status: 500,
+        reason: 'ServerTimeout',
+        message: 'the server cannot complete the requested operation at this time, try again later',
+      });
+      const [serverTimeout] = await provider.check(ctx());
+      expect(serverTimeout).toMatchObject({ ready: false, reason: 'Timeout' });
+      expect(serverTimeout?.message).toContain('HTTP 500 ServerTimeout');
 
       server.injectFault({ path: /^\/api\/v1\/pods$/, delayMs: 5000 });
       const started = Date.now();

@@ -3,6 +3,9 @@
  * (round trip, escaping, libvirt's re-quoting), state mapping, address choice, image resolution
  * and the health-check reason of each failure step.
  */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { redactUrl } from '../../src/api/url.ts';
 import { kvmWithDefaults } from '../../src/config/defaults.ts';
@@ -26,10 +29,13 @@ import {
   xmlEscape,
 } from '../../src/provider/kvm/domain.ts';
 import { resolveImage } from '../../src/provider/kvm/image.ts';
+import { createKvmProvider } from '../../src/provider/kvm/index.ts';
 import { DomainState, ErrorCode } from '../../src/provider/kvm/libvirt.ts';
 import { splitHostPort } from '../../src/provider/kvm/pool.ts';
 import { LibvirtError, RpcConnectionError } from '../../src/provider/kvm/rpc.ts';
 import { SshError } from '../../src/provider/kvm/ssh.ts';
+import { captureLog } from '../support/log.ts';
+import { until } from '../support/wait.ts';
 
 const created = new Date('2026-01-02T03:04:05.000Z');
 
@@ -358,5 +364,43 @@ describe('splitHostPort', () => {
   it('splits host:port and [v6]:port', () => {
     expect(splitHostPort('nas1.lan:22')).toEqual({ host: 'nas1.lan', port: 22 });
     expect(splitHostPort('[2001:db8::1]:2222')).toEqual({ host: '2001:db8::1', port: 2222 });
+  });
+});
+
+describe('start-up check of the SSH material', () => {
+  it('warns at construction, naming the file, when the key or known_hosts cannot be used', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvm-material-'));
+    try {
+      const knownHosts = join(dir, 'known_hosts');
+      writeFileSync(knownHosts, 'this is not a known_hosts line\n');
+      const captured = captureLog('info');
+      const p = createKvmProvider({
+        name: 'kvm-a',
+        log: captured.log,
+        config: {
+          sshKeyFile: join(dir, 'missing-key'),
+          knownHostsFile: knownHosts,
+          machineTypes: { small: { vcpus: 1, memoryMiB: 64 } },
+          hosts: [{ name: 'h1', address: '127.0.0.1:22', user: 'virt', bridge: 'br0' }],
+        },
+      });
+      try {
+        const warnings = await until('both start-up warnings', () => {
+          const w = captured.lines.filter((l) => l.level === 40);
+          return w.length === 2 && w;
+        });
+        expect(warnings).toEqual(
+          expect.arrayContaining([
+            expect.objectContaining({ file: join(dir, 'missing-key'), reason: 'SSHMaterialUnavailable' }),
+            expect.objectContaining({ file: knownHosts, reason: 'SSHMaterialInvalid' }),
+          ]),
+        );
+        for (const w of warnings) expect(String(w.msg)).toMatch(/^WARNING: kvm /);
+      } finally {
+        await p.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

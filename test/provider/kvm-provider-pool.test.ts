@@ -2,9 +2,13 @@
  * The kvm per-host connection pool over a real sshd + libvirtd: one shared connection per host,
  * redialled after it closes; a caller's signal ends its wait for a hanging host; a check that
  * times out abandons its RPCs without closing the connection, and at most one such check per
- * host is outstanding. Needs scripts/ci/libvirt-up.sh.
+ * host is outstanding; a dial that hangs in the SSH handshake is reported as such. Needs
+ * scripts/ci/libvirt-up.sh.
  */
+import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { type AddressInfo, createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log/index.ts';
 import { classify } from '../../src/provider/errors.ts';
@@ -12,6 +16,7 @@ import { createKvmProvider } from '../../src/provider/kvm/index.ts';
 import { HostPool } from '../../src/provider/kvm/pool.ts';
 import { SshError } from '../../src/provider/kvm/ssh.ts';
 import { type LibvirtEnv, requireLibvirt } from '../support/libvirt.ts';
+import { captureLog } from '../support/log.ts';
 import { until } from '../support/wait.ts';
 
 let env: LibvirtEnv;
@@ -119,22 +124,138 @@ describe('kvm host pool', () => {
     expect(await pool.get('ci', never())).toBe(conn);
   }, 30_000);
 
-  it('check reports Timeout for a host that accepts TCP and never answers', async () => {
+  it('check reports SSHHandshakeFailed, not Timeout, for a host whose sshd accepts TCP and stalls', async () => {
+    // Once with the check's deadline first, once with the dial's own bound first.
+    for (const [dialTimeoutMs, checkMs] of [
+      [20_000, 500],
+      [300, 10_000],
+    ] as const) {
+      const p = createKvmProvider({
+        name: 'kvm-ci',
+        config: {
+          sshKeyFile: env.sshKeyFile,
+          knownHostsFile: env.knownHostsFile,
+          machineTypes: { small: { vcpus: 1, memoryMiB: 64 } },
+          hosts: [{ name: 'hang', address: `127.0.0.1:${silentPort}`, user: env.sshUser, bridge: 'br0' }],
+        },
+        dialTimeoutMs,
+      });
+      try {
+        const start = Date.now();
+        const [t] = await p.check({ signal: AbortSignal.timeout(checkMs), log: silentLogger() });
+        expect(t).toMatchObject({ name: 'hang', ready: false, reason: 'SSHHandshakeFailed' });
+        expect(t?.message).toContain('sshd did not finish the handshake');
+        expect(Date.now() - start).toBeLessThan(5_000);
+      } finally {
+        await p.close();
+      }
+    }
+  }, 30_000);
+
+  it('keeps the SSH key and known_hosts after a successful dial: a redial works once the files are gone', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvm-material-'));
+    try {
+      const key = join(dir, 'id');
+      const known = join(dir, 'known_hosts');
+      copyFileSync(env.sshKeyFile, key);
+      copyFileSync(env.knownHostsFile, known);
+      const pool = new HostPool({
+        hosts: [
+          { name: 'ci', address: `${env.sshHost}:${env.sshPort}`, user: env.sshUser, socket: env.socketPath },
+        ],
+        sshKeyFile: key,
+        knownHostsFile: known,
+        insecureIgnoreHostKey: false,
+      });
+      pools.push(pool);
+      const first = await pool.get('ci', never());
+      rmSync(dir, { recursive: true, force: true });
+      first.rpc.close();
+      await until('the first connection to close', () => !first.isOpen);
+      const second = await pool.get('ci', never());
+      expect(second).not.toBe(first);
+      expect(await second.getHostname()).toBeTruthy();
+
+      // The control: a pool that never loaded them fails for the missing files.
+      const fresh = new HostPool({
+        hosts: [
+          { name: 'ci', address: `${env.sshHost}:${env.sshPort}`, user: env.sshUser, socket: env.socketPath },
+        ],
+        sshKeyFile: key,
+        knownHostsFile: known,
+        insecureIgnoreHostKey: false,
+      });
+      pools.push(fresh);
+      await expect(fresh.get('ci', never())).rejects.toThrow(/cannot read SSH private key/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 30_000);
+
+  it('a libvirt verdict keeps the connection: three checks of a missing pool, one dial', async () => {
+    const captured = captureLog('info');
+    const p = createKvmProvider({
+      name: 'kvm-ci',
+      log: captured.log,
+      config: {
+        sshKeyFile: env.sshKeyFile,
+        knownHostsFile: env.knownHostsFile,
+        machineTypes: { small: { vcpus: 1, memoryMiB: 64 } },
+        hosts: [
+          {
+            name: 'ci',
+            address: `${env.sshHost}:${env.sshPort}`,
+            user: env.sshUser,
+            socket: env.socketPath,
+            pool: 'ci-no-such-pool',
+            bridge: 'br0',
+          },
+        ],
+      },
+    });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const [t] = await p.check({ signal: AbortSignal.timeout(10_000), log: silentLogger() });
+        expect(t).toMatchObject({ name: 'ci', ready: false, reason: 'PoolNotFound' });
+      }
+      expect(captured.lines.filter((l) => l.msg === 'kvm host connected')).toHaveLength(1);
+      expect(captured.lines.filter((l) => l.msg === 'kvm host connection closed')).toHaveLength(0);
+    } finally {
+      await p.close();
+    }
+  }, 30_000);
+
+  it('checks the hosts concurrently: both hanging hosts are dialled before the deadline', async () => {
     const p = createKvmProvider({
       name: 'kvm-ci',
       config: {
         sshKeyFile: env.sshKeyFile,
         knownHostsFile: env.knownHostsFile,
         machineTypes: { small: { vcpus: 1, memoryMiB: 64 } },
-        hosts: [{ name: 'hang', address: `127.0.0.1:${silentPort}`, user: env.sshUser, bridge: 'br0' }],
+        hosts: ['hang-a', 'hang-b'].map((name) => ({
+          name,
+          address: `127.0.0.1:${silentPort}`,
+          user: env.sshUser,
+          bridge: 'br0',
+        })),
       },
       dialTimeoutMs: 20_000,
     });
     try {
-      const start = Date.now();
-      const [t] = await p.check({ signal: AbortSignal.timeout(500), log: silentLogger() });
-      expect(t).toMatchObject({ name: 'hang', ready: false, reason: 'Timeout' });
-      expect(Date.now() - start).toBeLessThan(5_000);
+      const before = sockets.length;
+      const check = p.check({ signal: AbortSignal.timeout(3_000), log: silentLogger() });
+      let done = false;
+      void check.then(() => {
+        done = true;
+      });
+      // One at a time, the second host would be dialled only after the first gave up.
+      await until('both hosts dialled', () => sockets.length - before >= 2);
+      expect(done).toBe(false);
+      const targets = await check;
+      expect(targets.map((t) => [t.name, t.reason])).toEqual([
+        ['hang-a', 'SSHHandshakeFailed'],
+        ['hang-b', 'SSHHandshakeFailed'],
+      ]);
     } finally {
       await p.close();
     }

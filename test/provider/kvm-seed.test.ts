@@ -180,7 +180,7 @@ describe('buildSeed vendor-data', () => {
     const { headers, parts } = parseMultipart(text);
     expect(headers.get('content-type')).toMatch(/^multipart\/mixed; boundary="/);
     expect(parts).toHaveLength(2);
-    expect(parts[0]!.headers.get('content-type')).toBe('text/cloud-config; charset="utf-8"');
+    expect(parts[0]!.headers.get('content-type')).toBe('text/plain; charset="utf-8"');
     expect(decodePart(parts[0]!)).toBe(vendorData);
     expect(parts[1]!.headers.get('content-type')).toBe('text/x-shellscript; charset="utf-8"');
     expect(parts[1]!.headers.get('content-disposition')).toBe(
@@ -189,12 +189,24 @@ describe('buildSeed vendor-data', () => {
     expect(decodePart(parts[1]!)).toBe(GUEST_AGENT_SCRIPT);
   });
 
-  it('declares other configured vendor-data text/plain so cloud-init detects its type itself', () => {
-    const vendorData = '#!/bin/bash\necho vendor\n';
-    const { parts } = parseMultipart(fileOf(buildSeed({ ...base, vendorData }), 'vendor-data')!.toString());
-    expect(parts[0]!.headers.get('content-type')).toBe('text/plain; charset="utf-8"');
-    expect(decodePart(parts[0]!)).toBe(vendorData);
-  });
+  // cloud-init re-detects the type of a text/plain part from its first line but takes a declared
+  // text/cloud-config at its word: declaring it ourselves mis-types the documents whose header
+  // merely starts with "#cloud-config".
+  it.each([
+    ['a script', '#!/bin/bash\necho vendor\n'],
+    [
+      'a cloud-config archive',
+      '#cloud-config-archive\n- type: text/cloud-config\n  content: "runcmd: [true]"\n',
+    ],
+    ['a cloud-config jsonp', '#cloud-config-jsonp\n[{"op": "add", "path": "/runcmd", "value": []}]\n'],
+  ])(
+    'declares configured vendor-data (%s) text/plain so cloud-init detects its type itself',
+    (_what, vendorData) => {
+      const { parts } = parseMultipart(fileOf(buildSeed({ ...base, vendorData }), 'vendor-data')!.toString());
+      expect(parts[0]!.headers.get('content-type')).toBe('text/plain; charset="utf-8"');
+      expect(decodePart(parts[0]!)).toBe(vendorData);
+    },
+  );
 });
 
 describe('guest-agent script', () => {

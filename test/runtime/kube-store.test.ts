@@ -267,6 +267,32 @@ describe('kube store: wire behaviour', () => {
     ).toBe(true);
   });
 
+  it('never lists or watches ProviderHealths on its own; keeps what this process read and wrote', async () => {
+    const server = await startKubeServer({ bookmarkIntervalMs: 100 });
+    server.resource('providerhealths').create({
+      apiVersion: 'crawl.example.com/v1alpha1',
+      kind: 'ProviderHealth',
+      metadata: { name: 'elsewhere' },
+    } as never);
+    const { store } = await setup({ server });
+    await store.providerHealths.synced();
+    await store.secrets.synced();
+    expect(store.providerHealths.list()).toEqual([]);
+    const ph = await store.providerHealths.create({
+      apiVersion: 'crawl.example.com/v1alpha1',
+      kind: 'ProviderHealth',
+      metadata: { name: 'kvm-a' },
+    });
+    await store.providerHealths.patchStatus({ name: ph.metadata.name }, { targetsReady: '1/1' });
+    await store.providerHealths.read({ name: 'elsewhere' });
+    expect(store.providerHealths.list().map((o) => [o.metadata.name, o.status?.targetsReady])).toEqual([
+      ['elsewhere', undefined],
+      ['kvm-a', '1/1'],
+    ]);
+    const collection = server.requests.filter((r) => r.path.endsWith('/providerhealths'));
+    expect(collection.filter((r) => r.method === 'GET')).toEqual([]);
+  });
+
   it('turns API errors into StoreErrors naming the object', async () => {
     const { store } = await setup();
     const err = await store.proxies.read({ namespace: 'ns', name: 'nope' }).catch((e) => e);

@@ -73,6 +73,11 @@ export interface FakeGce {
   firewalls: Map<string, Json>;
   /** Zones reported as (empty) scopes in aggregated lists. */
   zones: string[];
+  /**
+   * Zones whose backend does not answer: an aggregated list fails with 503 unless it asks for
+   * `returnPartialSuccess`, which lists the others and names these in `unreachables`.
+   */
+  unreachableZones: string[];
   /** Page size used when the request has no maxResults (GCE: 500). */
   defaultPageSize: number;
   /** Access tokens handed out at POST /token (STS exchange). */
@@ -122,6 +127,7 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
     instances,
     firewalls,
     zones: opts.zones ?? ['us-central1-a', 'us-central1-b', 'europe-west1-b'],
+    unreachableZones: [],
     defaultPageSize: 500,
     tokensIssued: 0,
     operationDelayMs: 0,
@@ -372,6 +378,11 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
     if (parts[1] === 'aggregated' && parts[2] === 'instances' && parts.length === 3 && method === 'GET') {
       const pred = parseFilter(url.searchParams.get('filter'));
       if (pred === 'invalid') return error(res, 400, 'invalid', 'Invalid list filter expression.');
+      const partial = url.searchParams.get('returnPartialSuccess') === 'true';
+      const down = new Set(fake.unreachableZones.map((z) => `zones/${z}`));
+      if (down.size > 0 && !partial) {
+        return error(res, 503, 'backendError', `Scope ${[...down][0]} is unreachable.`);
+      }
       const max = Number(url.searchParams.get('maxResults') ?? fake.defaultPageSize);
       const offset = Number(url.searchParams.get('pageToken') ?? 0);
       const all = [...instances.entries()]
@@ -383,6 +394,16 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
       for (const z of [...zones].sort()) {
         const here = page.filter(([k]) => k.split('/')[1] === z).map(([, v]) => v);
         const scope = `zones/${z}`;
+        if (down.has(scope)) {
+          items[scope] = {
+            warning: {
+              code: 'UNREACHABLE',
+              message: `Scope ${scope} is unreachable.`,
+              data: [{ key: 'scope', value: scope }],
+            },
+          };
+          continue;
+        }
         items[scope] = here.length
           ? { instances: here }
           : {
@@ -399,6 +420,7 @@ export async function startFakeGce(opts: { zones?: string[] } = {}): Promise<Fak
         items,
         selfLink: `${SELF}${project}/aggregated/instances`,
       };
+      if (down.size > 0) out.unreachables = [...down].sort();
       if (offset + max < all.length) out.nextPageToken = String(offset + max);
       return json(res, 200, out);
     }

@@ -6,7 +6,7 @@
  * contract suite (test/support/provider-contract.ts) runs the same cases against it and against
  * local, gcp and kvm, so a reconciler test passing on the fake means something.
  */
-import type { TargetStatus } from '../../src/api/providerhealth.ts';
+import type { TargetCheck } from '../../src/api/providerhealth.ts';
 import { errorMessage } from '../../src/log/errors.ts';
 import type {
   CallContext,
@@ -77,7 +77,7 @@ export class FakeProvider implements Provider, Checker {
   created = 0;
   pendingGets: number;
   latency: Partial<Record<FakeOp, number>>;
-  checkResult: TargetStatus[] = [{ name: 'fake', ready: true, reason: 'Ready' }];
+  checkResult: TargetCheck[] = [{ name: 'fake', ready: true, reason: 'Ready' }];
   private faults = new Map<FakeOp, FaultSpec>();
   private faultsAfter = new Map<FakeOp, FaultSpec>();
   private readonly address: (i: number) => string;
@@ -236,7 +236,7 @@ export class FakeProvider implements Provider, Checker {
     inst.installation = installation;
   }
 
-  async check(ctx: CallContext): Promise<TargetStatus[]> {
+  async check(ctx: CallContext): Promise<TargetCheck[]> {
     await this.enter(ctx, 'check').catch(() => undefined);
     return this.checkResult.map((t) => ({ ...t }));
   }

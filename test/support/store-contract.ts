@@ -164,11 +164,18 @@ export function runStoreContract(
       expect((await store.proxies.read(key)).status?.phase).toBe('Ready');
       const cleared = await store.proxies.patchStatus(key, { providerID: null });
       expect(cleared.status?.providerID).toBeUndefined();
+      const mark = `m${rnd()}`;
       const ph = await store.providerHealths.create({
         apiVersion: 'crawl.example.com/v1alpha1',
         kind: 'ProviderHealth',
-        metadata: { name: `prov-${rnd()}` },
+        metadata: { name: `prov-${rnd()}`, labels: { 'contract-mark': mark } },
       } as ProviderHealth);
+      // The uncached list the provider health monitor cleans up with (no cache behind it).
+      const listed = await store.providerHealths.readList({ labelSelector: `contract-mark=${mark}` });
+      expect(listed.map((o) => o.metadata.name)).toEqual([ph.metadata.name]);
+      expect(await store.providerHealths.readList({ labelSelector: `contract-mark=not-${mark}` })).toEqual(
+        [],
+      );
       const ph2 = await store.providerHealths.patchStatus(
         { name: ph.metadata.name },
         { targetsReady: '1/1' },

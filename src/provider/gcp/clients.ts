@@ -140,6 +140,35 @@ export interface BuildClientsOptions {
   isClosed: () => boolean;
 }
 
+const partialWrapped = new WeakSet<AuthClient>();
+const AGGREGATED_INSTANCES = /\/projects\/[^/]+\/aggregated\/instances$/;
+
+/**
+ * Adds `returnPartialSuccess=true` to every aggregated instance list: without it one zone whose
+ * backend is down fails the whole list (the health check and every sweep), with it the other
+ * zones answer and the down one comes back as an UNREACHABLE scope. The v1 request type of
+ * @google-cloud/compute 7.8 has no such field and its REST transport drops unknown fields, so
+ * the parameter goes on where every request of the provider's clients passes: its auth client.
+ */
+export function askPartialSuccess(auth: AuthClient): void {
+  if (partialWrapped.has(auth)) return;
+  partialWrapped.add(auth);
+  const inner = auth.fetch.bind(auth);
+  auth.fetch = ((input: unknown, init?: unknown) => {
+    if (typeof input === 'string' || input instanceof URL) {
+      const url = new URL(input.toString());
+      if (AGGREGATED_INSTANCES.test(url.pathname) && !url.searchParams.has('returnPartialSuccess')) {
+        url.searchParams.set('returnPartialSuccess', 'true');
+        return (inner as (i: unknown, n?: unknown) => unknown)(
+          typeof input === 'string' ? url.toString() : url,
+          init,
+        );
+      }
+    }
+    return (inner as (i: unknown, n?: unknown) => unknown)(input, init);
+  }) as AuthClient['fetch'];
+}
+
 /**
  * The compute clients. The auth client is resolved here rather than by google-gax: gax resolves
  * credentials lazily inside a promise nobody awaits, so a missing file or absent ADC would
@@ -160,6 +189,7 @@ export async function buildClients(o: BuildClientsOptions): Promise<Clients> {
       throw transient(`${what}: cannot load credentials: ${(err as Error).message}`);
     }
   }
+  askPartialSuccess(authClient);
   if (o.wireLog) authClient = enableWireLog(authClient, o.log);
   const opts: ClientOptions = {
     fallback: true,

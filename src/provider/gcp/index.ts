@@ -13,7 +13,7 @@
 import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { INSTANCE_LABEL_INSTALLATION } from '../../api/constants.ts';
-import type { TargetStatus } from '../../api/providerhealth.ts';
+import type { TargetCheck } from '../../api/providerhealth.ts';
 import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
 import type { GcpProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
@@ -355,9 +355,9 @@ class GceProvider implements Provider, Checker {
    * One page of at most one managed instance project-wide: the credentials, the Compute API
    * and the compute.instances.list permission GC depends on, in a single request.
    */
-  async check(ctx: CallContext): Promise<TargetStatus[]> {
+  async check(ctx: CallContext): Promise<TargetCheck[]> {
     const start = Date.now();
-    const target: TargetStatus = {
+    const target: TargetCheck = {
       name: this.settings.project,
       address: this.clientOptions.apiEndpoint ?? COMPUTE_ADDRESS,
       ready: false,
@@ -365,6 +365,9 @@ class GceProvider implements Provider, Checker {
     };
     try {
       const c = await this.client(ctx, 'check');
+      // One zone whose backend is down does not fail this: the list asks for partial success
+      // (clients.askPartialSuccess); the check answers for the credentials, the API and the
+      // list permission, not for zones.
       await this.eachScope(ctx, c, 1, () => false);
       target.ready = true;
       target.reason = 'Reachable';

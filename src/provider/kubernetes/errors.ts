@@ -55,7 +55,10 @@ export function checkReason(err: unknown, signal?: AbortSignal): string {
     const status = parseStatus(err.body);
     if (err.code === 401) return 'Unauthorized';
     if (err.code === 403) return 'Forbidden';
-    if (err.code === 504 || status?.reason === 'Timeout') return 'Timeout';
+    // ServerTimeout is the API server giving up on its own deadline (a 500), not a server fault.
+    if (err.code === 504 || status?.reason === 'Timeout' || status?.reason === 'ServerTimeout') {
+      return 'Timeout';
+    }
     return 'APIError';
   }
   return 'Unreachable';

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import type { CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { INSTANCE_LABEL_INSTALLATION, INSTANCE_LABEL_UID } from '../../api/constants.ts';
-import type { TargetStatus } from '../../api/providerhealth.ts';
+import type { TargetCheck } from '../../api/providerhealth.ts';
 import type { KubernetesProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import { callOptions } from '../../runtime/kube/client.ts';
@@ -184,9 +184,9 @@ class PodProvider implements Provider, Checker {
    * Lists at most one managed Pod cluster-wide: the same call, scope and RBAC that listByTag and
    * orphan GC depend on. It proves the API server answers and we may list; not create/delete rights.
    */
-  async check(ctx: CallContext): Promise<TargetStatus[]> {
+  async check(ctx: CallContext): Promise<TargetCheck[]> {
     const start = Date.now();
-    const target: TargetStatus = { name: 'apiserver', ready: false, reason: 'Unreachable' };
+    const target: TargetCheck = { name: 'apiserver', ready: false, reason: 'Unreachable' };
     if (this.apiHost) target.address = this.apiHost;
     try {
       await this.core.listPodForAllNamespaces({ labelSelector: MANAGED_SELECTOR, limit: 1 }, this.opts(ctx));

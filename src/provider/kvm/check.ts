@@ -3,7 +3,7 @@
  * version and hostname, then the configured pool must exist and be running. Reasons name the
  * step that failed (SSH material, TCP, SSH handshake, libvirt socket, timeout, pool, libvirt).
  */
-import type { TargetStatus } from '../../api/providerhealth.ts';
+import type { TargetCheck } from '../../api/providerhealth.ts';
 import { ProviderError } from '../errors.ts';
 import { ErrorCode, formatVersion, isLibvirtError, POOL_STATE_NAMES, PoolState } from './libvirt-protocol.ts';
 import type { HostPool } from './pool.ts';
@@ -48,9 +48,9 @@ export function checkReason(err: unknown, signal: AbortSignal): string {
 const gib = (bytes: number) => `${(bytes / 1024 ** 3).toFixed(1)}GiB`;
 
 /** One host's verdict; never throws. */
-export async function checkHost(pool: HostPool, host: CheckHost, signal: AbortSignal): Promise<TargetStatus> {
+export async function checkHost(pool: HostPool, host: CheckHost, signal: AbortSignal): Promise<TargetCheck> {
   const start = Date.now();
-  const target: TargetStatus = {
+  const target: TargetCheck = {
     name: host.name,
     address: host.address,
     ready: false,

@@ -7,7 +7,7 @@
  * only an old one no overlay uses any more is removed (provider/kvm/image).
  */
 import type { Logger } from 'pino';
-import type { TargetStatus } from '../../api/providerhealth.ts';
+import type { TargetCheck } from '../../api/providerhealth.ts';
 import { kvmWithDefaults } from '../../config/defaults.ts';
 import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
 import type { KvmProviderConfig } from '../../config/schema.ts';
@@ -109,6 +109,7 @@ class LibvirtProvider implements Provider, Checker {
       ...(opts.keepalive !== undefined ? { keepalive: opts.keepalive } : {}),
     });
     this.images = new ImageCache({ log: this.log, ...(opts.fetch ? { fetch: opts.fetch } : {}) });
+    void this.pool.preflight();
   }
 
   async create(ctx: CallContext, req: CreateRequest): Promise<Instance> {
@@ -353,7 +354,7 @@ class LibvirtProvider implements Provider, Checker {
     return out;
   }
 
-  async check(ctx: CallContext): Promise<TargetStatus[]> {
+  async check(ctx: CallContext): Promise<TargetCheck[]> {
     return Promise.all(
       this.settings.hosts.map((h) =>
         checkHost(this.pool, { name: h.name, address: h.address, user: h.user, pool: h.pool }, ctx.signal),

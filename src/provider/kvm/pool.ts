@@ -11,12 +11,14 @@ import { ProviderError, permanent, transient } from '../errors.ts';
 import type { LibvirtConnection } from './libvirt.ts';
 import type { KeepaliveOptions } from './rpc.ts';
 import {
+  type DialStage,
   type KnownHosts,
   loadKnownHosts,
   loadPrivateKey,
   openLibvirtOverSsh,
   SshError,
   type SshSession,
+  stalledDialError,
 } from './ssh.ts';
 
 export interface PoolHost {
@@ -85,6 +87,8 @@ export class HostPool {
   private readonly hosts = new Map<string, PoolHost>();
   private readonly live = new Map<string, Live>();
   private readonly dialing = new Map<string, Promise<Live>>();
+  /** How far each dial in flight got, so a caller that stops waiting can say where it hung. */
+  private readonly dialStage = new Map<string, DialStage>();
   /** Checks whose RPCs were abandoned on timeout and have not settled yet, by host. */
   private readonly abandonedProbe = new Map<string, Promise<unknown>>();
   private material: Material | undefined;
@@ -128,7 +132,17 @@ export class HostPool {
         },
       );
     }
-    return (await raceSignal(dial, signal)).conn;
+    try {
+      return (await raceSignal(dial, signal)).conn;
+    } catch (err) {
+      // Out of time while the shared dial hangs: name the step it hangs in, which points at
+      // sshd or libvirtd rather than at the caller's deadline.
+      const stage = this.dialStage.get(host);
+      if (signal.aborted && stage && this.dialing.get(host) === dial) {
+        throw stalledDialError(stage, h.address, err);
+      }
+      throw err;
+    }
   }
 
   /**
@@ -160,6 +174,32 @@ export class HostPool {
     }
   }
 
+  /**
+   * Reads the key and known_hosts once at start-up and warns when either cannot be read or
+   * used, so a wrong path or a Secret that is not mounted shows up in the first lines of the
+   * log rather than at the first reconcile or check. Never fails and keeps nothing: the files
+   * may still appear, and the first dial reads them again.
+   */
+  async preflight(): Promise<void> {
+    const check = async (file: string, what: string, load: (f: string) => Promise<unknown>) => {
+      try {
+        await load(file);
+      } catch (err) {
+        const reason = err instanceof SshError ? err.reason : 'SSHMaterialUnavailable';
+        this.log.warn(
+          { file, reason, message: (err as Error).message },
+          `WARNING: kvm ${what} cannot be used yet; every call to these hosts fails until it can`,
+        );
+      }
+    };
+    await Promise.all([
+      check(this.opts.sshKeyFile, 'SSH private key', (f) => loadPrivateKey(f)),
+      !this.opts.insecureIgnoreHostKey && this.opts.knownHostsFile
+        ? check(this.opts.knownHostsFile, 'known_hosts file', (f) => loadKnownHosts(f))
+        : undefined,
+    ]);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     this.stop.abort(new Error('kvm connection pool closed'));
@@ -185,11 +225,13 @@ export class HostPool {
   private async dial(h: PoolHost): Promise<Live> {
     const material = await this.loadMaterial();
     const { host, port } = splitHostPort(h.address);
+    this.dialStage.set(h.name, 'tcp');
     const signal = AbortSignal.any([
       AbortSignal.timeout(this.opts.dialTimeoutMs ?? 15_000),
       this.stop.signal,
     ]);
     const live = await openLibvirtOverSsh({
+      onStage: (stage) => this.dialStage.set(h.name, stage),
       host,
       port,
       username: h.user,
@@ -201,7 +243,7 @@ export class HostPool {
       signal,
       logger: this.log,
       ...(this.opts.keepalive !== undefined ? { keepalive: this.opts.keepalive } : {}),
-    });
+    }).finally(() => this.dialStage.delete(h.name));
     if (this.closed) {
       await live.conn.close();
       live.ssh.close();

@@ -247,8 +247,9 @@ const ABANDONED_MEMORY = 4096;
 
 export class RpcClient {
   private readonly stream: Duplex;
-  private readonly log: Logger;
-  private readonly clock: Clock;
+  /** The connection's logger (host label included); LibvirtConnection traces its calls on it. */
+  readonly log: Logger;
+  readonly clock: Clock;
   private readonly keepalive: KeepaliveOptions | false;
   private readonly decoder = new PacketDecoder();
   private readonly pending = new Map<number, PendingCall>();

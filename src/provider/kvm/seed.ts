@@ -167,14 +167,14 @@ function mimePart(contentType: string, filename: string, body: string): string {
 
 /**
  * A multipart/mixed vendor-data in the shape `cloud-init devel make-mime` produces. Parts are
- * base64, so no content can collide with the boundary. The configured document is declared
- * text/cloud-config when it says so and text/plain otherwise: cloud-init re-detects text/plain
- * from the content's first line, so this code never has to classify it.
+ * base64, so no content can collide with the boundary. The configured document is always
+ * declared text/plain: cloud-init re-detects that type from the content's first line (any case,
+ * leading blanks, longest prefix first), while a declared type is taken as is — a prefix test
+ * here would call `#cloud-config-archive` and `#cloud-config-jsonp` documents cloud-config.
  */
 export function renderMultipartVendorData(vendorData: string, script: string): string {
-  const configType = vendorData.startsWith('#cloud-config') ? 'text/cloud-config' : 'text/plain';
   const parts = [
-    mimePart(configType, CONFIG_PART_NAME, vendorData),
+    mimePart('text/plain', CONFIG_PART_NAME, vendorData),
     mimePart('text/x-shellscript', GUEST_AGENT_SCRIPT_NAME, script),
   ];
   const digest = createHash('sha256')

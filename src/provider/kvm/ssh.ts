@@ -66,6 +66,35 @@ export interface SshConnectOptions {
   keepaliveIntervalMs?: number;
   signal?: AbortSignal | undefined;
   logger?: Logger;
+  /** Told when the dial moves on: TCP connected (`ssh`), SSH ready (`libvirt`). */
+  onStage?: (stage: DialStage) => void;
+}
+
+/**
+ * Where a dial is: connecting TCP, in the SSH handshake (sshd accepted the connection), or in the
+ * libvirt handshake over the forwarded socket. A dial that runs out of time reports its stage,
+ * not a bare timeout: a stalled sshd is an sshd (or known_hosts) problem, not libvirt's.
+ */
+export type DialStage = 'tcp' | 'ssh' | 'libvirt';
+
+/** The SshError for a dial that ran out of time (its own bound or the caller's) in `stage`. */
+export function stalledDialError(stage: DialStage, where: string, cause?: unknown): SshError {
+  const opts = cause === undefined ? undefined : { cause };
+  if (stage === 'ssh') {
+    return new SshError(
+      'SSHHandshakeFailed',
+      `SSH handshake with ${where} did not complete: the TCP connection is open but sshd did not finish the handshake`,
+      opts,
+    );
+  }
+  if (stage === 'libvirt') {
+    return new SshError(
+      'LibvirtConnectFailed',
+      `libvirt handshake with ${where} did not complete: SSH is up but libvirtd did not answer`,
+      opts,
+    );
+  }
+  return new SshError('Timeout', `TCP connection to ${where} did not complete in time`, opts);
 }
 
 /** One authenticated SSH connection; open channels to unix sockets on the host through it. */
@@ -200,6 +229,8 @@ export function connectSsh(opts: SshConnectOptions): Promise<SshSession> {
     const client = new ssh2.Client();
     let hostKeyProblem: string | undefined;
     let settled = false;
+    let stage: DialStage = 'tcp';
+    const where = `${opts.host}:${port}`;
     const finish = (err: Error | undefined) => {
       if (settled) return;
       settled = true;
@@ -214,28 +245,26 @@ export function connectSsh(opts: SshConnectOptions): Promise<SshSession> {
         resolve(new SshSession(client));
       }
     };
-    const onAbort = () =>
-      finish(
-        new SshError('Timeout', `SSH connection to ${opts.host}:${port} aborted`, {
-          cause: opts.signal?.reason,
-        }),
-      );
-    const timer = setTimeout(
-      () =>
-        finish(
-          new SshError('Timeout', `SSH connection to ${opts.host}:${port} took longer than ${timeoutMs} ms`),
-        ),
-      timeoutMs,
-    );
+    const onAbort = () => finish(stalledDialError(stage, where, opts.signal?.reason));
+    const timer = setTimeout(() => finish(stalledDialError(stage, where)), timeoutMs);
     if (opts.signal?.aborted) return onAbort();
     opts.signal?.addEventListener('abort', onAbort, { once: true });
 
+    client.on('connect', () => {
+      stage = 'ssh';
+      opts.onStage?.('ssh');
+    });
     client.on('ready', () => {
       log.debug('ssh ready');
+      opts.onStage?.('libvirt');
       finish(undefined);
     });
     client.on('error', (err: Error & { level?: string; code?: string }) => {
       if (settled) return;
+      if (err.level === 'client-timeout' && stage !== 'tcp' && !hostKeyProblem) {
+        finish(stalledDialError(stage, where, err));
+        return;
+      }
       finish(handshakeError(err, { host: opts.host, port, username: opts.username }, hostKeyProblem));
     });
     client.on('close', () =>
@@ -300,9 +329,7 @@ export async function openLibvirtOverSsh(
   } catch (err) {
     ssh.close();
     if (err instanceof SshError) throw err;
-    if (opts.signal?.aborted) {
-      throw new SshError('Timeout', `libvirt handshake with ${opts.host} aborted`, { cause: err });
-    }
+    if (opts.signal?.aborted) throw stalledDialError('libvirt', opts.host, err);
     throw new SshError(
       'LibvirtConnectFailed',
       `libvirt handshake with ${opts.host} failed: ${(err as Error).message}`,

@@ -7,7 +7,7 @@
 import net from 'node:net';
 import type { Logger } from 'pino';
 import type { Counter, Registry } from 'prom-client';
-import type { TargetStatus } from '../../api/providerhealth.ts';
+import type { TargetCheck } from '../../api/providerhealth.ts';
 import { resolveEgressPolicy } from '../../config/egress.ts';
 import { egressAddressProblems, expandEgressAddresses } from '../../config/egress-addresses.ts';
 import type { LocalProviderConfig } from '../../config/schema.ts';
@@ -234,9 +234,9 @@ class LocalProxyProvider implements Provider, Checker {
     return [...this.instances.values()].map((e) => this.toInstance(e));
   }
 
-  async check(ctx: CallContext): Promise<TargetStatus[]> {
+  async check(ctx: CallContext): Promise<TargetCheck[]> {
     const start = Date.now();
-    const target: TargetStatus = {
+    const target: TargetCheck = {
       name: 'local',
       address: this.bindAddress,
       ready: false,

@@ -34,10 +34,22 @@ export class KubeResourceClient<T extends KubeObject> implements ResourceClient<
   private readonly api: RawApi<T>;
   private readonly inScope: (obj: KubeObject) => boolean;
 
-  constructor(api: RawApi<T>, informer: Informer<T>, inScope: (obj: KubeObject) => boolean) {
+  /**
+   * true: no reflector feeds this cache, so it holds what this process read and wrote (a
+   * resource kept without list/watch rights, the ProviderHealths).
+   */
+  private readonly unwatched: boolean;
+
+  constructor(
+    api: RawApi<T>,
+    informer: Informer<T>,
+    inScope: (obj: KubeObject) => boolean,
+    opts: { unwatched?: boolean } = {},
+  ) {
     this.api = api;
     this.informer = informer;
     this.inScope = inScope;
+    this.unwatched = opts.unwatched ?? false;
   }
 
   private cache(obj: T): T {
@@ -63,8 +75,29 @@ export class KubeResourceClient<T extends KubeObject> implements ResourceClient<
     return this.informer.byIndex(name, value);
   }
 
-  read(key: ObjectKey, opts?: WriteOptions): Promise<T> {
-    return this.api.read(key, opts?.signal);
+  async read(key: ObjectKey, opts?: WriteOptions): Promise<T> {
+    const obj = await this.api.read(key, opts?.signal);
+    return this.unwatched ? this.cache(obj) : obj;
+  }
+
+  async readList(opts: ListOptions & WriteOptions = {}): Promise<T[]> {
+    const out: T[] = [];
+    const signal = opts.signal ?? new AbortController().signal;
+    let next: string | undefined;
+    do {
+      const page = await this.api.list(
+        opts.namespace,
+        {
+          ...(opts.labelSelector ? { labelSelector: opts.labelSelector } : {}),
+          limit: 500,
+          ...(next ? { continue: next } : {}),
+        },
+        signal,
+      );
+      out.push(...page.items.filter((o) => this.inScope(o)));
+      next = page.metadata?.continue || undefined;
+    } while (next);
+    return out;
   }
 
   async create(obj: T, opts?: WriteOptions): Promise<T> {

@@ -1,8 +1,9 @@
 /**
  * runtime/kube/store — the ObjectStore backed by a Kubernetes API server (cluster mode): wires
  * one informer and one resource client per resource, and runs the reflectors that feed the
- * caches (Proxies and ProxyPools, optionally restricted to one namespace; all ProviderHealths;
- * only labelled Secrets). Reads and writes themselves live in resource-client.ts and rest.ts.
+ * caches (Proxies and ProxyPools, optionally restricted to one namespace; only labelled Secrets;
+ * ProviderHealths have none, their cache holds what this process read and wrote). Reads and
+ * writes themselves live in resource-client.ts and rest.ts.
  */
 import type { KubeConfig } from '@kubernetes/client-node';
 import { PROVIDER_HEALTH_PLURAL, PROXY_PLURAL, PROXY_POOL_PLURAL } from '../../api/constants.ts';
@@ -69,10 +70,14 @@ export class KubeStore implements ObjectStore {
       new Informer<ProxyPool>('proxypools', this.log),
       inNamespace,
     );
+    // Not watched: the monitor (leader only) reads and writes its objects by name and lists
+    // them once at start, so the operator needs no watch on them. The cache holds what this
+    // process read and wrote — on the leader, every provider's latest status.
     this.providerHealths = new KubeResourceClient(
       customApi<ProviderHealth>(clients, PROVIDER_HEALTH_PLURAL, false),
       new Informer<ProviderHealth>('providerhealths', this.log),
       () => true,
+      { unwatched: true },
     );
     this.secrets = new KubeSecretClient(
       secretApi(clients),
@@ -99,7 +104,6 @@ export class KubeStore implements ObjectStore {
     };
     const ns = this.namespace;
     const proxiesApi = customApi<ProxyObject>(this.clients, PROXY_PLURAL, true);
-    const phApi = customApi<ProviderHealth>(this.clients, PROVIDER_HEALTH_PLURAL, false);
     const secretsApi = secretApi(this.clients);
     const reflectors: Reflector<KubeObject>[] = [];
     const proxies = new Reflector<ProxyObject>({
@@ -121,15 +125,7 @@ export class KubeStore implements ObjectStore {
       onSynced: () => this.proxyPools.informer.markSynced(),
     });
     reflectors.push(pools as unknown as Reflector<KubeObject>);
-    const phs = new Reflector<ProviderHealth>({
-      ...tuning,
-      name: 'providerhealths',
-      list: (q) => phApi.list(undefined, q, q.signal),
-      watchPath: phApi.collectionPath(),
-      sink: this.providerHealths.informer,
-      onSynced: () => this.providerHealths.informer.markSynced(),
-    });
-    reflectors.push(phs as unknown as Reflector<KubeObject>);
+    this.providerHealths.informer.markSynced();
     const secretReflectors = SECRET_SOURCES.map(
       (s) =>
         new Reflector<Secret>({

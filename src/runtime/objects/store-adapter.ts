@@ -144,6 +144,12 @@ class EngineResourceClient<T extends KubeObject> extends EngineClient implements
     return this.c.read(key.namespace, key.name) as unknown as T;
   }
 
+  async readList(opts: ListOptions & WriteOptions = {}): Promise<T[]> {
+    checkSignal(opts);
+    const { signal: _signal, ...list } = opts;
+    return this.list(list);
+  }
+
   addIndex(name: string, fn: IndexFunc<T>): void {
     const state = this.idx;
     if (state.following) {

@@ -137,6 +137,8 @@ export interface FaultSpec {
   /** How many matching requests it applies to (default 1; Infinity for all). */
   times?: number;
   message?: string;
+  /** The Status reason; by default the one the API server uses for `status`. */
+  reason?: string;
   /** Sent as Retry-After with 429/503. */
   retryAfterSeconds?: number;
   /** Wait before answering (or before handling normally when `status` is omitted). */
@@ -703,13 +705,14 @@ export async function startKubeServer(opts: KubeServerOptions = {}): Promise<Kub
         if (typeof fault.spec.status === 'number') {
           const code = fault.spec.status;
           const reason =
-            code === 429
+            fault.spec.reason ??
+            (code === 429
               ? 'TooManyRequests'
               : code === 503
                 ? 'ServiceUnavailable'
                 : code >= 500
                   ? 'InternalError'
-                  : 'BadRequest';
+                  : 'BadRequest');
           const headers: Record<string, string> = fault.spec.retryAfterSeconds
             ? { 'retry-after': String(fault.spec.retryAfterSeconds) }
             : {};
