@@ -232,7 +232,29 @@ beforeAll(async () => {
   agent = await startNodeAgent(cp);
 });
 
+async function proxiesLeft(): Promise<ProxyObj[]> {
+  const r = await api.call('GET', `${GROUP}/namespaces/${NS}/proxies`);
+  return r.status === 200 ? (r.body.items as ProxyObj[]) : [];
+}
+
 afterAll(async () => {
+  // Whatever a failed test left: deleted while an operator still runs, so finalizers are honoured;
+  // what is still held after that is released, so the tier's other files find a clean cluster.
+  await api.call('DELETE', `${GROUP}/namespaces/${NS}/proxypools`);
+  await api.call('DELETE', `${GROUP}/namespaces/${NS}/proxies`);
+  await until('the namespace emptied', async () => (await proxiesLeft()).length === 0, {
+    timeoutMs: operators.length > 0 ? 60_000 : 1_000,
+    intervalMs: 250,
+  }).catch(() => undefined);
+  for (const p of await proxiesLeft())
+    await api.call(
+      'PATCH',
+      `${GROUP}/namespaces/${NS}/proxies/${p.metadata.name}`,
+      { metadata: { finalizers: null } },
+      {
+        contentType: 'application/merge-patch+json',
+      },
+    );
   await Promise.all(operators.map((o) => o.stop()));
   await agent?.stop();
   await origin?.close();
@@ -628,7 +650,12 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
       timeoutMs: 60_000,
       intervalMs: 250,
     });
+    // The pool's last Proxy goes with the pool (garbage collector), through the operator's finalizer.
     k('delete', 'pxp', 'fleet', '-n', NS);
+    await until('no Proxy left in the namespace', async () => (await proxiesLeft()).length === 0, {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+    });
   });
 
   it('RBAC: no request of the operator was refused, and every granted verb was used', () => {

@@ -286,6 +286,8 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
   }
 }
 
+const KUBECTL_TIMEOUT_MS = 120_000;
+
 /** Runs the matching kubectl as the cluster admin; returns stdout, throws with stderr. */
 export function kubectl(cp: ControlPlaneInfo, args: string[], input?: string): string {
   try {
@@ -293,10 +295,16 @@ export function kubectl(cp: ControlPlaneInfo, args: string[], input?: string): s
       encoding: 'utf8',
       stdio: ['pipe', 'pipe', 'pipe'],
       maxBuffer: 64 * 1024 * 1024,
+      // A synchronous call blocks the test's own timeouts: bound it (a `--wait` on an object
+      // whose finalizer nobody removes would wait forever).
+      timeout: KUBECTL_TIMEOUT_MS,
+      killSignal: 'SIGKILL',
       ...(input === undefined ? {} : { input }),
     });
   } catch (e) {
-    const err = e as { stderr?: string; message: string };
+    const err = e as { stderr?: string; message: string; signal?: string };
+    if (err.signal === 'SIGKILL')
+      throw new Error(`kubectl ${args.join(' ')}: no answer within ${KUBECTL_TIMEOUT_MS / 1000} s`);
     throw new Error(`kubectl ${args.join(' ')}: ${err.stderr?.trim() || err.message}`);
   }
 }
