@@ -299,12 +299,14 @@ describe.each(BACKENDS)('pool rotation strategy Restart on gcp, %s backend', (ba
         .map((p) => p.metadata.name)
         .sort(),
     ).toEqual(names);
-    // The same two VMs: stopped and started, never inserted again.
+    // The same two VMs: stopped and started, never inserted again. Each at least once: with a
+    // 10 s maxAge the first one may come round again while the other is still restarting (a
+    // loaded machine), which is rotation working, not a fault.
     expect(inserts()).toBe(2);
     const posts = (a: string) =>
       fake.requests.filter((r) => r.method === 'POST' && r.path.endsWith(`/${a}`)).length;
-    expect(posts('stop')).toBe(2);
-    expect(posts('start')).toBe(2);
+    expect(posts('stop')).toBeGreaterThanOrEqual(2);
+    expect(posts('start')).toBeGreaterThanOrEqual(2);
     for (const p of members()) {
       const inst = fake.instances.get(`${PROJECT}/${ZONE}/${p.status?.instanceName}`);
       expect(inst && natIPOf(inst)).toBe(p.status?.address);
