@@ -13,7 +13,6 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { type BindAddress, closeServer, formatAddress, listenOn } from '../metrics/bind.ts';
 import type { EgressGuard } from '../provider/local/egress.ts';
-import { endRaw } from '../provider/local/forward-proxy.ts';
 import type { Clock, TimerHandle } from '../runtime/clock.ts';
 import { gatewayAuthChecker, isLoopbackClient, PROXY_AUTHENTICATE } from './auth.ts';
 import {
@@ -24,7 +23,7 @@ import {
 } from './context.ts';
 import { handleForward, plain } from './forward.ts';
 import { gatewayMetrics } from './metrics.ts';
-import { handleConnect } from './tunnel.ts';
+import { endRaw, handleConnect } from './tunnel.ts';
 import type { Acquired, UpstreamChooser } from './upstreams.ts';
 
 /** Open connections' leases are renewed this often (they last CONNECTION_LEASE_TTL_SECONDS). */

@@ -6,14 +6,37 @@
  */
 
 import type net from 'node:net';
+import type { Duplex } from 'node:stream';
 import { type Span, SpanStatusCode } from '@opentelemetry/api';
 import { EGRESS_POLICY_HEADER, EGRESS_REFUSAL } from '../provider/local/egress.ts';
-import { endRaw, parseAuthority } from '../provider/local/forward-proxy.ts';
+import { parseAuthority } from '../provider/local/forward-proxy.ts';
 import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
 import { dialTunnel, type UpstreamReader } from './dial.ts';
 import type { GatewayResult } from './metrics.ts';
 import type { Acquired } from './upstreams.ts';
 import type { RoutingOptions } from './username.ts';
+
+/** A complete answer on a socket the HTTP parser has let go of, then close it. */
+export function endRaw(
+  socket: Duplex,
+  status: number,
+  reason: string,
+  extra: string[] = [],
+  body = '',
+): void {
+  if (socket.destroyed || socket.writableEnded) return;
+  const lines = [
+    `HTTP/1.1 ${status} ${reason}`,
+    ...extra,
+    ...(body === '' ? [] : ['Content-Type: text/plain; charset=utf-8']),
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    'Connection: close',
+    '',
+    body,
+  ];
+  socket.once('finish', () => socket.destroy());
+  socket.end(lines.join('\r\n'));
+}
 
 /** Handles one authenticated CONNECT `authority` from `client`. */
 export async function handleConnect(

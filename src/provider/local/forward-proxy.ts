@@ -416,13 +416,7 @@ function plain(
 }
 
 /** A complete response on a socket the HTTP parser has let go of (CONNECT), then close it. */
-export function endRaw(
-  socket: Duplex,
-  status: number,
-  reason: string,
-  extra: string[] = [],
-  body = '',
-): void {
+function endRaw(socket: Duplex, status: number, reason: string, extra: string[] = [], body = ''): void {
   if (socket.destroyed || socket.writableEnded) return;
   const lines = [
     `HTTP/1.1 ${status} ${reason}`,
