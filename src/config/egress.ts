@@ -197,29 +197,6 @@ export function resolveEgressPolicy(cfg: EgressPolicyConfig = {}): EgressPolicy 
   return { deniedCIDRs: denied.flatMap(rangeToCidrs), connectPorts, httpPorts };
 }
 
-/** Whether `address` lies in `cidr` (IPv4-mapped IPv6 counts as IPv4); false for a non-address. */
-export function cidrContains(cidr: string, address: string): boolean {
-  const ip = canonicalAddress(address);
-  if (!ip) return false;
-  const r = parseCidr(cidr);
-  return r.family === ip.family && ip.value >= r.start && ip.value <= r.end;
-}
-
-/** What each default range is, as a refusal names it. */
-export const DEFAULT_DENY_RANGE_NAMES: Readonly<Record<string, string>> = {
-  '0.0.0.0/8': 'unspecified',
-  '10.0.0.0/8': 'private',
-  '100.64.0.0/10': 'carrier-grade NAT',
-  '127.0.0.0/8': 'loopback',
-  '169.254.0.0/16': 'link-local, cloud metadata',
-  '172.16.0.0/12': 'private',
-  '192.168.0.0/16': 'private',
-  '::/128': 'unspecified',
-  '::1/128': 'loopback',
-  'fc00::/7': 'unique local',
-  'fe80::/10': 'link-local',
-};
-
 /** Answers whether an address falls in a policy's deny list (IPv4-mapped IPv6 counts as IPv4). */
 export function deniedAddressMatcher(policy: EgressPolicy): (address: string) => boolean {
   const ranges = merge(policy.deniedCIDRs.map(parseCidr));

@@ -66,15 +66,10 @@ export async function runGateway(
   const bind = parseBindAddress(setup.bindAddress, '--gateway-bind-address');
   if (bind === null || signal.aborted) return;
   const own = new Set(setup.operatorPorts.ports);
-  const egress = new EgressGuard(
-    resolveEgressPolicy(setup.egressPolicy),
-    {
-      isOwnPort: (p) => own.has(p),
-      ...(setup.operatorPorts.probePort === undefined ? {} : { probePort: setup.operatorPorts.probePort }),
-    },
-    undefined,
-    { field: 'gateway.egressPolicy', ...(setup.egressPolicy ? { config: setup.egressPolicy } : {}) },
-  );
+  const egress = new EgressGuard(resolveEgressPolicy(setup.egressPolicy), {
+    isOwnPort: (p) => own.has(p),
+    ...(setup.operatorPorts.probePort === undefined ? {} : { probePort: setup.operatorPorts.probePort }),
+  });
   const chooser = deps.chooser ?? new LeaseStoreChooser(deps.leases, deps.clock);
   const gateway = new Gateway({
     bind,

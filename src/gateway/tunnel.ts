@@ -8,7 +8,6 @@
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { type Span, SpanStatusCode } from '@opentelemetry/api';
-import { EGRESS_POLICY_HEADER, EGRESS_REFUSAL } from '../provider/local/egress.ts';
 import { parseAuthority } from '../provider/local/forward-proxy.ts';
 import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
 import { dialTunnel, type UpstreamReader } from './dial.ts';
@@ -63,18 +62,9 @@ export async function handleConnect(
     const unresolvable = decision.reason === 'unresolvable';
     done(unresolvable ? 'bad_request' : 'denied');
     span.end();
-    if (unresolvable) return endRaw(client, 502, 'Bad Gateway', [], 'target host does not resolve\n');
-    ctx.log.debug(
-      { target: authority, reason: decision.reason, rule: decision.rule },
-      'egress denied by rule',
-    );
-    return endRaw(
-      client,
-      403,
-      'Forbidden',
-      [`${EGRESS_POLICY_HEADER}: ${decision.rule}`],
-      `${EGRESS_REFUSAL}: ${decision.rule}\n`,
-    );
+    return unresolvable
+      ? endRaw(client, 502, 'Bad Gateway', [], 'target host does not resolve\n')
+      : endRaw(client, 403, 'Forbidden', [], 'destination not allowed by the egress policy\n');
   }
   // The upstream connects to the address that was checked, so a name cannot resolve elsewhere later.
   const checked = decision.address.includes(':')

@@ -56,14 +56,6 @@ export interface ManagerOptions {
   log?: Logger;
   /** Times the grace period and the cache-sync timeout (default: the system clock). */
   clock?: Clock;
-  /**
-   * Signals arriving within this long of the first one count as that one (default 1 s). A
-   * terminal's Ctrl-C reaches every process of the foreground group, and `npm start` forwards its
-   * own copy to the operator: one keypress arrives twice, milliseconds apart.
-   */
-  signalCoalesceMs?: number;
-  /** How a later signal ends the process at once (default `process.exit`; tests observe it). */
-  forceExit?: (code: number) => void;
 }
 
 type Phase = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
@@ -75,8 +67,6 @@ export class Manager {
   private readonly probeLimits: ListenerLimits;
   private readonly gracePeriodMs: number;
   private readonly cacheSyncTimeoutMs: number;
-  private readonly signalCoalesceMs: number;
-  private readonly forceExit: (code: number) => void;
   private readonly log: Logger;
   private readonly clock: Clock;
 
@@ -116,8 +106,6 @@ export class Manager {
     if (problem) throw new Error(`health probe listener: ${problem}`);
     this.gracePeriodMs = opts.gracePeriodMs ?? 30_000;
     this.cacheSyncTimeoutMs = opts.cacheSyncTimeoutMs ?? 120_000;
-    this.signalCoalesceMs = opts.signalCoalesceMs ?? 1000;
-    this.forceExit = opts.forceExit ?? ((code) => process.exit(code));
     this.log = opts.log ?? silentLogger();
     this.clock = opts.clock ?? systemClock;
     this.done = new Promise<void>((resolve, reject) => {
@@ -179,24 +167,15 @@ export class Manager {
     return this.done;
   }
 
-  /**
-   * `start()` with SIGTERM/SIGINT triggering a graceful stop; a second signal later than
-   * `signalCoalesceMs` after the first exits at once.
-   */
+  /** `start()` with SIGTERM/SIGINT triggering a graceful stop (a second signal exits at once). */
   async run(): Promise<void> {
-    let firstAt: number | undefined;
+    let signalled = false;
     const onSignal = (sig: NodeJS.Signals) => {
-      const now = this.clock.now();
-      if (firstAt !== undefined) {
-        if (now - firstAt < this.signalCoalesceMs) {
-          this.log.debug({ signal: sig }, 'signal repeated within the coalescing window: already stopping');
-          return;
-        }
+      if (signalled) {
         this.log.warn({ signal: sig }, 'second signal: exiting immediately');
-        this.forceExit(1);
-        return;
+        process.exit(1);
       }
-      firstAt = now;
+      signalled = true;
       this.log.info({ signal: sig }, 'shutting down gracefully');
       void this.stop();
     };

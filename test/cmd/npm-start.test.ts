@@ -5,10 +5,7 @@
  * `examples/standalone` of a scratch package directory whose `src` and `node_modules` are the
  * repository's. It serves leases, and a SIGTERM or SIGINT sent to the npm process — not to its
  * group, as a supervisor or a terminal's Ctrl-C through `kill` would — stops the operator cleanly:
- * npm exits 0, no process of the group is left, and every port it held is free again. A Ctrl-C
- * in the terminal — SIGINT to the whole group, so the operator gets it from the terminal and
- * once more from npm — is one graceful stop: the lease taken before it is still there after the
- * next `npm start`, and `.state/` holds neither the lock nor a temporary file.
+ * npm exits 0, no process of the group is left, and every port it held is free again.
  */
 import { execFileSync } from 'node:child_process';
 import {
@@ -17,7 +14,6 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
-  readdirSync,
   readFileSync,
   realpathSync,
   rmSync,
@@ -26,7 +22,6 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
-import type { ProxySnapshot } from '../../src/discovery/client.ts';
 import {
   accepts,
   CliProcess,
@@ -85,40 +80,6 @@ function groupAlive(pgid: number): boolean {
   }
 }
 
-/** `npm start` in `dir` on the workspace's ports; resolves once the example's proxies are Ready. */
-async function npmStart(ws: Workspace, dir: string): Promise<{ proc: CliProcess; proxies: ProxySnapshot[] }> {
-  const proc = new CliProcess(
-    [
-      // The example's own addresses, moved to free ports: many tests run at once.
-      '--discovery-bind-address',
-      `127.0.0.1:${ws.discoveryPort}`,
-      '--health-probe-bind-address',
-      `127.0.0.1:${ws.healthPort}`,
-      '--gateway-bind-address',
-      '127.0.0.1:0',
-      '--log-format',
-      'json',
-    ],
-    dir,
-    // --silent: no script banner from npm, only the operator's JSON lines on stdout.
-    {
-      command: [NODE, npmCli(), 'start', '--silent', '--'],
-      env: { npm_config_update_notifier: 'false' },
-    },
-  );
-  const client = clientFor(ws);
-  const proxies = await waitFor(
-    async () => {
-      const list = await client.listProxies().catch(() => []);
-      return list.length === EXAMPLE_PROXIES && list.every((p) => p.phase === 'Ready' && p.healthy) && list;
-    },
-    `the example's ${EXAMPLE_PROXIES} proxies Ready and healthy`,
-    90_000,
-    proc,
-  );
-  return { proc, proxies };
-}
-
 describe('npm start', () => {
   it('runs the script package.json has: exec node on the standalone example', () => {
     const pkg = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as {
@@ -132,8 +93,37 @@ describe('npm start', () => {
     async (sig) => {
       const ws = await createWorkspace({ pool: true });
       const dir = scratchPackage(ws);
-      const { proc, proxies } = await npmStart(ws, dir);
+      const proc = new CliProcess(
+        [
+          // The example's own addresses, moved to free ports: many tests run at once.
+          '--discovery-bind-address',
+          `127.0.0.1:${ws.discoveryPort}`,
+          '--health-probe-bind-address',
+          `127.0.0.1:${ws.healthPort}`,
+          '--gateway-bind-address',
+          '127.0.0.1:0',
+          '--log-format',
+          'json',
+        ],
+        dir,
+        // --silent: no script banner from npm, only the operator's JSON lines on stdout.
+        {
+          command: [NODE, npmCli(), 'start', '--silent', '--'],
+          env: { npm_config_update_notifier: 'false' },
+        },
+      );
       const client = clientFor(ws);
+      const proxies = await waitFor(
+        async () => {
+          const list = await client.listProxies().catch(() => []);
+          return (
+            list.length === EXAMPLE_PROXIES && list.every((p) => p.phase === 'Ready' && p.healthy) && list
+          );
+        },
+        `the example's ${EXAMPLE_PROXIES} proxies Ready and healthy`,
+        90_000,
+        proc,
+      );
       expect(proxies.filter((p) => p.name.startsWith('demo-'))).toHaveLength(2);
       // The state is where the README says: .state/ beside package.json.
       expect(existsSync(join(dir, '.state', 'standalone-state.json'))).toBe(true);
@@ -156,31 +146,4 @@ describe('npm start', () => {
       expect(proc.logs.filter((l) => l.level >= 50)).toEqual([]);
     },
   );
-  it("treats a terminal's Ctrl-C (SIGINT to npm's whole group) as one graceful stop that keeps the leases", async () => {
-    const ws = await createWorkspace({ pool: true });
-    const dir = scratchPackage(ws);
-    const first = await npmStart(ws, dir);
-    const client = clientFor(ws);
-    const grant = await client.lease({ target: 'shop.example', ttlSeconds: 300 });
-
-    // What the terminal does: the signal to every process of the foreground group.
-    process.kill(-first.proc.pid, 'SIGINT');
-    const exit = await waitFor(
-      () => first.proc.hasExited && first.proc.exited,
-      'npm exits after Ctrl-C',
-      40_000,
-    );
-    expect(exit, first.proc.tail()).toEqual({ code: 0, signal: null });
-    await waitFor(() => !groupAlive(first.proc.pid), 'no process left in the group', 10_000);
-    expect(first.proc.logs.map((l) => l.msg)).not.toContain('second signal: exiting immediately');
-    expect(first.proc.logs.filter((l) => l.level >= 50)).toEqual([]);
-    const state = readdirSync(join(dir, '.state'));
-    expect(state.filter((n) => n.endsWith('.lock') || n.includes('.tmp-'))).toEqual([]);
-
-    const second = await npmStart(ws, dir);
-    const renewed = await client.renew(grant.id, 300);
-    expect(renewed.id).toBe(grant.id);
-    second.proc.signal('SIGTERM');
-    await waitFor(() => second.proc.hasExited && second.proc.exited, 'npm exits after SIGTERM', 40_000);
-  });
 });

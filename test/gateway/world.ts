@@ -74,11 +74,9 @@ export async function startWorld(opts: WorldOptions = {}): Promise<World> {
   });
   const chooser = new LeaseStoreChooser(leases, systemClock);
   const registry = new Registry();
-  const policy = { allowCIDRs: ['127.0.0.0/8'], connectPorts: [tls.port, http.port] };
-  const egress = new EgressGuard(resolveEgressPolicy(policy), undefined, undefined, {
-    field: 'gateway.egressPolicy',
-    config: policy,
-  });
+  const egress = new EgressGuard(
+    resolveEgressPolicy({ allowCIDRs: ['127.0.0.0/8'], connectPorts: [tls.port, http.port] }),
+  );
   const gateway = new Gateway({
     bind: { host: '127.0.0.1', port: 0 },
     token: TOKEN,

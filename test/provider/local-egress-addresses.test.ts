@@ -226,7 +226,7 @@ describe('egress guard and a source address family', () => {
       '::1',
     ]);
     // The IPv4 address is still checked (and denied) for an IPv6 proxy.
-    expect(await strict.decide('dual.example', 443, undefined, 6)).toMatchObject({
+    expect(await strict.decide('dual.example', 443, undefined, 6)).toEqual({
       allowed: false,
       reason: 'address',
     });

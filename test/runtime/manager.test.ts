@@ -258,66 +258,6 @@ describe('Manager', () => {
     expect(process.listenerCount('SIGTERM')).toBe(0);
   });
 
-  /** A runnable that stops only when the test lets it: the graceful stop is still under way. */
-  function heldOpen(events: string[]): { runnable: Runnable; letStop: () => void } {
-    let letStop = () => {};
-    const stopped = new Promise<void>((r) => {
-      letStop = r;
-    });
-    return {
-      letStop: () => letStop(),
-      runnable: {
-        name: 'api',
-        needLeaderElection: false,
-        start: async (signal) => {
-          events.push('api.start');
-          await new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true }));
-          await stopped;
-          events.push('api.stopped');
-        },
-      },
-    };
-  }
-
-  it("run() counts a terminal's Ctrl-C and npm's forwarded copy as one graceful stop", async () => {
-    const events: string[] = [];
-    const clock = new FakeClock();
-    const forceExit = vi.fn();
-    const m = new Manager({ gracePeriodMs: 60_000, clock, forceExit });
-    const { runnable, letStop } = heldOpen(events);
-    m.add(runnable);
-    const run = m.run();
-    await m.whenStarted();
-    process.emit('SIGINT', 'SIGINT');
-    clock.advance(20);
-    process.emit('SIGINT', 'SIGINT');
-    clock.advance(900);
-    process.emit('SIGTERM', 'SIGTERM');
-    expect(forceExit).not.toHaveBeenCalled();
-    letStop();
-    await run;
-    expect(events).toEqual(['api.start', 'api.stopped']);
-    expect(forceExit).not.toHaveBeenCalled();
-    expect(process.listenerCount('SIGINT')).toBe(0);
-  });
-
-  it('run() exits at once on a second Ctrl-C a second or more after the first', async () => {
-    const events: string[] = [];
-    const clock = new FakeClock();
-    const forceExit = vi.fn();
-    const m = new Manager({ gracePeriodMs: 60_000, clock, forceExit });
-    const { runnable, letStop } = heldOpen(events);
-    m.add(runnable);
-    const run = m.run();
-    await m.whenStarted();
-    process.emit('SIGINT', 'SIGINT');
-    clock.advance(1000);
-    process.emit('SIGINT', 'SIGINT');
-    expect(forceExit).toHaveBeenCalledWith(1);
-    letStop();
-    await run;
-  });
-
   it('fails when caches do not sync in time', async () => {
     const events: string[] = [];
     const { store } = fakeStore(events);

@@ -10,12 +10,8 @@ import { isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import {
   canonicalAddress,
-  cidrContains,
-  DEFAULT_DENY_CIDRS,
-  DEFAULT_DENY_RANGE_NAMES,
   deniedAddressMatcher,
   type EgressPolicy,
-  type EgressPolicyConfig,
   formatAddress,
   resolveEgressPolicy,
 } from '../../config/egress.ts';
@@ -25,59 +21,8 @@ export type DenialReason = 'port' | 'address' | 'operator-port';
 
 export type EgressDecision =
   | { allowed: true; address: string }
-  | { allowed: false; reason: DenialReason; rule: string }
+  | { allowed: false; reason: DenialReason }
   | { allowed: false; reason: 'unresolvable'; error: unknown };
-
-/** Every refusal's answer starts with this; the rule that refused follows. */
-export const EGRESS_REFUSAL = 'destination not allowed by the egress policy';
-/** Response header naming the rule that refused and the setting that would open it. */
-export const EGRESS_POLICY_HEADER = 'X-Egress-Policy';
-
-/** Where the policy a guard applies is configured, so a refusal can name the field that opens it. */
-export interface PolicySource {
-  /** The providers-config path of the block: `providers[lab].local.egressPolicy`, `gateway.egressPolicy`. */
-  field: string;
-  /** The block as configured: tells a default range from one added with `denyCIDRs`. */
-  config?: EgressPolicyConfig;
-}
-
-/** What refused a request, in the terms of the providers config. */
-export type Refusal =
-  | { reason: 'port'; port: number; http: boolean; allowedPorts: readonly number[] }
-  | { reason: 'address'; host: string; address: string }
-  | { reason: 'operator-port'; port: number };
-
-/** Host names go into a header: printable ASCII only, bounded. */
-function printable(s: string): string {
-  return s.replace(/[^\x21-\x7e]/g, '?').slice(0, 253);
-}
-
-/**
- * The rule that refused and the setting that would open it, one line (fit for a header): a user
- * whose request is refused learns what to change without reading the source. Names only what
- * the request itself carried and the policy's own ranges and ports, never credentials.
- */
-export function explainRefusal(r: Refusal, source: PolicySource): string {
-  switch (r.reason) {
-    case 'port':
-      return r.http
-        ? `port ${r.port} is not one plain http:// requests may use (80 and connectPorts: ${r.allowedPorts.join(', ')}); to allow it, add it to ${source.field}.connectPorts`
-        : `port ${r.port} is not in connectPorts (${r.allowedPorts.join(', ') || 'none'}); to allow it, add it to ${source.field}.connectPorts`;
-    case 'operator-port':
-      return `port ${r.port} on this host is one of the operator's own listeners; no setting opens it`;
-    case 'address': {
-      const what = r.host === r.address ? r.address : `${printable(r.host)} resolves to ${r.address}, which`;
-      const added = (source.config?.denyCIDRs ?? []).find((c) => cidrContains(c, r.address));
-      if (added)
-        return `${what} is in ${added} (denyCIDRs); to allow it, remove it from ${source.field}.denyCIDRs`;
-      const byDefault = DEFAULT_DENY_CIDRS.find((c) => cidrContains(c, r.address));
-      if (byDefault) {
-        return `${what} is in ${byDefault} (${DEFAULT_DENY_RANGE_NAMES[byDefault]}), denied by default; to allow it, add a range covering it to ${source.field}.allowCIDRs`;
-      }
-      return `${what} is not an address the policy can check`;
-    }
-  }
-}
 
 /** The operator's own listeners, which a lease holder must not reach through a proxy. */
 export interface OperatorPorts {
@@ -131,16 +76,9 @@ export class EgressGuard {
   private readonly denied: (address: string) => boolean;
   private readonly operator: OperatorPorts;
   private readonly lookup: Lookup;
-  private readonly source: PolicySource;
 
-  constructor(
-    policy: EgressPolicy = resolveEgressPolicy(),
-    operator?: OperatorPorts,
-    lookup?: Lookup,
-    source: PolicySource = { field: 'egressPolicy' },
-  ) {
+  constructor(policy: EgressPolicy = resolveEgressPolicy(), operator?: OperatorPorts, lookup?: Lookup) {
     this.policy = policy;
-    this.source = source;
     this.denied = deniedAddressMatcher(policy);
     this.operator = operator ?? { isOwnPort: () => false };
     this.lookup = lookup ?? systemLookup;
@@ -164,8 +102,7 @@ export class EgressGuard {
       (http.method === 'GET' || http.method === 'HEAD') &&
       http.path === PROBE_PATH;
     const ports = http ? this.policy.httpPorts : this.policy.connectPorts;
-    if (!probe && !ports.includes(port))
-      return this.refuse({ reason: 'port', port, http: http !== undefined, allowedPorts: ports });
+    if (!probe && !ports.includes(port)) return { allowed: false, reason: 'port' };
     let addresses: string[];
     try {
       addresses = isIP(host) ? [host] : await this.lookup(host);
@@ -182,16 +119,10 @@ export class EgressGuard {
       error: new Error(`${host} has no IPv${family} address`),
     };
     if (probe && local.every(Boolean)) return dialled ? { allowed: true, address: dialled } : noneOfFamily;
-    if (!ports.includes(port))
-      return this.refuse({ reason: 'port', port, http: http !== undefined, allowedPorts: ports });
+    if (!ports.includes(port)) return { allowed: false, reason: 'port' };
     if (local.some(Boolean) && this.operator.isOwnPort(port))
-      return this.refuse({ reason: 'operator-port', port });
-    const denied = addresses.find(this.denied);
-    if (denied !== undefined) return this.refuse({ reason: 'address', host, address: denied });
+      return { allowed: false, reason: 'operator-port' };
+    if (addresses.some(this.denied)) return { allowed: false, reason: 'address' };
     return dialled ? { allowed: true, address: dialled } : noneOfFamily;
-  }
-
-  private refuse(r: Refusal): EgressDecision {
-    return { allowed: false, reason: r.reason, rule: explainRefusal(r, this.source) };
   }
 }

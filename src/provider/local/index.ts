@@ -160,18 +160,10 @@ class LocalProxyProvider implements Provider, Checker {
     this.connectTimeoutMs = opts.connectTimeoutMs;
     const own = new Set(opts.operator?.ports ?? []);
     const { from, to } = range;
-    this.egress = new EgressGuard(
-      resolveEgressPolicy(cfg.egressPolicy),
-      {
-        isOwnPort: (p) => own.has(p) || (p >= from && p <= to),
-        ...(opts.operator?.probePort === undefined ? {} : { probePort: opts.operator.probePort }),
-      },
-      undefined,
-      {
-        field: `providers[${opts.name}].local.egressPolicy`,
-        ...(cfg.egressPolicy ? { config: cfg.egressPolicy } : {}),
-      },
-    );
+    this.egress = new EgressGuard(resolveEgressPolicy(cfg.egressPolicy), {
+      isOwnPort: (p) => own.has(p) || (p >= from && p <= to),
+      ...(opts.operator?.probePort === undefined ? {} : { probePort: opts.operator.probePort }),
+    });
     this.limits = opts.limits;
     this.dial = opts.dial;
     this.leaseCredentials = opts.leaseCredentials;

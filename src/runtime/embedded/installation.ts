@@ -8,7 +8,6 @@ import { randomUUID } from 'node:crypto';
 import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { installationIdProblem } from '../../provider/installation.ts';
-import { settled, tempPathFor } from './temp-files.ts';
 
 /** Where the installation id of the state file `statePath` is kept. */
 export function installationIdPath(statePath: string): string {
@@ -51,7 +50,7 @@ export function loadOrCreateInstallationId(statePath: string): StandaloneInstall
 }
 
 function writeAtomically(path: string, content: string): void {
-  const tmp = tempPathFor(path);
+  const tmp = `${path}.tmp-${process.pid}`;
   try {
     const fd = openSync(tmp, 'w', 0o644);
     try {
@@ -68,8 +67,6 @@ function writeAtomically(path: string, content: string): void {
       // Nothing was written, or it was renamed already.
     }
     throw new Error(`installation id file ${path}: ${(err as Error).message}`, { cause: err });
-  } finally {
-    settled(tmp);
   }
   const dir = openSync(dirname(path), 'r');
   try {

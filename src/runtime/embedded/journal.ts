@@ -11,7 +11,6 @@ import { type FileHandle, open, readFile, rename, unlink } from 'node:fs/promise
 import { dirname } from 'node:path';
 import type { EngineSnapshot } from '../objects/engine.ts';
 import type { StoredObject } from '../objects/types.ts';
-import { settled, tempPathFor } from './temp-files.ts';
 
 const STATE_FORMAT = 'egress-proxies-operator/standalone-state';
 const STATE_VERSION = 1;
@@ -255,21 +254,19 @@ export class Journal {
       objects: state.engine.objects,
       manifests: state.manifests,
     };
-    const tmp = tempPathFor(this.path);
+    const tmp = `${this.path}.tmp-${process.pid}`;
+    const fh = await open(tmp, 'w', 0o600);
     try {
-      const fh = await open(tmp, 'w', 0o600);
-      try {
-        await fh.writeFile(`${JSON.stringify(header)}\n`);
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
+      await fh.writeFile(`${JSON.stringify(header)}\n`);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    try {
       await rename(tmp, this.path);
     } catch (e) {
       await unlink(tmp).catch(() => {});
       throw e;
-    } finally {
-      settled(tmp);
     }
     await fsyncDir(dirname(this.path));
     await this.fh?.close();

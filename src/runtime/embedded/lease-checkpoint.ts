@@ -8,7 +8,6 @@
 import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { CheckpointStorage } from '../../lease/checkpoint.ts';
-import { settled, tempPathFor } from './temp-files.ts';
 
 export function leaseCheckpointPath(statePath: string): string {
   return `${statePath}.leases`;
@@ -33,22 +32,18 @@ export class FileCheckpoint implements CheckpointStorage {
   }
 
   async save(text: string): Promise<void> {
-    const tmp = tempPathFor(this.path);
+    const tmp = `${this.path}.tmp-${process.pid}`;
+    const fh = await open(tmp, 'w', 0o600);
     try {
-      const fh = await open(tmp, 'w', 0o600);
-      try {
-        await fh.writeFile(text, 'utf8');
-        await fh.datasync();
-      } finally {
-        await fh.close();
-      }
-      await rename(tmp, this.path);
+      await fh.writeFile(text, 'utf8');
+      await fh.datasync();
     } catch (err) {
+      await fh.close();
       await unlink(tmp).catch(() => {});
       throw err;
-    } finally {
-      settled(tmp);
     }
+    await fh.close();
+    await rename(tmp, this.path);
     const dir = await open(dirname(this.path), 'r');
     try {
       await dir.sync();

@@ -155,18 +155,13 @@ export function acquireLock(lockPath: string): Lock {
   throw new Error(`could not acquire lock ${lockPath}`);
 }
 
-/** Releases of locks still held, run on every exit: a forced exit leaves no lock behind either. */
-const releaseOnExit = new Set<() => void>();
-let exitHookInstalled = false;
-
 function ownLock(lockPath: string, content: string): Lock {
   let released = false;
-  const lock: Lock = {
+  return {
     path: lockPath,
     release() {
       if (released) return;
       released = true;
-      releaseOnExit.delete(lock.release);
       heldHere.delete(lockPath);
       // Only our own lock: never one a successor took over after we were judged gone.
       if (readOr(lockPath) === content) {
@@ -178,12 +173,4 @@ function ownLock(lockPath: string, content: string): Lock {
       }
     },
   };
-  releaseOnExit.add(lock.release);
-  if (!exitHookInstalled) {
-    exitHookInstalled = true;
-    process.on('exit', () => {
-      for (const release of [...releaseOnExit]) release();
-    });
-  }
-  return lock;
 }

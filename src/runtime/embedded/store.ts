@@ -27,7 +27,6 @@ import { acquireLock, type Lock } from './lock.ts';
 import { ManifestSync } from './manifest-sync.ts';
 import type { ManifestError, ProxyValidator } from './manifests.ts';
 import { Persister } from './persister.ts';
-import { removeStaleTempFiles } from './temp-files.ts';
 
 export interface EmbeddedStoreOptions {
   /** A manifest file or a directory of them; omit to run on the state file alone. */
@@ -68,10 +67,6 @@ export async function createEmbeddedStore(opts: EmbeddedStoreOptions): Promise<E
   mkdirSync(dirname(statePath), { recursive: true, mode: 0o700 });
   const lock = acquireLock(`${statePath}.lock`);
   try {
-    // Under the lock: no other operator writes beside this state file now.
-    const removed = removeStaleTempFiles(statePath);
-    if (removed.length > 0)
-      (opts.log ?? silentLogger()).info({ removed }, 'removed temporary files of stopped processes');
     return await open(opts, statePath, lock);
   } catch (e) {
     lock.release();
