@@ -7,7 +7,8 @@
  *   - a ProxyPool scaled with `kubectl scale`; the skip-cleanup annotation and orphan GC;
  *   - the metrics endpoint's TokenReview + SubjectAccessReview with the documented binding;
  *   - two replicas: leader election on a real Lease, kill -9 of the leader, the standby leads
- *     and restores leases and cooldowns from the ConfigMap checkpoints; both serve the API;
+ *     and restores leases and cooldowns from the ConfigMap checkpoints; both serve the API and
+ *     the gateway;
  *   - RBAC sufficient (no request of the operator was ever refused) and minimal (every granted
  *     verb was used, read from the API server's audit log).
  * The tests run in order and share the installation.
@@ -582,6 +583,14 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
     expect(creds.body.metadata.labels).toMatchObject({ 'crawl.example.com/credentials-for': 'referenced' });
     const b = await runOperator('b');
     expect(await leaderIdentity()).toBe(a.identity());
+    // Both replicas serve the gateway: an HTTPS request through each reaches the origin.
+    const viaGateway = (op: RunningOperator) =>
+      throughProxy(`http://crawler-pool-e2e:${TOKEN}@${op.gateway}`);
+    await until(
+      'the gateway of both replicas carrying a request',
+      async () => ((await viaGateway(a)) === 204 && (await viaGateway(b)) === 204 ? true : undefined),
+      { timeoutMs: 30_000, intervalMs: 500 },
+    );
     // A standby serves the API too (forwarding to the leader): both answer.
     const held = await lease(b, {
       namespace: NS,
@@ -642,8 +651,9 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
       expect(g.proxy.name).not.toBe(blocked.proxy.name);
       await fetch(`${b.discovery}/v1/leases/${g.id}`, { method: 'DELETE', headers: AUTH });
     }
-    // And the tunnel of the held lease still works.
+    // And the tunnel of the held lease still works; the surviving replica's gateway serves on.
     expect(await throughProxy(held.proxy.url)).toBe(204);
+    expect(await viaGateway(b)).toBe(204);
     // Cleanup for the RBAC tally: delete the Proxies through the new leader.
     k('delete', 'px', 'ha-1', 'ha-2', '-n', NS, '--wait=false');
     await until('ha proxies gone', async () => !(await getProxy('ha-1')) && !(await getProxy('ha-2')), {

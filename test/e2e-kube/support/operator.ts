@@ -56,6 +56,8 @@ export interface RunningOperator {
   discovery: string;
   probes: string;
   metrics: string;
+  /** The gateway's address (`127.0.0.1:<port>`). */
+  gateway: string;
   /** The identity it elects with (from its start line). */
   identity(): string | undefined;
   stop(): Promise<void>;
@@ -73,7 +75,12 @@ export interface OperatorOptions {
 }
 
 export async function startOperator(o: OperatorOptions): Promise<RunningOperator> {
-  const [discoveryPort, probePort, metricsPort] = [await freePort(), await freePort(), await freePort()];
+  const [discoveryPort, probePort, metricsPort, gatewayPort] = [
+    await freePort(),
+    await freePort(),
+    await freePort(),
+    await freePort(),
+  ];
   const args = [
     'operator',
     '--providers-config',
@@ -91,6 +98,9 @@ export async function startOperator(o: OperatorOptions): Promise<RunningOperator
     `127.0.0.1:${discoveryPort}`,
     '--health-probe-bind-address',
     `127.0.0.1:${probePort}`,
+    // The gateway Service of config/manager, served by every replica.
+    '--gateway-bind-address',
+    `127.0.0.1:${gatewayPort}`,
     '--log-level',
     'debug',
     '--shutdown-grace-period',
@@ -111,6 +121,7 @@ export async function startOperator(o: OperatorOptions): Promise<RunningOperator
     discovery: `http://127.0.0.1:${discoveryPort}`,
     probes: `http://127.0.0.1:${probePort}`,
     metrics: `https://127.0.0.1:${metricsPort}`,
+    gateway: `127.0.0.1:${gatewayPort}`,
     identity: () =>
       proc.logs.find((l) => l.msg.startsWith('manager started'))?.identity as string | undefined,
     stop: async () => {
@@ -140,7 +151,11 @@ export function writeProvidersConfig(dir: string, originPort: number): string {
   );
   if (opened === shipped)
     throw new Error('config/manager/providers.yaml: no kubernetes provider block found');
-  writeFileSync(file, opened);
+  // The gateway's own egress policy, opened to the same origin.
+  writeFileSync(
+    file,
+    `${opened}\ngateway:\n  egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${originPort}]}\n`,
+  );
   return file;
 }
 
