@@ -207,8 +207,10 @@ async function runOperator(name: string): Promise<RunningOperator> {
       '10s',
       '--gc-min-age',
       '1s',
+      // Every replica's gateway holds share leases on every upstream, so a replaced or removed
+      // instance drains until this timeout: short, so the waits below stay far from their bounds.
       '--drain-timeout',
-      '1m',
+      '15s',
     ],
   });
   operators.push(op);
