@@ -64,6 +64,21 @@ export const MANAGED_BY_VALUE = 'egress-proxies-operator';
 
 /** Condition types. */
 export const CONDITION_PROVISIONED = 'Provisioned';
+/** Reasons of the Provisioned condition, as the reconciler writes them and readers test them. */
+export const PROVISIONED_REASONS = {
+  running: 'InstanceRunning',
+  provisioning: 'Provisioning',
+  lost: 'InstanceLost',
+  external: 'ExternalEndpoint',
+  providerNotConfigured: 'ProviderNotConfigured',
+  cloudInit: 'CloudInitError',
+  credentials: 'CredentialsError',
+  quota: 'QuotaExceeded',
+  permanent: 'ProvisioningFailed',
+  transient: 'ProviderError',
+  invalid: 'InvalidSpec',
+  restarting: 'Restarting',
+} as const;
 export const CONDITION_HEALTHY = 'Healthy';
 export const CONDITION_READY = 'Ready';
 

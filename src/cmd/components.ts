@@ -5,7 +5,6 @@
  */
 import type { Tracer } from '@opentelemetry/api';
 import type { Registry } from 'prom-client';
-import type { CredentialsResolver } from '../api/credentials.ts';
 import { createProxyReconciler } from '../controller/reconciler.ts';
 import { type DashboardAssets, loadDashboardAssets } from '../dashboard/assets.ts';
 import { Dashboard } from '../dashboard/dashboard.ts';
@@ -24,6 +23,7 @@ import { LOCAL_ID_PREFIX } from '../provider/local/index.ts';
 import type { ProviderRegistry } from '../provider/registry.ts';
 import { ProviderHealthMonitor } from '../providerhealth/monitor.ts';
 import type { Clock } from '../runtime/clock.ts';
+import type { CredentialsResolver } from '../runtime/credentials.ts';
 import { WorkQueue } from '../runtime/workqueue.ts';
 import type { CommonFlags } from './flags.ts';
 import type { ModeParts } from './modes.ts';

@@ -7,7 +7,6 @@
  */
 
 import type { Registry } from 'prom-client';
-import { createCredentialsResolver } from '../api/credentials.ts';
 import { loadProvidersConfig } from '../config/load.ts';
 import type { ProvidersConfig } from '../config/schema.ts';
 import { discoveryTokenFromEnv } from '../discovery/auth.ts';
@@ -19,10 +18,11 @@ import type { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import { createLogger, type Logger } from '../log/index.ts';
 import { createMetricsRegistry } from '../metrics/index.ts';
-import { DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS, readTlsFiles, type TlsFiles } from '../metrics/listener.ts';
+import { DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS, readTlsFiles } from '../metrics/listener.ts';
 import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
 import { validateSchedule } from '../providerhealth/monitor.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
+import { createCredentialsResolver } from '../runtime/credentials.ts';
 import { Manager } from '../runtime/manager.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 import { setupTracing, type Tracing, type TracingOptions } from '../tracing/index.ts';
@@ -38,7 +38,7 @@ import {
   resolveStandalonePaths,
   standaloneParts,
 } from './modes.ts';
-import { addRunnables } from './runnables.ts';
+import { addRunnables, type ListenerInputs } from './runnables.ts';
 import { StartupError, Teardown } from './startup.ts';
 
 export interface App {
@@ -118,13 +118,6 @@ export async function buildApp(parsed: ServerCommand, opts: BuildOptions = {}): 
 }
 
 /** What the discovery listener needs from outside the flags, checked before anything starts. */
-export interface ListenerInputs {
-  token: string | undefined;
-  discoveryTls: TlsFiles | undefined;
-  /** GATEWAY_TOKEN, else DISCOVERY_TOKEN (docs/gateway.md). */
-  gatewayToken: string | undefined;
-}
-
 function listenerInputs(flags: CommonFlags, env: NodeJS.ProcessEnv): ListenerInputs {
   try {
     const tls = flags.discoveryTls;

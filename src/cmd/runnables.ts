@@ -7,11 +7,19 @@ import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.
 import { type ClusterGateway, registerGatewaySync } from '../gateway/cluster.ts';
 import { type GatewaySessions, type GatewaySetup, runGateway } from '../gateway/service.ts';
 import { startLeaseFeed } from '../lease/feed.ts';
+import type { TlsFiles } from '../metrics/listener.ts';
 import { startMetricsServer } from '../metrics/server.ts';
 import type { Manager, Runnable } from '../runtime/manager.ts';
 import type { ProcessResult, WorkQueue } from '../runtime/workqueue.ts';
 import type { Components } from './components.ts';
-import type { ListenerInputs } from './compose.ts';
+
+/** What the listeners take from the environment and flags, read once before anything starts. */
+export interface ListenerInputs {
+  token: string | undefined;
+  discoveryTls: TlsFiles | undefined;
+  /** GATEWAY_TOKEN, else DISCOVERY_TOKEN (docs/gateway.md). */
+  gatewayToken: string | undefined;
+}
 
 /** Reconcile workers: enough to overlap slow provider calls, few enough to stay under quotas. */
 const RECONCILE_WORKERS = 8;

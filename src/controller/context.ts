@@ -3,10 +3,11 @@
  * logger, store, credentials resolver and tuning. Steps are module-level functions over it, so
  * each reads on its own and the state machine (controller/reconciler) stays a table.
  */
-import type { CredentialsResolver } from '../api/credentials.ts';
+
 import type { ObjectKey } from '../api/meta.ts';
 import type { Logger } from '../log/index.ts';
 import type { CallContext, Provider } from '../provider/contract.ts';
+import type { CredentialsResolver } from '../runtime/credentials.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 import type { SurgeLimiter } from './surge.ts';
 

@@ -2,13 +2,13 @@
  * controller/external — an External Proxy: nothing to provision, Ready at `spec.endpoint`,
  * and no finalizer of ours to hold its deletion (an old one is released).
  */
-import { FINALIZER } from '../api/constants.ts';
+import { FINALIZER, PROVISIONED_REASONS } from '../api/constants.ts';
 import type { ProxyObject } from '../api/proxy.ts';
 import { proxyUrl } from '../api/url.ts';
 import type { ReconcileContext, ReconcileResult } from './context.ts';
 import { releaseFinalizer } from './deletion.ts';
 import { labelReferencedSecret } from './inputs.ts';
-import { notProvisioned, REASONS } from './status.ts';
+import { notProvisioned } from './status.ts';
 import { writeStatus } from './writer.ts';
 
 export async function reconcileExternal(ctx: ReconcileContext, p: ProxyObject): Promise<ReconcileResult> {
@@ -25,7 +25,7 @@ export async function reconcileExternal(ctx: ReconcileContext, p: ProxyObject): 
   if (!ep) {
     // The schema forbids this; a hand-edited standalone file may not have been validated.
     const msg = 'spec.endpoint is required for External proxies';
-    await writeStatus(ctx, p, notProvisioned(REASONS.invalid, msg, 'Failed'));
+    await writeStatus(ctx, p, notProvisioned(PROVISIONED_REASONS.invalid, msg, 'Failed'));
     return {};
   }
   await writeStatus(ctx, p, {
@@ -38,7 +38,7 @@ export async function reconcileExternal(ctx: ReconcileContext, p: ProxyObject): 
     message: null,
     provisioned: {
       status: 'True',
-      reason: REASONS.external,
+      reason: PROVISIONED_REASONS.external,
       message: 'external endpoint, nothing provisioned',
     },
   });

@@ -4,11 +4,12 @@
  * "Replacements"); a generation is created when new credentials are first served and deleted
  * once no instance serves it.
  */
+
+import type { Credentials } from '../api/credentials.ts';
 import { credentialsFromSecret } from '../api/credentials.ts';
 import type { Secret } from '../api/meta.ts';
 import type { ProxyObject } from '../api/proxy.ts';
 import { generationsInUse, ownsServedSecret, servedCredentialsKey } from '../api/served-credentials.ts';
-import type { Credentials } from '../provider/contract.ts';
 import { isAlreadyExists, isNotFound } from '../runtime/store.ts';
 import type { ReconcileContext } from './context.ts';
 import { ownedCredentialsSecret } from './inputs.ts';

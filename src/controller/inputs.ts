@@ -13,18 +13,19 @@ import {
   DEFAULT_PROXY_PORT,
   LABEL_CLOUD_INIT_SECRET,
   LABEL_CREDENTIALS_FOR,
+  PROVISIONED_REASONS,
   PROXY_KIND,
 } from '../api/constants.ts';
+import type { Credentials } from '../api/credentials.ts';
 import { credentialsFromSecret, credentialsSecretKey } from '../api/credentials.ts';
 import type { ObjectKey, Secret } from '../api/meta.ts';
 import { type ProxyObject, proxyType } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
-import type { CreateRequest, Credentials } from '../provider/contract.ts';
+import type { CreateRequest } from '../provider/contract.ts';
 import { instanceName } from '../provider/naming.ts';
 import { legacySpecHash, type SpecHashInput, specHash } from '../provider/spechash.ts';
 import { isAlreadyExists, isNotFound } from '../runtime/store.ts';
 import { type ReconcileContext, ReconcileError } from './context.ts';
-import { REASONS } from './status.ts';
 
 export type Resolved<T> = { ok: T } | { error: string };
 
@@ -209,9 +210,9 @@ export async function resolveDesired(
   uid: string,
 ): Promise<Desired | InputError> {
   const cloudInit = resolveCloudInit(ctx, p);
-  if ('error' in cloudInit) return { reason: REASONS.cloudInit, message: cloudInit.error };
+  if ('error' in cloudInit) return { reason: PROVISIONED_REASONS.cloudInit, message: cloudInit.error };
   const creds = await ensureCredentials(ctx, p);
-  if ('error' in creds) return { reason: REASONS.credentials, message: creds.error };
+  if ('error' in creds) return { reason: PROVISIONED_REASONS.credentials, message: creds.error };
 
   const port = p.spec.port ?? DEFAULT_PROXY_PORT;
   const placement = p.spec.placement;

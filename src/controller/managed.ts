@@ -5,7 +5,7 @@
  * retiring IDs. Provider failures become
  * the Provisioned condition and the queue's retry policy; anything else goes to the queue.
  */
-import { ANNOTATION_SPEC_HASH, FINALIZER } from '../api/constants.ts';
+import { ANNOTATION_SPEC_HASH, FINALIZER, PROVISIONED_REASONS } from '../api/constants.ts';
 import { keyOf } from '../api/meta.ts';
 import type { ProxyObject } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
@@ -23,7 +23,7 @@ import { lookupProvider } from './providers.ts';
 import { provisionOrReplace } from './provision.ts';
 import { restartIfRequested } from './restart.ts';
 import { rotateCredentials, untilNextRotation } from './rotation.ts';
-import { notProvisioned, provisionedCondition, REASONS } from './status.ts';
+import { notProvisioned, provisionedCondition } from './status.ts';
 import { writeStatus } from './writer.ts';
 
 export async function reconcileManaged(ctx: ReconcileContext, p0: ProxyObject): Promise<ReconcileResult> {
@@ -31,7 +31,7 @@ export async function reconcileManaged(ctx: ReconcileContext, p0: ProxyObject): 
   const provider = lookupProvider(ctx, p);
   if (!provider) {
     const msg = `provider "${p.spec.provider ?? ''}" is not configured`;
-    await writeStatus(ctx, p, notProvisioned(REASONS.providerNotConfigured, msg, 'Failed'));
+    await writeStatus(ctx, p, notProvisioned(PROVISIONED_REASONS.providerNotConfigured, msg, 'Failed'));
     return {};
   }
   const uid = p.metadata.uid;
@@ -89,7 +89,7 @@ function heldOnPermanentError(p: ProxyObject, desired: Desired): boolean {
     serves(p) &&
     p.status?.instanceName !== desired.request.name &&
     cond?.status === 'False' &&
-    cond.reason === REASONS.permanent &&
+    cond.reason === PROVISIONED_REASONS.permanent &&
     cond.observedGeneration === p.metadata.generation &&
     p.metadata.annotations?.[ANNOTATION_SPEC_HASH] === desired.hash
   );
@@ -100,7 +100,7 @@ function failedForGood(p: ProxyObject, hash: string): boolean {
   const cond = provisionedCondition(p.status);
   return (
     p.status?.phase === 'Failed' &&
-    cond?.reason === REASONS.permanent &&
+    cond?.reason === PROVISIONED_REASONS.permanent &&
     cond.observedGeneration === p.metadata.generation &&
     p.metadata.annotations?.[ANNOTATION_SPEC_HASH] === hash
   );
@@ -188,7 +188,7 @@ async function onProviderError(
   // A phase in progress stays; a proxy with none yet, or a Failed one now retrying, is Pending.
   const retryPhase = p.status?.phase && p.status.phase !== 'Failed' ? undefined : 'Pending';
   if (cls === 'QuotaExceeded') {
-    await writeStatus(ctx, p, notProvisioned(REASONS.quota, msg, retryPhase));
+    await writeStatus(ctx, p, notProvisioned(PROVISIONED_REASONS.quota, msg, retryPhase));
     throw new RetryAfterError(msg, ctx.options.quotaBackoffMs, { cause: err });
   }
   if (cls === 'Permanent') {
@@ -196,23 +196,23 @@ async function onProviderError(
       // A failed spec edit: the old instance keeps serving (Ready), the condition names the error.
       const pending = p.status?.pending;
       ctx.log.warn(
-        { reason: REASONS.permanent, message: msg, providerID: p.status?.providerID },
+        { reason: PROVISIONED_REASONS.permanent, message: msg, providerID: p.status?.providerID },
         'spec change failed for good; the serving instance stays',
       );
       await writeStatus(ctx, p, {
-        ...notProvisioned(REASONS.permanent, msg, 'Ready'),
+        ...notProvisioned(PROVISIONED_REASONS.permanent, msg, 'Ready'),
         ...(pending ? { pending: null, retiring: [...(p.status?.retiring ?? []), pending.providerID] } : {}),
       });
       ctx.surge.release(provider.name, keyOf(p));
       // A recorded replacement goes to `retiring`; the next pass deletes it.
       return pending ? { requeueAfter: ctx.options.deletionPollMs } : {};
     }
-    await writeStatus(ctx, p, notProvisioned(REASONS.permanent, msg, 'Failed'));
+    await writeStatus(ctx, p, notProvisioned(PROVISIONED_REASONS.permanent, msg, 'Failed'));
     ctx.surge.release(provider.name, keyOf(p));
     return {};
   }
   if (!serves(p)) {
-    await writeStatus(ctx, p, notProvisioned(REASONS.transient, msg, retryPhase));
+    await writeStatus(ctx, p, notProvisioned(PROVISIONED_REASONS.transient, msg, retryPhase));
   }
   throw new ReconcileError(msg, { cause: err });
 }

@@ -13,13 +13,13 @@
  */
 import { type Span, SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
 import { type Counter, type Histogram, Registry } from 'prom-client';
-import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
 import { type ProxyObject, proxyType } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { counter, histogram } from '../metrics/register.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
+import { type CredentialsResolver, createCredentialsResolver } from '../runtime/credentials.ts';
 import { deepEqual } from '../runtime/patch.ts';
 import { isNotFound, type ObjectStore, type Unsubscribe, type WatchEvent } from '../runtime/store.ts';
 import {
@@ -40,7 +40,7 @@ export {
   type ReconcileResult,
   type ReconcilerOptions,
 } from './context.ts';
-export { REASONS } from './status.ts';
+
 export { DEFAULT_SURGE_LIMIT, parseSurgeLimit, type SurgeLimit } from './surge.ts';
 
 export interface ProxyReconcilerDeps {

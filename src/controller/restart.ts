@@ -17,7 +17,7 @@
  * The restart's `since` is written before the provider is first asked, so a crash resumes the
  * same restart instead of starting another.
  */
-import { ANNOTATION_RESTART_REQUESTED } from '../api/constants.ts';
+import { ANNOTATION_RESTART_REQUESTED, PROVISIONED_REASONS } from '../api/constants.ts';
 import { keyOf } from '../api/meta.ts';
 import type { ProxyObject, RestartStatus } from '../api/proxy.ts';
 import { errorMessage } from '../log/errors.ts';
@@ -25,7 +25,7 @@ import { canRestart, type Provider } from '../provider/contract.ts';
 import { classify, ProviderError } from '../provider/errors.ts';
 import { provisionPoll, type ReconcileContext, type ReconcileResult, readyRequeue } from './context.ts';
 import { instanceVerdict, type Wanted } from './provision.ts';
-import { REASONS, readyIntent } from './status.ts';
+import { readyIntent } from './status.ts';
 import { writeStatus } from './writer.ts';
 
 export interface RestartStep {
@@ -122,7 +122,11 @@ async function drainThenRestart(
     url: null,
     restart: restarting,
     message: `restarting ${name} for a new IP`,
-    provisioned: { status: 'False', reason: REASONS.restarting, message: `restarting ${name} for a new IP` },
+    provisioned: {
+      status: 'False',
+      reason: PROVISIONED_REASONS.restarting,
+      message: `restarting ${name} for a new IP`,
+    },
   });
   return restartNow(ctx, provider, proxy, want, restarting, providerID);
 }

@@ -6,7 +6,7 @@
  * write and the other writer's fields are never part of our patch.
  */
 import { setCondition } from '../api/conditions.ts';
-import { CONDITION_PROVISIONED, DEFAULT_PROXY_PORT } from '../api/constants.ts';
+import { CONDITION_PROVISIONED, DEFAULT_PROXY_PORT, PROVISIONED_REASONS } from '../api/constants.ts';
 import type { Condition } from '../api/meta.ts';
 import type {
   DrainingInstance,
@@ -19,22 +19,6 @@ import type {
 import { proxyUrl } from '../api/url.ts';
 import type { Instance } from '../provider/contract.ts';
 import { deepEqual, isPlainObject } from '../runtime/patch.ts';
-
-/** Provisioned condition reasons written by the reconciler. */
-export const REASONS = {
-  running: 'InstanceRunning',
-  provisioning: 'Provisioning',
-  lost: 'InstanceLost',
-  external: 'ExternalEndpoint',
-  providerNotConfigured: 'ProviderNotConfigured',
-  cloudInit: 'CloudInitError',
-  credentials: 'CredentialsError',
-  quota: 'QuotaExceeded',
-  permanent: 'ProvisioningFailed',
-  transient: 'ProviderError',
-  invalid: 'InvalidSpec',
-  restarting: 'Restarting',
-} as const;
 
 export interface ConditionIntent {
   status: Condition['status'];
@@ -91,7 +75,11 @@ export function readyIntent(p: ProxyObject, inst: Instance, name: string, genera
     // Only a provider that assigns the source address says so; the egress-IP check owns the rest.
     ...(inst.egressIP ? { egressIP: inst.egressIP } : {}),
     message: null,
-    provisioned: { status: 'True', reason: REASONS.running, message: `instance ${name} is running` },
+    provisioned: {
+      status: 'True',
+      reason: PROVISIONED_REASONS.running,
+      message: `instance ${name} is running`,
+    },
   };
 }
 
@@ -108,7 +96,7 @@ export function provisioningIntent(inst: Instance, name: string, generation?: nu
     message: null,
     provisioned: {
       status: 'False',
-      reason: REASONS.provisioning,
+      reason: PROVISIONED_REASONS.provisioning,
       message: `waiting for instance ${name} (${inst.state})`,
     },
   };
@@ -121,7 +109,7 @@ export function lostIntent(message: string): StatusIntent {
     address: null,
     port: null,
     url: null,
-    provisioned: { status: 'False', reason: REASONS.lost, message },
+    provisioned: { status: 'False', reason: PROVISIONED_REASONS.lost, message },
   };
 }
 

@@ -1,18 +1,18 @@
 /**
  * health/credentials — the credentials each probed proxy is probed with, from the process's
- * one credentials resolver (api/credentials). A read of a Secret outside the cache is reused
+ * one credentials resolver (runtime/credentials). A read of a Secret outside the cache is reused
  * for at most a lifetime; the resolver forgets it when the Secret changes, and this module
  * makes it forget after a 407. An instance whose credentials generation is known is probed with
  * that generation's credentials (api/served-credentials), so a rotation in progress probes each
  * instance with what it really serves. Never log what it returns.
  */
 
-import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
+import type { Credentials } from '../api/credentials.ts';
 import type { ProxyObject } from '../api/proxy.ts';
 import { servedCredentials } from '../api/served-credentials.ts';
 import type { Logger } from '../log/index.ts';
-import type { Credentials } from '../provider/contract.ts';
 import type { Clock } from '../runtime/clock.ts';
+import { type CredentialsResolver, createCredentialsResolver } from '../runtime/credentials.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 
 /** Credentials are re-read at least this often (and at once after a 407). */

@@ -6,14 +6,14 @@
  * Messages and logs name proxies, hosts and ports only: never credentials.
  */
 import { type Counter, Registry } from 'prom-client';
-import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
+import type { Credentials } from '../api/credentials.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
 import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
 import { redactUrl } from '../api/url.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { collectedGauge, counter } from '../metrics/register.ts';
-import type { Credentials } from '../provider/contract.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
+import { type CredentialsResolver, createCredentialsResolver } from '../runtime/credentials.ts';
 import { retryOnConflict } from '../runtime/retry.ts';
 import { isConflict, isNotFound, type ObjectStore } from '../runtime/store.ts';
 import { countDuplicates, parseEgressAnswer } from './egress-answer.ts';

@@ -11,11 +11,11 @@
 import { type Span, SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
 import { Registry } from 'prom-client';
 import { CONDITION_HEALTHY, DEFAULT_PROXY_PORT } from '../api/constants.ts';
-import type { CredentialsResolver } from '../api/credentials.ts';
 import { keyOf } from '../api/meta.ts';
 import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
+import type { CredentialsResolver } from '../runtime/credentials.ts';
 import type { ObjectStore, Unsubscribe, WatchEvent } from '../runtime/store.ts';
 import { ControlProbes, REASON_TARGET_DOWN } from './control.ts';
 import { ProbeCredentialsSource } from './credentials.ts';
@@ -37,15 +37,15 @@ import {
   probeDirect as realProbeDirect,
   TlsSessionCache,
 } from './probe.ts';
+import { type HealthVerdict, type ProbedInstance, recordResult, verdictOf } from './probed-instance.ts';
+import { ProbedInstanceTable, replacementKey, sameInstance } from './probed-instances.ts';
 import { SlotScheduler } from './scheduler.ts';
 import { HealthStatusWriter } from './status-writer.ts';
-import { type HealthVerdict, recordResult, type Target, verdictOf } from './target.ts';
-import { replacementKey, sameInstance, TargetTable } from './targets.ts';
 
 export { REASON_TARGET_DOWN } from './control.ts';
 export { REASON_NOT_SERVING, REASON_PROBE_SUCCEEDED } from './policy.ts';
+export type { HealthVerdict } from './probed-instance.ts';
 export { LATENCY_WRITE_MIN_INTERVAL_MS } from './status-writer.ts';
-export type { HealthVerdict } from './target.ts';
 
 export interface HealthEngineOptions {
   store: ObjectStore;
@@ -98,7 +98,7 @@ export class HealthEngine {
   private readonly credentials: ProbeCredentialsSource;
   private readonly writer: HealthStatusWriter;
 
-  private readonly targets: TargetTable;
+  private readonly targets: ProbedInstanceTable;
   /** Proxies whose serving instance changed or went away: the next one starts gated from Unknown. */
   private readonly renewed = new Set<string>();
   private unsubscribe: Unsubscribe[] = [];
@@ -140,7 +140,7 @@ export class HealthEngine {
       log: this.log,
       ...(opts.credentials ? { resolver: opts.credentials } : {}),
     });
-    this.targets = new TargetTable({
+    this.targets = new ProbedInstanceTable({
       clock: this.clock,
       scheduler: this.scheduler,
       controls: this.controls,
@@ -305,7 +305,7 @@ export class HealthEngine {
   }
 
   /** The switch: the replacement's verdict (it passed) becomes the serving target's. */
-  private promote(proxy: ProxyObject, rep: Target, endpoint: { host: string; port: number }): void {
+  private promote(proxy: ProxyObject, rep: ProbedInstance, endpoint: { host: string; port: number }): void {
     const key = rep.proxyKey;
     this.targets.remove(rep.key, rep.uid);
     const check = resolveCheck(this.defaults, proxy);
@@ -339,7 +339,7 @@ export class HealthEngine {
   }
 
   /** Tells the lease store the instance it knew is no longer vouched for. */
-  private forgetVerdict(t: Target): void {
+  private forgetVerdict(t: ProbedInstance): void {
     if (t.role !== 'serving' || t.verdict.healthy !== true) return;
     this.notifyVerdict({ key: t.proxyKey, uid: t.uid, healthy: false, reason: 'InstanceChanged' });
   }
@@ -362,7 +362,7 @@ export class HealthEngine {
     if (this.running) this.handleResult(t, result);
   }
 
-  private startSpan(t: Target): Span | undefined {
+  private startSpan(t: ProbedInstance): Span | undefined {
     return this.tracer?.startSpan('health.probe', {
       attributes: { 'proxy.namespace': t.namespace, 'proxy.name': t.name, 'health.url': t.check.shownUrl },
     });
@@ -370,7 +370,7 @@ export class HealthEngine {
 
   // ---- results and verdicts ----
 
-  private handleResult(t: Target, r: ProbeResult): void {
+  private handleResult(t: ProbedInstance, r: ProbeResult): void {
     if (this.targets.get(t.key) !== t) return; // deleted or recreated while probing
     t.histogram.observe(r.latencyMs / 1000);
     if (!r.ok) {
@@ -411,12 +411,12 @@ export class HealthEngine {
     this.writer.maybeWrite(t, this.abort.signal);
   }
 
-  private countFailure(t: Target, reason: string): void {
+  private countFailure(t: ProbedInstance, reason: string): void {
     t.failureReasons.add(reason);
     this.metrics.failures.inc({ namespace: t.namespace, proxy: t.name, reason });
   }
 
-  private notify(t: Target): void {
+  private notify(t: ProbedInstance): void {
     if (t.role === 'serving') this.notifyVerdict(verdictOf(t));
   }
 

@@ -14,45 +14,23 @@ import type { Clock } from '../runtime/clock.ts';
 import { retryOnConflict } from '../runtime/retry.ts';
 import { isNotFound, type ObjectStore } from '../runtime/store.ts';
 import { latencyMovedALot, REASON_NOT_SERVING, REASON_PROBE_SUCCEEDED } from './policy.ts';
-import type { Target } from './target.ts';
+import type { ProbedInstance } from './probed-instance.ts';
 
 /** Status writes of latency alone: at most this often per proxy. */
 export const LATENCY_WRITE_MIN_INTERVAL_MS = 60_000;
-
-/** What has been persisted of one target. */
-export interface StatusRecord {
-  /** Verdict transitions so far, and the one last persisted. */
-  version: number;
-  writtenVersion: number;
-  /** status.health.latencyMillis as last written (or found at start), and when. */
-  latencyWritten: number | undefined;
-  latencyWrittenAt: number;
-  /** A latency change is waiting to be written. */
-  latencyDirty: boolean;
-}
-
-export function newStatusRecord(storedLatency: number | undefined): StatusRecord {
-  return {
-    version: 0,
-    writtenVersion: 0,
-    latencyWritten: storedLatency,
-    latencyWrittenAt: Number.NEGATIVE_INFINITY,
-    latencyDirty: false,
-  };
-}
 
 export interface HealthStatusWriterOptions {
   store: ObjectStore;
   clock: Clock;
   log: Logger;
   /** False once the target was removed or replaced: its write is dropped. */
-  isCurrent(t: Target): boolean;
+  isCurrent(t: ProbedInstance): boolean;
 }
 
 export class HealthStatusWriter {
   private readonly opts: HealthStatusWriterOptions;
   /** At most one write per target at a time; a newer verdict is written by the next probe. */
-  private readonly writing = new Map<Target, Promise<void>>();
+  private readonly writing = new Map<ProbedInstance, Promise<void>>();
   private count = 0;
 
   constructor(opts: HealthStatusWriterOptions) {
@@ -69,12 +47,12 @@ export class HealthStatusWriter {
   }
 
   /** The verdict of `t` changed: status must follow. */
-  verdictChanged(t: Target): void {
+  verdictChanged(t: ProbedInstance): void {
     t.status.version++;
   }
 
   /** A healthy probe measured `latencyMs`: worth a write when it moved a lot, once a minute. */
-  latencyObserved(t: Target, latencyMs: number, now: number): void {
+  latencyObserved(t: ProbedInstance, latencyMs: number, now: number): void {
     const s = t.status;
     if (
       latencyMovedALot(s.latencyWritten, latencyMs) &&
@@ -85,7 +63,7 @@ export class HealthStatusWriter {
   }
 
   /** Starts a write when one is due and none is running for `t`; failures wait for the next probe. */
-  maybeWrite(t: Target, signal: AbortSignal): void {
+  maybeWrite(t: ProbedInstance, signal: AbortSignal): void {
     if (this.writing.has(t) || t.verdict.healthy === undefined) return;
     if (t.status.version === t.status.writtenVersion && !t.status.latencyDirty) return;
     const p = this.write(t, signal)
@@ -148,7 +126,7 @@ export class HealthStatusWriter {
 
   /** Writes status.replacementHealth, unless the pending instance changed or it says the same already. */
   private async writeReplacement(
-    t: Target,
+    t: ProbedInstance,
     obj: ProxyObject,
     healthy: boolean,
     version: number,
@@ -175,7 +153,7 @@ export class HealthStatusWriter {
     t.status.writtenVersion = version;
   }
 
-  private async write(t: Target, signal: AbortSignal): Promise<void> {
+  private async write(t: ProbedInstance, signal: AbortSignal): Promise<void> {
     const { store, clock } = this.opts;
     // What is written is the state when the write starts, whatever a retry re-reads.
     const version = t.status.version;
@@ -227,7 +205,7 @@ export class HealthStatusWriter {
 }
 
 /** The verdict on status.pending, as status.replacementHealth (the reconciler switches on it). */
-function replacementHealthOf(t: Target, healthy: boolean, now: number): Record<string, unknown> {
+function replacementHealthOf(t: ProbedInstance, healthy: boolean, now: number): Record<string, unknown> {
   const rh: Omit<ReplacementHealth, 'lastError'> & { lastError: string | null } = {
     providerID: t.instance,
     healthy,
@@ -239,7 +217,7 @@ function replacementHealthOf(t: Target, healthy: boolean, now: number): Record<s
 }
 
 /** status.health as of the last counted probe; nulls clear what no longer applies. */
-function healthField(t: Target, healthy: boolean): Record<string, unknown> {
+function healthField(t: ProbedInstance, healthy: boolean): Record<string, unknown> {
   return {
     latencyMillis: healthy && t.last.latencyMs !== undefined ? t.last.latencyMs : null,
     lastProbeTime: t.last.time !== undefined ? new Date(t.last.time).toISOString() : null,
@@ -248,7 +226,7 @@ function healthField(t: Target, healthy: boolean): Record<string, unknown> {
   };
 }
 
-function desiredCondition(t: Target, healthy: boolean): Omit<Condition, 'lastTransitionTime'> {
+function desiredCondition(t: ProbedInstance, healthy: boolean): Omit<Condition, 'lastTransitionTime'> {
   return {
     type: CONDITION_HEALTHY,
     status: healthy ? 'True' : 'False',

@@ -8,15 +8,14 @@
  */
 
 import { findCondition, isConditionTrue } from '../api/conditions.ts';
-import { CONDITION_HEALTHY, CONDITION_PROVISIONED } from '../api/constants.ts';
-import { type CredentialsResolver, createCredentialsResolver } from '../api/credentials.ts';
+import { CONDITION_HEALTHY, CONDITION_PROVISIONED, PROVISIONED_REASONS } from '../api/constants.ts';
+import type { Credentials } from '../api/credentials.ts';
 import { keyOf, parseKey } from '../api/meta.ts';
 import { type ProxyObject, proxyType, servingEndpoint } from '../api/proxy.ts';
 import { proxyOfServedSecret, servedCredentials } from '../api/served-credentials.ts';
-import { REASONS } from '../controller/status.ts';
 import { type Logger, silentLogger } from '../log/index.ts';
-import type { Credentials } from '../provider/contract.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
+import { type CredentialsResolver, createCredentialsResolver } from '../runtime/credentials.ts';
 import type { ObjectStore, Unsubscribe } from '../runtime/store.ts';
 import type { LeaseStore } from './store.ts';
 import type { ProxyInfo, ProxyProblem } from './types.ts';
@@ -25,7 +24,7 @@ import type { ProxyInfo, ProxyProblem } from './types.ts';
  * Provisioned reasons that wait for a person (a Secret to create or fix): the proxy stays
  * unserved, or on its old spec, however often it is reconciled.
  */
-const NEEDS_A_PERSON = new Set<string>([REASONS.credentials, REASONS.cloudInit]);
+const NEEDS_A_PERSON = new Set<string>([PROVISIONED_REASONS.credentials, PROVISIONED_REASONS.cloudInit]);
 
 /** The problem a Proxy's Provisioned condition reports, when only a person can fix it. */
 export function proxyProblem(p: ProxyObject): ProxyProblem | undefined {

@@ -3,6 +3,7 @@
  * health monitor only ever see these types, never a backend SDK.
  */
 import type { Logger } from 'pino';
+import type { Credentials } from '../api/credentials.ts';
 import type { TargetCheck } from '../api/providerhealth.ts';
 
 export const INSTANCE_STATES = [
@@ -20,11 +21,6 @@ export interface CallContext {
   /** Every call stops promptly when this aborts. */
   signal: AbortSignal;
   log: Logger;
-}
-
-export interface Credentials {
-  username: string;
-  password: string;
 }
 
 export interface CreateRequest {

@@ -9,7 +9,7 @@
  * (`legacySpecHash`); the reconciler still recognises it so an upgrade replaces nothing.
  */
 import { createHash, createHmac } from 'node:crypto';
-import type { Credentials } from './contract.ts';
+import type { Credentials } from '../api/credentials.ts';
 
 export interface SpecHashInput {
   provider: string;

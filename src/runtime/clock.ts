@@ -4,7 +4,13 @@
  */
 
 export interface Clock {
+  /** Wall-clock milliseconds since the epoch: for timestamps others read. */
   now(): number;
+  /**
+   * Milliseconds on a clock that never steps (only differences mean anything): for deadlines
+   * that a wall-clock step must neither extend nor cut short.
+   */
+  monotonic(): number;
   setTimeout(fn: () => void, ms: number): TimerHandle;
   clearTimeout(handle: TimerHandle): void;
 }
@@ -17,6 +23,7 @@ let nextId = 1;
 
 export const systemClock: Clock = {
   now: () => Date.now(),
+  monotonic: () => performance.now(),
   setTimeout(fn, ms) {
     const t = setTimeout(fn, ms);
     t.unref?.();

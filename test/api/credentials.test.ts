@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { LABEL_CLOUD_INIT_SECRET, LABEL_CREDENTIALS_FOR } from '../../src/api/constants.ts';
-import { createCredentialsResolver } from '../../src/api/credentials.ts';
+import { createCredentialsResolver } from '../../src/runtime/credentials.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
 import { FakeClock } from '../support/clock.ts';
 

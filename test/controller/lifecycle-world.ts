@@ -7,7 +7,6 @@
  */
 import { onTestFinished } from 'vitest';
 import { API_VERSION, PROXY_KIND } from '../../src/api/constants.ts';
-import { createCredentialsResolver } from '../../src/api/credentials.ts';
 import { keyOf } from '../../src/api/meta.ts';
 import type { ProxyObject, ProxySpec } from '../../src/api/proxy.ts';
 import { createProxyReconciler, type SurgeLimit } from '../../src/controller/reconciler.ts';
@@ -16,6 +15,7 @@ import { type ProbeResult, probe } from '../../src/health/probe.ts';
 import { startLeaseFeed } from '../../src/lease/feed.ts';
 import { type LeaseGrant, LeaseStore } from '../../src/lease/store.ts';
 import { createLocalProvider } from '../../src/provider/local/index.ts';
+import { createCredentialsResolver } from '../../src/runtime/credentials.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
 import type { ObjectStore } from '../../src/runtime/store.ts';
 import { WorkQueue } from '../../src/runtime/workqueue.ts';

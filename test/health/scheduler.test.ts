@@ -154,6 +154,9 @@ class StallClock implements Clock {
   now(): number {
     return this.t;
   }
+  monotonic(): number {
+    return this.t;
+  }
   setTimeout(fn: () => void): TimerHandle {
     const id = ++this.seq;
     this.timers.set(id, fn);

@@ -2,7 +2,8 @@
  * Lease leader election against the Kubernetes REST test server, over real client-node, on a
  * fake clock: exactly one leader, takeover after a silent leader's lease expires (and not
  * before), instant hand-over on graceful stop, renew faults shorter than renewDeadline
- * survived, longer ones step the leader down. Time moves only when the test advances it, in
+ * survived, longer ones step the leader down, and a step of the wall clock changes no deadline
+ * (they run on monotonic time). Time moves only when the test advances it, in
  * 10 ms steps after every in-flight Lease request has finished, so the bounds asserted are the
  * algorithm's, not the machine's load. Timings: lease 1.5 s (written as 2 s), renew 1 s,
  * retry 0.2 s; jitter from a seeded generator.
@@ -78,22 +79,22 @@ async function settle(): Promise<void> {
 
 /** Advances fake time in steps (running `each` after every step) until `cond`; returns the time taken. */
 async function advanceUntil(cond: () => boolean, maxMs: number, each?: () => void): Promise<number> {
-  const t0 = clock.now();
+  const t0 = clock.monotonic();
   await settle();
   while (!cond()) {
-    if (clock.now() - t0 >= maxMs) throw new Error(`condition not met within ${maxMs} ms of fake time`);
+    if (clock.monotonic() - t0 >= maxMs) throw new Error(`condition not met within ${maxMs} ms of fake time`);
     clock.advance(STEP_MS);
     each?.();
     await settle();
   }
-  return clock.now() - t0;
+  return clock.monotonic() - t0;
 }
 
 /** Advances fake time by `ms`, checking `invariant` after every step. */
 async function advance(ms: number, invariant?: () => void, each?: () => void): Promise<void> {
-  const end = clock.now() + ms;
+  const end = clock.monotonic() + ms;
   await settle();
-  while (clock.now() < end) {
+  while (clock.monotonic() < end) {
     clock.advance(STEP_MS);
     each?.();
     await settle();
@@ -281,6 +282,30 @@ describe('LeaseElector', () => {
     expect(took).toBeLessThanOrEqual(TIMINGS.renewDeadlineMs + TIMINGS.retryPeriodMs);
     expect(a.e.isLeader()).toBe(false);
     await a.done; // run() ends after losing
+  });
+
+  it('a wall clock stepped back never extends leadership past renewDeadline', async () => {
+    const a = campaign(await elector('a'));
+    await advanceUntil(() => a.e.isLeader(), 1000);
+    server.injectFault({ path: /\/leases\//, status: 500, times: Number.POSITIVE_INFINITY });
+    await advance(TIMINGS.retryPeriodMs);
+    clock.stepWall(-3_600_000); // an NTP correction an hour back while renewals fail
+    const took = await advanceUntil(() => a.log.includes('stopped'), 4000);
+    expect(took).toBeLessThanOrEqual(TIMINGS.renewDeadlineMs);
+    expect(a.e.isLeader()).toBe(false);
+  });
+
+  it("a standby's wall clock stepped forward never cuts a live leader's claim short", async () => {
+    const a = campaign(await elector('a'));
+    await advanceUntil(() => a.e.isLeader(), 1000);
+    const b = campaign(await elector('b'));
+    await advance(300);
+    clock.stepWall(3_600_000);
+    await advance(3 * WRITTEN_LEASE_MS, () => {
+      expect(b.e.isLeader()).toBe(false);
+      expect(a.e.isLeader()).toBe(true);
+    });
+    expect(lease().spec.leaseTransitions).toBe(0);
   });
 
   it('rejects inconsistent timings naming the field', () => {

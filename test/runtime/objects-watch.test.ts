@@ -6,7 +6,8 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type EngineEvent, ObjectEngine } from '../../src/runtime/objects/engine.ts';
+import { ObjectEngine } from '../../src/runtime/objects/engine.ts';
+import type { EngineEvent } from '../../src/runtime/objects/types.ts';
 import { PROXY_RESOURCE, type StoredObject } from '../../src/runtime/objects/types.ts';
 import { StoreError } from '../../src/runtime/store.ts';
 import { TEST_SEED } from '../support/random.ts';

@@ -3,7 +3,8 @@
  * preconditions, status subresource, generation, finalizers, watch resume and 410).
  */
 import { describe, expect, it } from 'vitest';
-import { type EngineEvent, ObjectEngine } from '../../src/runtime/objects/engine.ts';
+import { ObjectEngine } from '../../src/runtime/objects/engine.ts';
+import type { EngineEvent } from '../../src/runtime/objects/types.ts';
 import {
   LEASE_RESOURCE,
   PROXY_RESOURCE,

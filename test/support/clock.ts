@@ -8,6 +8,8 @@ let nextId = 1;
 
 export class FakeClock implements Clock {
   private current: number;
+  /** Moves with `advance` only, never with `stepWall`; timers run on it. */
+  private mono = 0;
   private timers = new Map<number, { at: number; fn: () => void }>();
 
   constructor(start = Date.parse('2026-01-01T00:00:00Z')) {
@@ -18,9 +20,18 @@ export class FakeClock implements Clock {
     return this.current;
   }
 
+  monotonic(): number {
+    return this.mono;
+  }
+
+  /** Steps the wall clock alone (an NTP correction, a VM resumed): timers and monotonic time stay. */
+  stepWall(ms: number): void {
+    this.current += ms;
+  }
+
   setTimeout(fn: () => void, ms: number): TimerHandle {
     const id = nextId++;
-    this.timers.set(id, { at: this.current + Math.max(0, ms), fn });
+    this.timers.set(id, { at: this.mono + Math.max(0, ms), fn });
     return { id };
   }
 
@@ -30,7 +41,7 @@ export class FakeClock implements Clock {
 
   /** Move time forward, firing due timers in order (timers set by timers fire too). */
   advance(ms: number): void {
-    const target = this.current + ms;
+    const target = this.mono + ms;
     for (;;) {
       let dueId: number | undefined;
       let dueAt = Number.POSITIVE_INFINITY;
@@ -43,10 +54,15 @@ export class FakeClock implements Clock {
       if (dueId === undefined) break;
       const timer = this.timers.get(dueId)!;
       this.timers.delete(dueId);
-      this.current = Math.max(this.current, timer.at);
+      this.moveTo(Math.max(this.mono, timer.at));
       timer.fn();
     }
-    this.current = target;
+    this.moveTo(target);
+  }
+
+  private moveTo(mono: number): void {
+    this.current += mono - this.mono;
+    this.mono = mono;
   }
 
   pendingTimers(): number {

@@ -3,8 +3,10 @@
  * logs nowhere, and a CreateRequest for a named instance with credentials worth looking for in
  * logs (long and unique, so a leak cannot hide behind a common word).
  */
+
+import type { Credentials } from '../../src/api/credentials.ts';
 import { silentLogger } from '../../src/log/index.ts';
-import type { CallContext, CreateRequest, Credentials } from '../../src/provider/contract.ts';
+import type { CallContext, CreateRequest } from '../../src/provider/contract.ts';
 
 export const TEST_CREDENTIALS: Credentials = { username: 'crawler', password: 's3cret-Pa55word-xyz' };
 

@@ -4,7 +4,7 @@
  * check, a live lease's own credentials pass too.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { Credentials } from '../contract.ts';
+import type { Credentials } from '../../api/credentials.ts';
 
 export const PROXY_AUTH_REALM = 'egress-proxies-operator';
 

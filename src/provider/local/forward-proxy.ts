@@ -9,7 +9,7 @@ import http from 'node:http';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import type { Credentials } from '../contract.ts';
+import type { Credentials } from '../../api/credentials.ts';
 import { type LeaseCredentialsCheck, PROXY_AUTHENTICATE, proxyAuthChecker } from './auth.ts';
 import { type DenialReason, EgressGuard } from './egress.ts';
 

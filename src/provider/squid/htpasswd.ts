@@ -5,7 +5,7 @@
  * the Secret holding the file is what protects them, not the hash's strength.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import type { Credentials } from '../contract.ts';
+import type { Credentials } from '../../api/credentials.ts';
 
 const ITOA64 = './0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 

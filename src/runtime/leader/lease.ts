@@ -1,7 +1,8 @@
 /**
  * runtime/leader/lease — leader election on a coordination.k8s.io/v1 Lease with client-go
  * semantics: a holder's claim expires when its record has not changed for leaseDurationSeconds
- * as measured by OUR clock since we saw it change (clocks of replicas are never compared);
+ * as measured by OUR monotonic clock since we saw it change (clocks of replicas are never
+ * compared, and a step of our own wall clock neither extends nor cuts short a deadline);
  * every write is a replace guarded by the read resourceVersion, so a 409 means another replica
  * won; a leader that cannot renew within renewDeadline steps down; a graceful release hands
  * the lease over at once.
@@ -97,7 +98,7 @@ export class LeaseElector implements LeaderElector {
   private readonly advertise: () => string | undefined;
 
   private leading = false;
-  /** The last Lease we read or wrote, and when (our clock) we saw its resourceVersion change. */
+  /** The last Lease we read or wrote, and when (monotonic) we saw its resourceVersion change. */
   private observed: V1Lease | undefined;
   private observedTime = 0;
   private lastLeader: string | undefined;
@@ -146,7 +147,7 @@ export class LeaseElector implements LeaderElector {
     const holder = lease?.spec?.holderIdentity;
     if (!lease || !holder || holder === this.identity) return undefined;
     const durationMs = (lease.spec?.leaseDurationSeconds ?? 0) * 1000;
-    if (this.observedTime + durationMs <= this.clock.now()) return undefined;
+    if (this.observedTime + durationMs <= this.clock.monotonic()) return undefined;
     return lease.metadata?.annotations?.[LEADER_URL_ANNOTATION] || undefined;
   }
 
@@ -209,7 +210,7 @@ export class LeaseElector implements LeaderElector {
     this.log.info('campaigning for leadership');
     let lastRenew = 0;
     while (!signal.aborted) {
-      lastRenew = this.clock.now();
+      lastRenew = this.clock.monotonic();
       const r = await this.tryAcquireOrRenew(signal, this.renewDeadlineMs);
       this.notifyLeader(cb);
       if (r === 'acquired') {
@@ -227,7 +228,7 @@ export class LeaseElector implements LeaderElector {
     while (!signal.aborted) {
       await this.sleep(this.retryPeriodMs, signal);
       if (signal.aborted) break;
-      const attemptAt = this.clock.now();
+      const attemptAt = this.clock.monotonic();
       const left = this.renewDeadlineMs - (attemptAt - lastRenew);
       const r = left > 0 ? await this.tryAcquireOrRenew(signal, left) : 'failed';
       if (signal.aborted) break;
@@ -237,7 +238,7 @@ export class LeaseElector implements LeaderElector {
         lastRenew = attemptAt;
         continue;
       }
-      if (r === 'held-by-other' || this.clock.now() - lastRenew >= this.renewDeadlineMs) {
+      if (r === 'held-by-other' || this.clock.monotonic() - lastRenew >= this.renewDeadlineMs) {
         lost = true;
         this.releasable = false;
         this.log.error({ reason: r }, 'failed to renew the leader lease in time; stepping down');
@@ -298,13 +299,13 @@ export class LeaseElector implements LeaderElector {
           },
           callOptions({ signal: reqSignal }),
         );
-        this.observe(created, this.clock.now());
+        this.observe(created, this.clock.monotonic());
         return 'acquired';
       } catch (e2) {
         return this.failed('creating the leader lease failed', e2);
       }
     }
-    const seenAt = this.clock.now();
+    const seenAt = this.clock.monotonic();
     if (current.metadata?.resourceVersion !== this.observed?.metadata?.resourceVersion)
       this.observe(current, seenAt);
     else this.observed = current;
@@ -319,7 +320,10 @@ export class LeaseElector implements LeaderElector {
       leaseTransitions: renewing ? (spec.leaseTransitions ?? 0) : (spec.leaseTransitions ?? 0) + 1,
     };
     try {
-      this.observe(await this.replace(next, reqSignal, current.metadata?.resourceVersion), this.clock.now());
+      this.observe(
+        await this.replace(next, reqSignal, current.metadata?.resourceVersion),
+        this.clock.monotonic(),
+      );
       if (!renewing) this.log.info({ previous: holder ?? '(none)' }, 'took over the leader lease');
       return 'acquired';
     } catch (e) {

@@ -14,14 +14,12 @@ import {
   type Selector,
 } from '../selector.ts';
 import { StoreError } from '../store.ts';
-import type { EngineEvent, EngineWatch, ListQuery, ObjectEngine, WatchQuery } from './engine.ts';
+import { type ErrorDetails, ObjectError } from './errors.ts';
 import { EventHistory, type Watcher } from './history.ts';
 import {
-  type ErrorDetails,
   isValidName,
   keepServerMetadata,
   kubeJsonPatch,
-  ObjectError,
   omitEmptyMetadata,
   type PatchType,
   patchFailure,
@@ -30,7 +28,17 @@ import {
   storeKey,
   type WriteTarget,
 } from './rules.ts';
-import { apiVersionOf, qualifiedName, type ResourceType, type StoredObject } from './types.ts';
+import {
+  apiVersionOf,
+  type CollectionHost,
+  type EngineEvent,
+  type EngineWatch,
+  type ListQuery,
+  qualifiedName,
+  type ResourceType,
+  type StoredObject,
+  type WatchQuery,
+} from './types.ts';
 
 /** The apiserver's generated-name alphabet: no vowels, no digits that read as letters. */
 const NAME_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
@@ -44,11 +52,11 @@ function randomSuffix(): string {
 /** One resource type's objects and history. All methods are synchronous and return copies. */
 export class Collection {
   readonly type: ResourceType;
-  private readonly engine: ObjectEngine;
+  private readonly engine: CollectionHost;
   private readonly objects = new Map<string, StoredObject>();
   private readonly history: EventHistory;
 
-  constructor(engine: ObjectEngine, type: ResourceType) {
+  constructor(engine: CollectionHost, type: ResourceType) {
     this.engine = engine;
     this.type = type;
     this.history = new EventHistory(engine.historyLimit);

@@ -10,38 +10,16 @@ import { randomUUID } from 'node:crypto';
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import { Collection } from './collection.ts';
-import { qualifiedName, type ResourceType, type StoredObject } from './types.ts';
+import {
+  type CollectionHost,
+  type EngineEvent,
+  qualifiedName,
+  type ResourceType,
+  type StoredObject,
+} from './types.ts';
 
 export { Collection } from './collection.ts';
 export { type PatchType, patchFailure, selectorError, type WriteTarget } from './rules.ts';
-
-export type EngineEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
-
-export interface EngineEvent {
-  type: EngineEventType;
-  /** The object after the change (for DELETED: its last state, carrying the deletion's resourceVersion). */
-  object: StoredObject;
-  /** The object before the change (MODIFIED, DELETED). */
-  old?: StoredObject;
-  /** The resourceVersion this change was committed at. */
-  rv: number;
-  resource: ResourceType;
-}
-
-export interface ListQuery {
-  namespace?: string;
-  labelSelector?: string;
-  fieldSelector?: string;
-}
-
-export interface WatchQuery extends ListQuery {
-  /** Resume after this version; undefined, '' or '0' start with synthetic ADDED for current state. */
-  resourceVersion?: string;
-}
-
-export interface EngineWatch {
-  stop(): void;
-}
 
 export interface EngineSnapshot {
   resourceVersion: number;
@@ -58,7 +36,7 @@ export interface EngineOptions {
 type Commit = (ev: EngineEvent) => void;
 
 /** The resources of one API server / state file, sharing one resourceVersion sequence. */
-export class ObjectEngine {
+export class ObjectEngine implements CollectionHost {
   readonly clock: Clock;
   readonly historyLimit: number;
   readonly newUid: () => string;

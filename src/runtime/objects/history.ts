@@ -6,8 +6,7 @@
  */
 import { deepClone } from '../patch.ts';
 import { StoreError } from '../store.ts';
-import type { EngineEvent, EngineWatch } from './engine.ts';
-import type { StoredObject } from './types.ts';
+import type { EngineEvent, EngineWatch, StoredObject } from './types.ts';
 
 export interface Watcher {
   match: (obj: StoredObject) => boolean;

@@ -24,7 +24,8 @@ import type {
   WatchEvent,
   WriteOptions,
 } from '../store.ts';
-import type { Collection, EngineEvent, ObjectEngine } from './engine.ts';
+import type { Collection, ObjectEngine } from './engine.ts';
+import type { EngineEvent } from './types.ts';
 import {
   PROVIDER_HEALTH_RESOURCE,
   PROXY_POOL_RESOURCE,

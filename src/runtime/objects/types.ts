@@ -16,10 +16,49 @@ import {
 import type { KubeObject } from '../../api/meta.ts';
 import { POOL_SCALE_PATHS } from '../../api/proxypool.ts';
 import { StoreError } from '../store.ts';
-import { ObjectError } from './rules.ts';
+import { ObjectError } from './errors.ts';
 
 /** A stored object: a KubeObject with any other top-level fields (spec, status, data, …). */
 export type StoredObject = KubeObject & { [k: string]: unknown };
+
+export type EngineEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+export interface EngineEvent {
+  type: EngineEventType;
+  /** The object after the change (for DELETED: its last state, carrying the deletion's resourceVersion). */
+  object: StoredObject;
+  /** The object before the change (MODIFIED, DELETED). */
+  old?: StoredObject;
+  /** The resourceVersion this change was committed at. */
+  rv: number;
+  resource: ResourceType;
+}
+
+export interface ListQuery {
+  namespace?: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+}
+
+export interface WatchQuery extends ListQuery {
+  /** Resume after this version; undefined, '' or '0' start with synthetic ADDED for current state. */
+  resourceVersion?: string;
+}
+
+export interface EngineWatch {
+  stop(): void;
+}
+
+/** What a collection needs of the engine it belongs to: versions, uids, time, and the commit feed. */
+export interface CollectionHost {
+  readonly historyLimit: number;
+  readonly resourceVersion: number;
+  newUid(): string;
+  nextRv(): number;
+  emit(ev: EngineEvent): void;
+  /** RFC 3339 with second precision, like metav1.Time. */
+  now(): string;
+}
 
 export interface ResourceType {
   /** '' for the core group. */

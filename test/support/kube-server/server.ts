@@ -28,16 +28,12 @@ import type { AddressInfo, Socket } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 import YAML from 'yaml';
 import type { Clock } from '../../../src/runtime/clock.ts';
-import {
-  type Collection,
-  type EngineEvent,
-  ObjectEngine,
-  type PatchType,
-} from '../../../src/runtime/objects/engine.ts';
+import { type Collection, ObjectEngine, type PatchType } from '../../../src/runtime/objects/engine.ts';
 import { collectOwnedObjects, type OwnerCollector } from '../../../src/runtime/objects/owners.ts';
 import {
   apiVersionOf,
   dataKeyErrors,
+  type EngineEvent,
   invalidField,
   isBase64,
   isBuiltIn,

@@ -4,7 +4,7 @@
  * none for a request it could not decode (400), the engine's own where the engine knows better
  * (causes, the kind instead of the resource), else the object the request named.
  */
-import { type ErrorDetails, ObjectError } from '../../../src/runtime/objects/rules.ts';
+import { type ErrorDetails, ObjectError } from '../../../src/runtime/objects/errors.ts';
 import { StoreError } from '../../../src/runtime/store.ts';
 
 export interface StatusBody {

@@ -1,7 +1,7 @@
 /**
- * health/targets — the engine's table of probed instances: a serving instance per Proxy
+ * health/probed-instances — the engine's table of probed instances: a serving instance per Proxy
  * (`namespace/name`) and, during a replacement, its pending instance (`…#replacement`). Adding,
- * re-pointing and removing a target keeps the scheduler, the shared control probes, the
+ * re-pointing and removing an instance keeps the scheduler, the shared control probes, the
  * credentials source and the per-proxy metric series in step with the table.
  */
 import { keyOf } from '../api/meta.ts';
@@ -11,8 +11,8 @@ import { type ControlProbes, controlKeyOf } from './control.ts';
 import type { ProbeCredentialsSource } from './credentials.ts';
 import type { HealthMetrics } from './metrics.ts';
 import { nextSlot, type ResolvedCheck, scheduleOffset } from './policy.ts';
+import { type InstanceRole, newProbedInstance, type ProbedInstance } from './probed-instance.ts';
 import type { SlotScheduler } from './scheduler.ts';
-import { newTarget, type Target, type TargetRole } from './target.ts';
 
 export const REPLACEMENT_SUFFIX = '#replacement';
 
@@ -23,13 +23,13 @@ export function replacementKey(key: string): string {
 
 export type Endpoint = { host: string; port: number };
 
-export function sameInstance(t: Target, instance: string, endpoint: Endpoint): boolean {
+export function sameInstance(t: ProbedInstance, instance: string, endpoint: Endpoint): boolean {
   return t.instance === instance && t.host === endpoint.host && t.port === endpoint.port;
 }
 
-export interface TargetIdentity {
+export interface InstanceIdentity {
   key: string;
-  role: TargetRole;
+  role: InstanceRole;
   instance: string;
   generation: number | undefined;
   /** The verdict needs the thresholds from Unknown (policy VerdictState.gated). */
@@ -44,8 +44,8 @@ export interface TargetTableDeps {
   metrics: HealthMetrics;
 }
 
-export class TargetTable {
-  private readonly map = new Map<string, Target>();
+export class ProbedInstanceTable {
+  private readonly map = new Map<string, ProbedInstance>();
   private readonly deps: TargetTableDeps;
 
   constructor(deps: TargetTableDeps) {
@@ -56,20 +56,20 @@ export class TargetTable {
     return this.map.size;
   }
 
-  get(key: string): Target | undefined {
+  get(key: string): ProbedInstance | undefined {
     return this.map.get(key);
   }
 
-  values(): IterableIterator<Target> {
+  values(): IterableIterator<ProbedInstance> {
     return this.map.values();
   }
 
-  add(proxy: ProxyObject, id: TargetIdentity, endpoint: Endpoint, check: ResolvedCheck): Target {
+  add(proxy: ProxyObject, id: InstanceIdentity, endpoint: Endpoint, check: ResolvedCheck): ProbedInstance {
     const { clock, controls, scheduler, metrics } = this.deps;
     const namespace = proxy.metadata.namespace ?? '';
     const name = proxy.metadata.name;
     const uid = proxy.metadata.uid ?? keyOf(proxy);
-    const t = newTarget({
+    const t = newProbedInstance({
       ...id,
       proxyKey: keyOf(proxy),
       uid,
@@ -94,7 +94,7 @@ export class TargetTable {
   }
 
   /** Same instance, maybe a new port or check: re-point it, re-time it when the interval changed. */
-  refresh(current: Target, uid: string, endpoint: Endpoint, check: ResolvedCheck): void {
+  refresh(current: ProbedInstance, uid: string, endpoint: Endpoint, check: ResolvedCheck): void {
     const { clock, controls, scheduler } = this.deps;
     const retime = current.check.intervalMs !== check.intervalMs;
     const oldControl = current.controlKey;
@@ -124,7 +124,7 @@ export class TargetTable {
     scheduler.delete(key);
     credentials.forget(key);
     controls.release(t.controlKey);
-    if (t.role === 'replacement') return; // its series are the proxy's, shared with the serving target
+    if (t.role === 'replacement') return; // its series are the proxy's, shared with the serving instance
     metrics.duration.remove({ namespace: t.namespace, proxy: t.name });
     for (const reason of t.failureReasons) {
       metrics.failures.remove({ namespace: t.namespace, proxy: t.name, reason });

@@ -1,11 +1,10 @@
 /**
- * health/target — what the engine knows about one probed proxy, and how one counted probe
+ * health/probed-instance — what the engine knows about one probed proxy, and how one counted probe
  * result moves its verdict. Scheduling, credentials and status writes keep their own state in
  * their own modules; this record holds only the probe history and the verdict.
  */
 import { applyResult, REASON_PROBE_SUCCEEDED, type ResolvedCheck, type VerdictState } from './policy.ts';
 import type { ProbeResult } from './probe.ts';
-import { newStatusRecord, type StatusRecord } from './status-writer.ts';
 
 export interface HealthVerdict {
   /** `namespace/name`. */
@@ -28,14 +27,14 @@ export interface LastProbe {
 }
 
 /** `serving`: the instance at status.address, leased; `replacement`: status.pending, not leased yet. */
-export type TargetRole = 'serving' | 'replacement';
+export type InstanceRole = 'serving' | 'replacement';
 
-export interface Target {
+export interface ProbedInstance {
   /** The scheduler key: `namespace/name`, or with `#replacement` for the pending instance. */
   readonly key: string;
   /** `namespace/name` of the Proxy. */
   readonly proxyKey: string;
-  readonly role: TargetRole;
+  readonly role: InstanceRole;
   /** providerID of the probed instance ('' for External proxies). */
   readonly instance: string;
   /** Credentials generation the instance serves (api/served-credentials), when known. */
@@ -46,23 +45,23 @@ export interface Target {
   host: string;
   port: number;
   check: ResolvedCheck;
-  /** The control probe this target's check shares (health/control). */
+  /** The control probe this instance's check shares (health/control). */
   controlKey: string;
   verdict: VerdictState;
   last: LastProbe;
   /** Latency last handed to the listener. */
   latencyReported?: number;
-  /** What the status writer persisted of this target. */
+  /** What the status writer persisted of this instance. */
   status: StatusRecord;
   histogram: { observe(v: number): void };
   /** Failure reasons counted for this proxy, to drop their series with it. */
   failureReasons: Set<string>;
 }
 
-export interface NewTarget {
+export interface NewProbedInstance {
   key: string;
   proxyKey: string;
-  role: TargetRole;
+  role: InstanceRole;
   instance: string;
   generation: number | undefined;
   /** Verdict needs the thresholds from Unknown (see policy VerdictState.gated). */
@@ -76,10 +75,10 @@ export interface NewTarget {
   controlKey: string;
   /** status.health.latencyMillis as stored, so a restart does not rewrite an unchanged value. */
   storedLatency: number | undefined;
-  histogram: Target['histogram'];
+  histogram: ProbedInstance['histogram'];
 }
 
-export function newTarget(n: NewTarget): Target {
+export function newProbedInstance(n: NewProbedInstance): ProbedInstance {
   return {
     key: n.key,
     proxyKey: n.proxyKey,
@@ -102,7 +101,7 @@ export function newTarget(n: NewTarget): Target {
 }
 
 /** Counts one probe result at `now`; returns the new verdict when it changed. */
-export function recordResult(t: Target, r: ProbeResult, now: number): boolean | undefined {
+export function recordResult(t: ProbedInstance, r: ProbeResult, now: number): boolean | undefined {
   t.last.time = now;
   if (r.ok) {
     t.last.latencyMs = r.latencyMs;
@@ -115,10 +114,32 @@ export function recordResult(t: Target, r: ProbeResult, now: number): boolean | 
   return applyResult(t.verdict, r.ok, t.check);
 }
 
-export function verdictOf(t: Target): HealthVerdict {
+export function verdictOf(t: ProbedInstance): HealthVerdict {
   const healthy = t.verdict.healthy === true;
   const v: HealthVerdict = { key: t.proxyKey, uid: t.uid, healthy };
   if (healthy && t.last.latencyMs !== undefined) v.latencyMillis = t.last.latencyMs;
   if (!healthy && t.last.reason) v.reason = t.last.reason;
   return v;
+}
+
+/** What has been persisted of one probed instance. */
+export interface StatusRecord {
+  /** Verdict transitions so far, and the one last persisted. */
+  version: number;
+  writtenVersion: number;
+  /** status.health.latencyMillis as last written (or found at start), and when. */
+  latencyWritten: number | undefined;
+  latencyWrittenAt: number;
+  /** A latency change is waiting to be written. */
+  latencyDirty: boolean;
+}
+
+export function newStatusRecord(storedLatency: number | undefined): StatusRecord {
+  return {
+    version: 0,
+    writtenVersion: 0,
+    latencyWritten: storedLatency,
+    latencyWrittenAt: Number.NEGATIVE_INFINITY,
+    latencyDirty: false,
+  };
 }
