@@ -9,7 +9,7 @@
  * held open). Servers print one JSON line with their port and exit when stdin closes.
  */
 // The product's V8 settings, applied first as cmd/main does.
-import '../src/runtime/gc.ts';
+import '../src/runtime/v8-flags.ts';
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
 import { trace } from '@opentelemetry/api';

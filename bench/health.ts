@@ -4,7 +4,7 @@
  * the engine process's CPU per probe and in cores, and the worst start delay behind schedule.
  */
 // The product's V8 settings, applied first as cmd/main does.
-import '../src/runtime/gc.ts';
+import '../src/runtime/v8-flags.ts';
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';

@@ -9,8 +9,8 @@
  * (409 and its counts) when the rest of the fleet is at capacity. Exits non-zero
  * when a target is missed.
  */
-// The server runs with the product's V8 settings (src/runtime/gc.ts), applied first as there.
-import '../src/runtime/gc.ts';
+// The server runs with the product's V8 settings (src/runtime/v8-flags.ts), applied first as there.
+import '../src/runtime/v8-flags.ts';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';

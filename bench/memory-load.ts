@@ -6,7 +6,7 @@
  * reports leave behind are in too). Prints one JSON line with the figures.
  */
 // The product's V8 settings, applied first as cmd/main does.
-import '../src/runtime/gc.ts';
+import '../src/runtime/v8-flags.ts';
 import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';

@@ -5,7 +5,7 @@
  * its status counts 1,000 Ready Proxies (target ≤ 60 s); exits non-zero on a miss.
  */
 // The product's V8 settings, applied first as cmd/main does.
-import '../src/runtime/gc.ts';
+import '../src/runtime/v8-flags.ts';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

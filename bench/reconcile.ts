@@ -5,7 +5,7 @@
  * included) and status writes per Proxy (targets: ≤ 60 s, ≤ 4).
  */
 // The product's V8 settings, applied first as cmd/main does.
-import '../src/runtime/gc.ts';
+import '../src/runtime/v8-flags.ts';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

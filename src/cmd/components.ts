@@ -1,6 +1,6 @@
 /**
  * cmd/components — builds the components of one process (stores' clients, lease store and feed,
- * health engine, reconciler, pool controller, GC, provider health, discovery) from what the mode prepared, in
+ * health engine, reconciler, pool controller, orphan sweep, provider health, discovery) from what the mode prepared, in
  * dependency order, each registered for teardown as soon as it exists.
  */
 import type { Tracer } from '@opentelemetry/api';
@@ -9,7 +9,6 @@ import { createProxyReconciler } from '../controller/reconciler.ts';
 import { type DashboardAssets, loadDashboardAssets } from '../dashboard/assets.ts';
 import { Dashboard } from '../dashboard/dashboard.ts';
 import { LeaseAuthority } from '../discovery/authority.ts';
-import { OrphanGC } from '../gc/gc.ts';
 import { EgressIpChecker } from '../health/egress.ts';
 import { HealthEngine } from '../health/engine.ts';
 import { LeaseCheckpointer } from '../lease/checkpoint.ts';
@@ -18,6 +17,7 @@ import { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
 import { registerHealthyProxiesGauge, registerProxyPhaseGauge } from '../metrics/fleet.ts';
+import { OrphanSweeper } from '../orphans/sweeper.ts';
 import { createPoolReconciler, type PoolReconciler } from '../pool/reconciler.ts';
 import { LOCAL_ID_PREFIX } from '../provider/local/index.ts';
 import type { ProviderRegistry } from '../provider/registry.ts';
@@ -55,7 +55,7 @@ export interface Components extends Shared {
   queue: WorkQueue;
   pools: PoolReconciler;
   poolQueue: WorkQueue;
-  gc: OrphanGC;
+  orphans: OrphanSweeper;
   monitor: ProviderHealthMonitor;
   dashboard: Dashboard;
   dashboardAssets: DashboardAssets;
@@ -161,11 +161,11 @@ function buildControllers(
   return { reconciler, queue: queue('proxy'), pools, poolQueue: queue('pool') };
 }
 
-/** Orphan GC and the provider health monitor: periodic checks beside the controllers. */
-function buildHousekeeping(shared: Shared): Pick<Components, 'gc' | 'monitor'> {
+/** The orphan sweep and the provider health monitor: periodic checks beside the controllers. */
+function buildHousekeeping(shared: Shared): Pick<Components, 'orphans' | 'monitor'> {
   const { flags, log, registry, tracer, clock, mode, providers } = shared;
   const { store } = mode;
-  const gc = new OrphanGC({
+  const orphans = new OrphanSweeper({
     store,
     clock,
     providers: () => providers.entries(),
@@ -173,7 +173,7 @@ function buildHousekeeping(shared: Shared): Pick<Components, 'gc' | 'monitor'> {
     minAgeMs: flags.gcMinAgeMs,
     proxyNamespace: mode.proxyNamespace,
     installation: mode.installationId,
-    log: log.child({ component: 'gc' }),
+    log: log.child({ component: 'orphans' }),
     registry,
     tracer,
   });
@@ -192,7 +192,7 @@ function buildHousekeeping(shared: Shared): Pick<Components, 'gc' | 'monitor'> {
     registry,
     tracer,
   });
-  return { gc, monitor };
+  return { orphans, monitor };
 }
 
 /** One authority (docs/deployment.md): the leader decides leases, standbys forward to it. */

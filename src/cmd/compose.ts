@@ -1,6 +1,6 @@
 /**
  * cmd/compose — the one composition root: builds store, providers, reconciler, health engine,
- * lease store, discovery API, metrics, orphan GC and provider health for either mode, checks
+ * lease store, discovery API, metrics, orphan sweep and provider health for either mode, checks
  * everything that can be checked before anything starts, then hands them to the manager.
  * Standalone and cluster mode differ only in the store, the elector and the kubernetes
  * provider. One clock and one credentials resolver serve every component.
@@ -167,7 +167,7 @@ async function assemble(
   const { store } = mode;
   log.info(
     { installation: mode.installationId },
-    'installation id: GC and adoption touch only instances labelled with it',
+    'installation id: the orphan sweep and adoption touch only instances labelled with it',
   );
   const clock = opts.deps?.clock ?? systemClock;
   // The one resolver: reconciler, lease feed, health engine and egress check share its index.

@@ -4,7 +4,7 @@
  * (standalone / operator) or the status printer. Bad flags or config fail fast with one line.
  */
 // First: the V8 settings must be in place before the rest of the program allocates anything.
-import '../runtime/gc.ts';
+import '../runtime/v8-flags.ts';
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { FlagError, helpText, parseCommandLine } from './flags.ts';

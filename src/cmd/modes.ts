@@ -39,7 +39,7 @@ export interface ModeParts {
   /** HTTPS for the metrics endpoint (`--metrics-secure`). */
   metricsTls?: TlsFiles;
   proxyNamespace?: string;
-  /** Labels every instance; GC and adoption touch only instances carrying it. */
+  /** Labels every instance; the orphan sweep and adoption touch only instances carrying it. */
   installationId: string;
   /** Where the leader keeps its lease checkpoint. */
   leaseCheckpoint: CheckpointStorage;

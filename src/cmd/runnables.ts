@@ -149,7 +149,7 @@ function addLeaderLoops(manager: Manager, c: Components): void {
   manager.add(service('dashboard', true, (signal) => c.dashboard.run(signal)));
   // Pools (docs/configuration.md): leader only, like every controller that writes.
   manager.add(controller('pool-controller', c.pools, c.poolQueue, POOL_WORKERS));
-  manager.add(service('orphan-gc', true, (signal) => c.gc.start(signal)));
+  manager.add(service('orphan-sweep', true, (signal) => c.orphans.start(signal)));
   manager.add(service('provider-health', true, (signal) => c.monitor.start(signal)));
   const egress = c.egress;
   if (egress) manager.add(service('egress-ip', true, (signal) => egress.run(signal)));

@@ -31,7 +31,7 @@ export async function reconcileDeletion(ctx: ReconcileContext, p: ProxyObject): 
   ctx.surge.forget(keyOf(p));
   const providerID = p.status?.providerID;
   // Every instance status knows of goes with the Proxy: a replacement in flight and the
-  // draining ones too, without waiting for the orphan GC.
+  // draining ones too, without waiting for the orphan sweep.
   const retiring = [
     ...new Set([
       ...(p.status?.pending ? [p.status.pending.providerID] : []),
@@ -40,7 +40,7 @@ export async function reconcileDeletion(ctx: ReconcileContext, p: ProxyObject): 
     ]),
   ].filter((id) => id !== providerID);
   if (proxyType(p.spec) === 'External' || (!providerID && retiring.length === 0)) {
-    // Nothing was recorded as created; orphan GC reaps what a crashed create left behind.
+    // Nothing was recorded as created; orphan sweep reaps what a crashed create left behind.
     return releaseFinalizer(ctx, p);
   }
   if (p.metadata.annotations?.[ANNOTATION_SKIP_CLEANUP] === 'true') {

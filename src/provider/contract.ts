@@ -1,5 +1,5 @@
 /**
- * provider/contract — what every compute backend implements. The reconciler, GC and provider
+ * provider/contract — what every compute backend implements. The reconciler, orphan sweep and provider
  * health monitor only ever see these types, never a backend SDK.
  */
 import type { Logger } from 'pino';
@@ -30,7 +30,7 @@ export interface CreateRequest {
   uid: string;
   /**
    * The installation (operator fleet) creating it, stamped beside the UID. The reconciler
-   * always sets it; GC and adoption of other installations leave such instances alone.
+   * always sets it; the orphan sweep and adoption of other installations leave such instances alone.
    */
   installation?: string;
   namespace: string;
@@ -79,7 +79,7 @@ export interface Provider {
   get(ctx: CallContext, providerID: string): Promise<Instance>;
   /** Idempotent: an instance already gone is success. */
   delete(ctx: CallContext, providerID: string): Promise<void>;
-  /** Every managed instance of every installation (each with its labels), for orphan GC. */
+  /** Every managed instance of every installation (each with its labels), for orphan sweep. */
   listByTag(ctx: CallContext): Promise<Instance[]>;
   /**
    * Stamps `installation` on an instance that has no installation label yet (adoption of

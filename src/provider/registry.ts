@@ -95,7 +95,7 @@ export async function buildProviders(
       // The one place a provider's log lines get their `provider` key; providers add none.
       const p = await factory(entry, { ...deps, log: log.child({ provider: entry.name }) });
       if (p.name !== entry.name || p.type !== type) {
-        // A mislabelled provider would attribute metrics and GC to the wrong name.
+        // A mislabelled provider would attribute metrics and orphan sweeps to the wrong name.
         await closeQuietly(p, log);
         throw new Error(`factory returned provider ${p.name}/${p.type}, want ${entry.name}/${type}`);
       }
@@ -119,7 +119,7 @@ export async function buildProviders(
 /**
  * A registry over providers that already exist (buildProviders uses it; tests and embedders can
  * too): each is decorated as withErrorOrigin(withTracing(withMetrics(raw))), so every consumer
- * (reconciler, GC) sees ProviderErrors, and tracing still sees the raw error: a foreign
+ * (reconciler, orphan sweep) sees ProviderErrors, and tracing still sees the raw error: a foreign
  * message is never recorded on a span as if it were a ProviderError's.
  */
 export function providerRegistryFrom(

@@ -24,7 +24,7 @@ import type { ObjectStore } from './store.ts';
 
 export interface Runnable {
   name: string;
-  /** true: runs only while this replica leads (cloud side effects, GC, monitors). */
+  /** true: runs only while this replica leads (cloud side effects, the orphan sweep, monitors). */
   needLeaderElection: boolean;
   /**
    * Runs until `signal` aborts, then finishes in-flight work and resolves. A rejection before

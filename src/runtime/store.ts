@@ -1,6 +1,6 @@
 /**
  * runtime/store — the seam between the control loops and where objects live. The reconciler,
- * health engine, GC and monitors talk only to these interfaces; the Kubernetes backend
+ * health engine, orphan sweep and monitors talk only to these interfaces; the Kubernetes backend
  * (runtime/kube) and the embedded standalone backend (runtime/embedded) implement them with
  * the same semantics: resourceVersion preconditions (409 Conflict), generation bumps on spec
  * changes only, deletionTimestamp + finalizers, NotFound.

@@ -352,7 +352,7 @@ const API_CALLS: ApiCall[] = [
     source: 'src/provider/kubernetes/index.ts',
     calls: ['createNamespacedPod', 'readNamespacedPod', 'deleteNamespacedPod', 'listPodForAllNamespaces'],
     needs: [{ ...CORE, resource: 'pods', verbs: ['create', 'get', 'delete', 'list'] }],
-    why: 'kubernetes provider instances; cluster-wide list for orphan GC and the provider check',
+    why: 'kubernetes provider instances; cluster-wide list for orphan sweep and the provider check',
   },
   {
     source: 'src/provider/kubernetes/index.ts',

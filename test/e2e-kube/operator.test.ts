@@ -4,7 +4,7 @@
  * Pods run as real Squids by the test node agent:
  *   - the whole lifecycle: Proxy → Pod + Secrets → Squid → Ready → lease → HTTPS tunnel → blocked
  *     cooldown → spec change → health-gated replacement → delete → finalizer → nothing left;
- *   - a ProxyPool scaled with `kubectl scale`; the skip-cleanup annotation and orphan GC;
+ *   - a ProxyPool scaled with `kubectl scale`; the skip-cleanup annotation and orphan sweep;
  *   - the metrics endpoint's TokenReview + SubjectAccessReview with the documented binding;
  *   - two replicas: leader election on a real Lease, kill -9 of the leader, the standby leads
  *     and restores leases and cooldowns from the ConfigMap checkpoints; both serve the API and
@@ -456,7 +456,7 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
     );
   });
 
-  it('skip-cleanup abandons the instance; orphan GC then collects it', async () => {
+  it('skip-cleanup abandons the instance; orphan sweep then collects it', async () => {
     apply(proxyManifest('abandon-1', {}, { [ANNOTATION_SKIP_CLEANUP]: 'true' }));
     const p = await untilHealthy('abandon-1');
     const pod = (p.status?.providerID ?? '').split('/').pop() as string;
@@ -479,7 +479,7 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
     expect((await api.call('GET', `/api/v1/namespaces/${OPERATOR_NS}/pods/${pod}`)).status).toBe(200);
     // …which is now an orphan of this installation, and the collector deletes it.
     await until(
-      'orphan GC to delete the abandoned Pod',
+      'orphan sweep to delete the abandoned Pod',
       async () => (await api.call('GET', `/api/v1/namespaces/${OPERATOR_NS}/pods/${pod}`)).status === 404,
       { timeoutMs: 90_000, intervalMs: 500 },
     );

@@ -319,7 +319,7 @@ class GceProvider implements Provider, Checker {
   /**
    * Adds the installation label to a VM created before installations existed: a read for the
    * label fingerprint (GCE's optimistic lock), then setLabels with every label kept. A VM
-   * relabelled in between answers 412 (Transient): the next GC sweep tries again.
+   * relabelled in between answers 412 (Transient): the next orphan sweep tries again.
    */
   async adopt(ctx: CallContext, providerID: string, installation: string): Promise<void> {
     const ref = parseProviderID(providerID, this.name);
@@ -353,7 +353,7 @@ class GceProvider implements Provider, Checker {
 
   /**
    * One page of at most one managed instance project-wide: the credentials, the Compute API
-   * and the compute.instances.list permission GC depends on, in a single request.
+   * and the compute.instances.list permission the orphan sweep depends on, in a single request.
    */
   async check(ctx: CallContext): Promise<TargetCheck[]> {
     const start = Date.now();

@@ -182,7 +182,7 @@ class PodProvider implements Provider, Checker {
 
   /**
    * Lists at most one managed Pod cluster-wide: the same call, scope and RBAC that listByTag and
-   * orphan GC depend on. It proves the API server answers and we may list; not create/delete rights.
+   * orphan sweep depend on. It proves the API server answers and we may list; not create/delete rights.
    */
   async check(ctx: CallContext): Promise<TargetCheck[]> {
     const start = Date.now();

@@ -330,7 +330,7 @@ class LibvirtProvider implements Provider, Checker {
         try {
           return await this.listHost(h.name, ctx.signal);
         } catch (err) {
-          // One host missing from the sweep must fail it: GC would otherwise see its VMs as gone.
+          // One host missing from the sweep must fail it: the orphan sweep would otherwise see its VMs as gone.
           throw toProviderError(this.name, err, { ...where, providerID: `hosts/${h.name}` }, ctx.signal);
         }
       }),

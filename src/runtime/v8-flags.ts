@@ -1,5 +1,5 @@
 /**
- * runtime/gc — one V8 setting the process applies before anything else loads: allocation-site
+ * runtime/v8-flags — one V8 setting the process applies before anything else loads: allocation-site
  * pretenuring off. With it on, V8 learns from objects that live long at startup (listener
  * arrays on long-lived emitters, for one) to allocate later objects from the same code sites
  * straight into the old generation; Node's HTTP internals reuse those sites for every request,

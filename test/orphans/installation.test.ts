@@ -4,8 +4,8 @@
  * Proxies it does not know alone (reported, never deleted).
  */
 import { describe, expect, it } from 'vitest';
-import { OrphanGC } from '../../src/gc/gc.ts';
 import { silentLogger } from '../../src/log/index.ts';
+import { OrphanSweeper } from '../../src/orphans/sweeper.ts';
 import type { Provider } from '../../src/provider/contract.ts';
 import { createMemoryStore, type MemoryStore } from '../../src/runtime/memory.ts';
 import { FakeClock } from '../support/clock.ts';
@@ -13,7 +13,7 @@ import { FakeProvider } from '../support/fake-provider.ts';
 
 const MIN_AGE = 10 * 60_000;
 const ctx = { signal: new AbortController().signal, log: silentLogger() };
-const sweep = (gc: OrphanGC) => gc.sweep(new AbortController().signal);
+const sweep = (gc: OrphanSweeper) => gc.sweep(new AbortController().signal);
 
 /** One shared backend, two installations each with its own store (cluster) and GC. */
 function twoInstallations(provider?: (fake: FakeProvider) => Provider) {
@@ -23,7 +23,7 @@ function twoInstallations(provider?: (fake: FakeProvider) => Provider) {
   const seen = provider ? provider(fake) : fake;
   const install = (installation: string) => {
     const store = createMemoryStore({ clock });
-    const gc = new OrphanGC({
+    const gc = new OrphanSweeper({
       store,
       providers: () => [['shared', seen]],
       intervalMs: 60_000,
@@ -54,7 +54,7 @@ function proxyOf(store: MemoryStore, name: string): string {
   return p.metadata.uid as string;
 }
 
-describe('orphan GC with two installations on one backend', () => {
+describe('orphan sweep with two installations on one backend', () => {
   it("neither collects the other's instances, each collects its own orphans", async () => {
     const { clock, fake, a, b } = twoInstallations();
     const aLive = await instance(fake, 'px-a-live', proxyOf(a.store, 'a1'), a.installation);

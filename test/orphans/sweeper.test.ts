@@ -1,7 +1,7 @@
 import { Registry } from 'prom-client';
 import { describe, expect, it, vi } from 'vitest';
-import { OrphanGC } from '../../src/gc/gc.ts';
 import { silentLogger } from '../../src/log/index.ts';
+import { OrphanSweeper } from '../../src/orphans/sweeper.ts';
 import type { Provider } from '../../src/provider/contract.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';
 import { FakeClock } from '../support/clock.ts';
@@ -37,7 +37,7 @@ function setup(opts: { proxyNamespace?: string } = {}) {
   const store = createMemoryStore({ clock });
   const registry = new Registry();
   const providers: Array<[string, Provider]> = [['fake', fake]];
-  const gc = new OrphanGC({
+  const gc = new OrphanSweeper({
     store,
     providers: () => providers,
     intervalMs: 60_000,
@@ -50,7 +50,7 @@ function setup(opts: { proxyNamespace?: string } = {}) {
   return { clock, fake, store, gc, registry, providers };
 }
 
-describe('orphan GC', () => {
+describe('orphan sweep', () => {
   it('deletes only old instances whose Proxy UID no longer exists', async () => {
     const { clock, fake, store, gc, registry } = setup();
     const owned = store.seedProxy({
@@ -150,7 +150,7 @@ describe('orphan GC', () => {
     clock.advance(MIN_AGE + 1);
     const listed = vi.spyOn(fake, 'listByTag');
     const { log, lines } = captureLog('info');
-    const gc = new OrphanGC({
+    const gc = new OrphanSweeper({
       store: createMemoryStore({ clock }),
       providers: () => [['fake', fake]],
       intervalMs: 0,
@@ -178,7 +178,7 @@ describe('orphan GC', () => {
 
   it('a second collector on the same registry shares the deletion counter', async () => {
     const { clock, fake, store, gc, registry, providers } = setup();
-    const again = new OrphanGC({
+    const again = new OrphanSweeper({
       store,
       providers: () => providers,
       intervalMs: 60_000,

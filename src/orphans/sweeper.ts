@@ -1,5 +1,5 @@
 /**
- * gc — orphan garbage collection (leader only): periodically lists every provider's managed
+ * orphans/sweeper — the orphan sweep (leader only): periodically lists every provider's managed
  * instances and deletes those no Proxy owns any more. The last line of defence against leaked
  * cloud VMs after crashes, manual edits or a finalizer that was removed by hand. It touches only
  * its own installation's instances (provider/installation): another operator's are skipped,
@@ -89,7 +89,7 @@ function orphanVerdict(
   return { orphan: true };
 }
 
-export class OrphanGC {
+export class OrphanSweeper {
   private readonly opts: GCOptions;
   private readonly log: Logger;
   private readonly clock: Clock;
