@@ -240,6 +240,112 @@ describe('manifests that suddenly vanish', () => {
     expect(names(store)).toEqual(['a', 'b']);
   });
 
+  describe('ProxyPools count for the Proxies they own', () => {
+    const poolYaml = (name: string) => `apiVersion: crawl.example.com/v1alpha1
+kind: ProxyPool
+metadata:
+  name: ${name}
+spec:
+  replicas: 6
+  template:
+    spec: {provider: local}
+`;
+    /** Six Proxies owned by pool `eu` (as the pool controller creates them) beside three of the manifests'. */
+    async function fleet(files: Record<string, string>) {
+      const { dir, m } = await manifestsDir(files);
+      const { log, lines } = captureLog();
+      const statePath = join(dir, 'state.json');
+      const store = await make({ manifests: m, statePath, log });
+      const pool = store.proxyPools.get(key('eu'));
+      expect(pool?.metadata.uid).toBeTruthy();
+      for (let i = 0; i < 6; i++) {
+        await store.proxies.create({
+          apiVersion: 'crawl.example.com/v1alpha1',
+          kind: 'Proxy',
+          metadata: {
+            name: `eu-${i}`,
+            namespace: 'default',
+            labels: { 'crawl.example.com/pool': 'eu' },
+            ownerReferences: [
+              {
+                apiVersion: 'crawl.example.com/v1alpha1',
+                kind: 'ProxyPool',
+                name: 'eu',
+                uid: pool?.metadata.uid ?? '',
+                controller: true,
+                blockOwnerDeletion: true,
+              },
+            ],
+          },
+          spec: { provider: 'local' },
+        } as never);
+      }
+      const held = () =>
+        lines.filter((l) => Number(l.level) >= 40 && /--allow-empty-manifests/.test(String(l.msg)));
+      return { m, store, statePath, held };
+    }
+    const pools = (s: EmbeddedStore) =>
+      s.proxyPools
+        .list()
+        .filter((p) => !p.metadata.deletionTimestamp)
+        .map((p) => p.metadata.name);
+
+    for (const [what, change] of [
+      ['removed', (f: string) => unlink(f)],
+      ['emptied', (f: string) => writeFile(f, '')],
+    ] as const) {
+      it(`holds a ${what} pool file that would take 6 of 9 Proxies, naming the count`, async () => {
+        const { m, store, held } = await fleet({
+          'a.yaml': proxyYaml('a'),
+          'b.yaml': proxyYaml('b'),
+          'c.yaml': proxyYaml('c'),
+          'pool.yaml': poolYaml('eu'),
+        });
+        expect(names(store)).toHaveLength(9);
+        await change(join(m, 'pool.yaml'));
+        await store.rescan();
+        expect(pools(store)).toEqual(['eu']);
+        expect(names(store)).toHaveLength(9);
+        expect(held()).toHaveLength(1);
+        expect(held()[0]).toMatchObject({ proxiesBefore: 9, proxiesAfter: 3 });
+        expect(String(held()[0]?.msg)).toMatch(/6 of the 9 Proxies \(directly or through their ProxyPools\)/);
+      });
+    }
+
+    it('keeps the pool of an unparsable pool file, as any broken file', async () => {
+      const { m, store, held } = await fleet({ 'a.yaml': proxyYaml('a'), 'pool.yaml': poolYaml('eu') });
+      await writeFile(join(m, 'pool.yaml'), 'kind: ProxyPool\nspec: [unclosed');
+      expect((await store.rescan()).length).toBeGreaterThan(0);
+      expect(pools(store)).toEqual(['eu']);
+      expect(names(store)).toHaveLength(7);
+      expect(held()).toHaveLength(0);
+    });
+
+    it('holds a directory of pool files only when it is emptied; --allow-empty-manifests deletes', async () => {
+      const { m, store, statePath, held } = await fleet({ 'pool.yaml': poolYaml('eu') });
+      await unlink(join(m, 'pool.yaml'));
+      await store.rescan();
+      expect(pools(store)).toEqual(['eu']);
+      expect(held()[0]).toMatchObject({ proxiesBefore: 6, proxiesAfter: 0 });
+      await stopStore(store);
+      const confirmed = await make({ manifests: m, statePath, allowEmptyManifests: true });
+      expect(pools(confirmed)).toEqual([]);
+    });
+
+    it('still deletes a pool that owns no more than half of the fleet', async () => {
+      const { dir, m } = await manifestsDir({
+        'a.yaml': proxyYaml('a'),
+        'b.yaml': proxyYaml('b'),
+        'pool.yaml': poolYaml('small'),
+      });
+      const store = await make({ manifests: m, statePath: join(dir, 'state.json') });
+      expect(pools(store)).toEqual(['small']);
+      await unlink(join(m, 'pool.yaml'));
+      await store.rescan();
+      expect(pools(store)).toEqual([]);
+    });
+  });
+
   it('watches a re-created manifests directory again at once', async () => {
     const { dir, m } = await manifestsDir({ 'a.yaml': proxyYaml('a') });
     const store = await make({ manifests: m, statePath: join(dir, 'state.json') });

@@ -10,12 +10,13 @@
  */
 import { realpath } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { PROXY_POOL_KIND } from '../../api/constants.ts';
 import { errorMessage } from '../../log/errors.ts';
 import type { Logger } from '../../log/index.ts';
 import type { Clock, TimerHandle } from '../clock.ts';
 import type { ObjectEngine } from '../objects/engine.ts';
 import type { EngineEvent } from '../objects/types.ts';
-import { PROXY_RESOURCE, qualifiedName, SECRET_RESOURCE } from '../objects/types.ts';
+import { PROXY_POOL_RESOURCE, PROXY_RESOURCE, qualifiedName, SECRET_RESOURCE } from '../objects/types.ts';
 import { deepClone } from '../patch.ts';
 import type { AppliedManifest } from './journal.ts';
 import { collectDesired, isMassDeletion, type ProxyLoss } from './manifest-rules.ts';
@@ -275,19 +276,38 @@ export class ManifestSync {
     });
   }
 
-  /** How many live manifest Proxies there are, and how many pruning now would delete. */
+  /**
+   * How many live Proxies the manifests account for — their own, and those their ProxyPools own —
+   * and how many pruning now would delete: a removed pool takes its Proxies with it (owner GC).
+   */
   private proxyLoss(desired: Map<string, ManifestDoc>, badFiles: Set<string>): ProxyLoss {
     const proxies = qualifiedName(PROXY_RESOURCE);
+    const pools = qualifiedName(PROXY_POOL_RESOURCE);
+    const ownedByPool = this.liveProxiesByPoolUid();
     let before = 0;
     let lost = 0;
     for (const [key, { ref, applied }] of this.applied) {
-      if (ref.resource !== proxies) continue;
+      if (ref.resource !== proxies && ref.resource !== pools) continue;
       const cur = this.engine.collection(ref.resource).get(ref.namespace, ref.name);
       if (!cur || cur.metadata.deletionTimestamp) continue;
-      before += 1;
-      if (!desired.has(key) && !badFiles.has(applied.file)) lost += 1;
+      const count = ref.resource === proxies ? 1 : (ownedByPool.get(cur.metadata.uid ?? '') ?? 0);
+      before += count;
+      if (!desired.has(key) && !badFiles.has(applied.file)) lost += count;
     }
     return { before, lost };
+  }
+
+  /** Live Proxies per controlling ProxyPool uid. */
+  private liveProxiesByPoolUid(): Map<string, number> {
+    const counts = new Map<string, number>();
+    for (const p of this.engine.collection(qualifiedName(PROXY_RESOURCE)).all()) {
+      if (p.metadata.deletionTimestamp) continue;
+      const owner = p.metadata.ownerReferences?.find(
+        (o) => o.controller === true && o.kind === PROXY_POOL_KIND,
+      );
+      if (owner) counts.set(owner.uid, (counts.get(owner.uid) ?? 0) + 1);
+    }
+    return counts;
   }
 
   /**
@@ -320,7 +340,8 @@ export class ManifestSync {
       this.holding = { text, at: now };
       this.log.warn(
         fields,
-        `the manifests no longer define ${loss.lost} of the ${loss.before} Proxies; deleting more than half ` +
+        `the manifests no longer define ${loss.lost} of the ${loss.before} Proxies (directly or through their ` +
+          'ProxyPools); deleting more than half ' +
           'at once looks like an accident (an emptied file or directory), so nothing is deleted. Restore the ' +
           'files, or restart with --allow-empty-manifests to delete them',
       );
