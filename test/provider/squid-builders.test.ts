@@ -48,3 +48,45 @@ describe('squidConfig keeps every provider byte-identical', () => {
     );
   });
 });
+
+describe('the renderers refuse what would inject a line, whatever validated it before', () => {
+  it('squidConfig: a line break or space in a spliced value, a bad port or range, naming the field', () => {
+    expect(() =>
+      squidConfig({ profile: 'pod', port: 3128, listenAddress: '127.0.0.1\nhttp_access allow all' }),
+    ).toThrow(/^listenAddress: must be non-empty, without whitespace or control characters$/);
+    expect(() => squidConfig({ profile: 'pod', port: 3128, htpasswdPath: '/tmp/a b' })).toThrow(
+      /^htpasswdPath:/,
+    );
+    expect(() => squidConfig({ profile: 'pod', port: 3128, authHelper: '/opt/auth\r' })).toThrow(
+      /^authHelper:/,
+    );
+    const egress = { deniedCIDRs: ['10.0.0.0/8'], connectPorts: [443], httpPorts: [80] };
+    expect(() =>
+      squidConfig({ profile: 'pod', port: 3128, egress: { ...egress, connectPorts: [443, 0] } }),
+    ).toThrow(/^egress\.connectPorts: 0 is not a port/);
+    expect(() =>
+      squidConfig({
+        profile: 'pod',
+        port: 3128,
+        egress: { ...egress, deniedCIDRs: ['10.0.0.0/8\nhttp_access allow all'] },
+      }),
+    ).toThrow(/^egress\.deniedCIDRs: .* is not a CIDR$/);
+    expect(squidConfig({ profile: 'pod', port: 3128, egress })).toContain(
+      'acl egress_denied_dst dst 10.0.0.0/8\n',
+    );
+  });
+
+  it('defaultCloudInit: a control character in the names of its header comment', () => {
+    const req = {
+      port: 8443,
+      credentials: { username: 'u', password: 'p' },
+      namespace: 'crawl',
+      proxyName: 'web\nruncmd: [[reboot]]',
+    };
+    expect(() => defaultCloudInit(req, { salt: 'Qz9./abc' })).toThrow(
+      /^proxyName: must not contain control characters$/,
+    );
+    expect(() => defaultCloudInit({ ...req, proxyName: 'web', namespace: 'a\u0007' })).toThrow(/^namespace:/);
+    expect(defaultCloudInit({ ...req, proxyName: 'web' }, { salt: 'Qz9./abc' })).toMatch(/^#cloud-config\n/);
+  });
+});

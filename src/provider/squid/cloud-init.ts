@@ -24,6 +24,13 @@ export function defaultCloudInit(
   req: Pick<CreateRequest, 'port' | 'credentials' | 'namespace' | 'proxyName'>,
   opts: DefaultCloudInitOptions = {},
 ): string {
+  // Both go into a comment line of the header: a line break there would inject YAML.
+  for (const [field, value] of [
+    ['namespace', req.namespace],
+    ['proxyName', req.proxyName],
+  ] as const) {
+    if (/\p{Cc}/u.test(value)) throw new Error(`${field}: must not contain control characters`);
+  }
   const doc = {
     package_update: true,
     packages: ['squid'],

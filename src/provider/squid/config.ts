@@ -93,6 +93,16 @@ export interface SquidConfigOptions {
  * non-auth ACL, so Squid answers 403, not a fresh 407 challenge.
  */
 function egressLines(p: EgressPolicy): string[] {
+  for (const [field, ports] of [
+    ['egress.httpPorts', p.httpPorts],
+    ['egress.connectPorts', p.connectPorts],
+  ] as const) {
+    const bad = ports.find((port) => !Number.isInteger(port) || port < 1 || port > 65535);
+    if (bad !== undefined) throw new Error(`${field}: ${JSON.stringify(bad)} is not a port (1-65535)`);
+  }
+  const badRange = p.deniedCIDRs.find((c) => !CIDR_TEXT.test(c));
+  if (badRange !== undefined)
+    throw new Error(`egress.deniedCIDRs: ${JSON.stringify(badRange)} is not a CIDR`);
   const lines = [
     '# Egress policy: what a lease holder may reach (docs/operations.md, "Security model").',
     'acl CONNECT method CONNECT',
@@ -114,7 +124,22 @@ function egressLines(p: EgressPolicy): string[] {
   return lines;
 }
 
+/** An address/prefix as Squid's `dst` ACL takes it: hex digits, dots and colons, then /bits. */
+const CIDR_TEXT = /^[0-9A-Fa-f:.]+\/\d{1,3}$/;
+
+/**
+ * A value spliced into a squid.conf line: a line break would start a directive of its own and
+ * whitespace would add arguments, so the renderer refuses both whatever validated it upstream.
+ */
+function confToken(field: string, value: string | undefined): void {
+  if (value !== undefined && (value === '' || /[\s\p{Cc}]/u.test(value)))
+    throw new Error(`${field}: must be non-empty, without whitespace or control characters`);
+}
+
 export function squidConfig(opts: SquidConfigOptions): string {
+  confToken('listenAddress', opts.listenAddress);
+  confToken('htpasswdPath', opts.htpasswdPath);
+  confToken('authHelper', opts.authHelper);
   const fds = opts.maxFileDescriptors ?? DEFAULT_MAX_FILE_DESCRIPTORS;
   if (!Number.isInteger(opts.port) || opts.port < 1 || opts.port > 65535) {
     throw new Error(`port: ${opts.port} is not a port (1-65535)`);
