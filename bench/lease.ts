@@ -19,7 +19,8 @@ import { loadavg } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Registry } from 'prom-client';
 import { startDiscoveryServer } from '../src/discovery/server.ts';
-import { LeaseStore, type ProxyInfo } from '../src/lease/store.ts';
+import { LeaseStore } from '../src/lease/store.ts';
+import type { ProxyInfo } from '../src/lease/types.ts';
 import type { LoadgenArgs, LoadgenResult } from './loadgen.ts';
 
 export interface LeaseBenchOptions {

@@ -3,8 +3,8 @@
  * operator knows, read from its discovery API (never credentials).
  */
 import { DiscoveryClient } from '../discovery/client.ts';
-import type { ProxySnapshot } from '../lease/store.ts';
 import { normalizeTarget } from '../lease/target.ts';
+import type { ProxySnapshot } from '../lease/types.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { StatusFlags } from './flags.ts';
 

@@ -14,7 +14,7 @@ import type {
   FastifyServerOptions,
 } from 'fastify';
 import type { Logger } from 'pino';
-import { LeaseInputError, TooManyLeasesError } from '../lease/store.ts';
+import { LeaseInputError, TooManyLeasesError } from '../lease/errors.ts';
 import { FieldError } from './validation.ts';
 
 /** Longest path parameter (a lease ID) routed at all; the schema says the same. */

@@ -9,8 +9,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import { LeaseInputError, type LeaseStore, TooManyLeasesError } from '../lease/store.ts';
+import { LeaseInputError, TooManyLeasesError } from '../lease/errors.ts';
+import type { LeaseStore } from '../lease/store.ts';
 import type { Clock, TimerHandle } from '../runtime/clock.ts';
+import { GatewayLeaseAdapter, type UpstreamLeaseOutcome } from './lease-adapter.ts';
 import {
   isMutating,
   type SessionAsk,
@@ -54,6 +56,7 @@ interface Replica {
 
 export class GatewayHub {
   private readonly leases: LeaseStore;
+  private readonly gatewayLeases: GatewayLeaseAdapter;
   private readonly clock: Clock;
   private readonly log: Logger;
   private readonly isServing: () => boolean;
@@ -75,6 +78,7 @@ export class GatewayHub {
 
   constructor(o: { leases: LeaseStore; clock: Clock; log: Logger; isServing: () => boolean }) {
     this.leases = o.leases;
+    this.gatewayLeases = new GatewayLeaseAdapter(o.leases);
     this.clock = o.clock;
     this.log = o.log;
     this.isServing = o.isServing;
@@ -157,7 +161,7 @@ export class GatewayHub {
     this.seq = 0;
     this.firstSeq = 1;
     this.changes = [];
-    this.unwatch = this.leases.watchTargetCooldowns((e, target, until) => {
+    this.unwatch = this.gatewayLeases.watchTargetCooldowns((e, target, until) => {
       this.changes.push({ key: e.key, target, until });
       this.seq++;
       if (this.changes.length > MAX_LOG) {
@@ -194,8 +198,8 @@ export class GatewayHub {
       }
       if (this.waiters.size > 0) {
         for (const [key, until] of this.contended) if (until <= now) this.contended.delete(key);
-        const sig = `${this.leases
-          .gatewayUpstreams()
+        const sig = `${this.gatewayLeases
+          .upstreams()
           .map((u) => `${u.key}:${u.reason ?? ''}`)
           .join(',')}|${[...this.contended.keys()].join(',')}`;
         if (sig !== this.signature) {
@@ -286,9 +290,9 @@ export class GatewayHub {
       for (const [key, want] of Object.entries(req.want)) {
         const slots = r.slots.get(key) ?? [];
         while (slots.length < want) {
-          let got: ReturnType<LeaseStore['leaseProxy']>;
+          let got: UpstreamLeaseOutcome;
           try {
-            got = this.leases.leaseProxy(key, undefined, SLOT_TTL_SECONDS);
+            got = this.gatewayLeases.leaseProxy(key, undefined, SLOT_TTL_SECONDS);
           } catch (err) {
             if (err instanceof TooManyLeasesError) break;
             throw err;
@@ -310,7 +314,7 @@ export class GatewayHub {
   private answer(req: SyncRequest, r: Replica | undefined): SyncAnswer {
     const now = this.clock.now();
     const full = req.epoch !== this.epoch || req.cursor < this.firstSeq - 1 || req.cursor > this.seq;
-    const upstreams = this.leases.gatewayUpstreams(full);
+    const upstreams = this.gatewayLeases.upstreams(full);
     const cooldowns: [string, string, number][] = [];
     if (full) {
       for (const u of upstreams) {

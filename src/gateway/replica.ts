@@ -8,7 +8,8 @@
  * upstream is the highest-ranked by rendezvous hashing of the session id, so every replica binds
  * a session to the same upstream.
  */
-import { LeaseInputError, normalizeTarget } from '../lease/target.ts';
+import { LeaseInputError } from '../lease/errors.ts';
+import { normalizeTarget } from '../lease/target.ts';
 import type { ReportResult } from '../lease/types.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { matchesSelector, parseSelector, type Selector, SelectorError } from '../runtime/selector.ts';

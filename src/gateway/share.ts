@@ -7,8 +7,8 @@
  * not seen yet. A sync with `waitMs` > 0 and nothing to change is a long poll: the leader answers
  * as soon as a cooldown begins, so a block reaches every replica without polling.
  */
-import type { GatewayUpstream } from '../lease/store.ts';
 import type { ReportResult } from '../lease/types.ts';
+import type { GatewayUpstream } from './lease-adapter.ts';
 
 export const SYNC_PATH = '/v1/internal/gateway/sync';
 /** The longest a watch may wait for news. */

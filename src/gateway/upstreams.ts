@@ -5,9 +5,11 @@
  * draining and health apply exactly as for API clients; a sticky session asks for its bound
  * upstream first and is rebound only when that one may not take the lease.
  */
-import { LeaseInputError, type LeaseStore, TooManyLeasesError } from '../lease/store.ts';
+import { LeaseInputError, TooManyLeasesError } from '../lease/errors.ts';
+import type { LeaseStore } from '../lease/store.ts';
 import type { LeaseGrant, ReportResult } from '../lease/types.ts';
 import type { Clock } from '../runtime/clock.ts';
+import { GatewayLeaseAdapter } from './lease-adapter.ts';
 import { type Session, SessionTable } from './sessions.ts';
 import type { RoutingOptions } from './username.ts';
 
@@ -75,10 +77,12 @@ function routingKey(r: RoutingOptions): string {
 /** Upstream choice straight from a lease store in this process (standalone, or the leader). */
 export class LeaseStoreChooser implements UpstreamChooser {
   private readonly leases: LeaseStore;
+  private readonly gatewayLeases: GatewayLeaseAdapter;
   readonly sessions: SessionTable;
 
   constructor(leases: LeaseStore, clock: Clock, maxSessions?: number) {
     this.leases = leases;
+    this.gatewayLeases = new GatewayLeaseAdapter(leases);
     this.sessions = new SessionTable(clock, maxSessions);
   }
 
@@ -89,7 +93,7 @@ export class LeaseStoreChooser implements UpstreamChooser {
     try {
       let grant: LeaseGrant | undefined;
       if (session?.upstream) {
-        const r = this.leases.leaseProxy(session.upstream, target, CONNECTION_LEASE_TTL_SECONDS);
+        const r = this.gatewayLeases.leaseProxy(session.upstream, target, CONNECTION_LEASE_TTL_SECONDS);
         if (r.granted) grant = r.grant;
         else session.upstream = undefined;
       }

@@ -5,31 +5,8 @@
  * place of the funnel; per-target cooldowns are tallied only for targets a refusal has asked
  * about (LRU-bounded), each tally built by one walk the first time and kept incrementally after.
  */
-import { type Entry, notLeasableReason } from './entry.ts';
+import type { Entry, Standing } from './entry.ts';
 import type { NoneLeasableCounts } from './types.ts';
-
-/** Where an entry stands in the funnel, target cooldowns aside. */
-export type Standing = 'notReady' | 'unhealthy' | 'draining' | 'coolingDown' | 'atCapacity' | 'leasable';
-
-/** The standing of `e` now; undefined for an entry the store has let go of. */
-export function standingOf(e: Entry, now: number): Standing | undefined {
-  if (e.removed) return undefined;
-  switch (notLeasableReason(e, undefined, now)) {
-    case 'Deleting':
-    case 'NotReady':
-      return 'notReady';
-    case 'Unhealthy':
-      return 'unhealthy';
-    case 'Draining':
-      return 'draining';
-    case 'CoolingDown':
-      return 'coolingDown';
-    case 'AtCapacity':
-      return 'atCapacity';
-    default:
-      return 'leasable';
-  }
-}
 
 /** Standings a per-target cooldown is the next rule for (the funnel checks it before capacity). */
 export function reachesTargetRule(s: Standing | undefined): boolean {

@@ -1,75 +1,124 @@
 /**
- * lease/cooldowns — every per-target cooldown of the fleet in one min-heap by end time, so that
- * ended cooldowns are purged by time (not only when a grant happens to look at them) and the
- * total number of entries stays under a cap: past it, the entry that would end soonest is
- * evicted first (it is the one that costs the least protection to forget). Each cooldown is one
- * object, held by its entry's `targetUntil` map and by the heap.
+ * lease/cooldowns — when a proxy may not be leased for a while: globally (a `failed` report), or
+ * for one target (a `blocked` report, shared by every proxy leaving from the same address,
+ * lease/egress-groups). Per-target cooldowns live in one capped heap (lease/target-cooldowns);
+ * global ones in a heap of their ends, so a proxy comes back into the selection when its
+ * cooldown ends even without traffic. Cooldowns only ever lengthen.
  */
-import type { Entry, TargetCooldown } from './entry.ts';
+import type { Logger } from 'pino';
+import type { ChangeCounter } from './changes.ts';
+import { EgressGroups } from './egress-groups.ts';
+import type { Entry } from './entry.ts';
 import { IndexedHeap } from './ordered.ts';
+import type { Selection } from './selection.ts';
+import { type CooldownWatcher, TargetCooldowns } from './target-cooldowns.ts';
+import type { ReportRequest } from './types.ts';
 
-export const DEFAULT_MAX_TARGET_COOLDOWNS = 200_000;
+export interface CooldownOptions {
+  blockedCooldownSeconds: number;
+  failedCooldownSeconds: number;
+  /** Per-target cooldown entries at most, fleet-wide (and address blocks, lease/egress-groups). */
+  maxTargetCooldowns: number;
+  onCooldownEvicted: () => void;
+  /** Asked to re-probe a proxy reported `failed`. */
+  requestProbe: ((key: string) => void) | undefined;
+  log: Logger;
+}
 
-export type CooldownObserver = (e: Entry, target: string, sign: 1 | -1) => void;
-/** Hears of every cooldown that begins or lengthens, with its new end (gateway/hub pushes them to replicas). */
-export type CooldownWatcher = (e: Entry, target: string, until: number) => void;
+interface GlobalCooldownEnd {
+  at: number;
+  entry: Entry;
+  heapIndex: number;
+}
 
-export class TargetCooldowns {
-  private readonly heap = new IndexedHeap<TargetCooldown>((a, b) => a.at < b.at);
-  private readonly max: number;
-  private readonly onEvict: () => void;
-  private readonly onChange: CooldownObserver;
-  private readonly watchers = new Set<CooldownWatcher>();
+export class Cooldowns {
+  private readonly opts: CooldownOptions;
+  private readonly selection: Selection;
+  private readonly changes: ChangeCounter;
+  private readonly targets: TargetCooldowns;
+  private readonly egressGroups: EgressGroups;
+  private readonly globalEnds = new IndexedHeap<GlobalCooldownEnd>((a, b) => a.at < b.at);
 
-  /** `onChange` hears of every cooldown that begins (1) or is forgotten (-1), whoever set it. */
-  constructor(max: number, onEvict: () => void, onChange: CooldownObserver = () => {}) {
-    this.max = Math.max(1, max);
-    this.onEvict = onEvict;
-    this.onChange = onChange;
+  constructor(opts: CooldownOptions, selection: Selection, changes: ChangeCounter) {
+    this.opts = opts;
+    this.selection = selection;
+    this.changes = changes;
+    this.targets = new TargetCooldowns(opts.maxTargetCooldowns, opts.onCooldownEvicted, (e, target, sign) =>
+      selection.cooling(e, target, sign),
+    );
+    this.egressGroups = new EgressGroups(opts.maxTargetCooldowns);
   }
 
-  get size(): number {
-    return this.heap.size;
+  /** Per-target cooldown entries held (ended ones until the next purge). */
+  get targetCount(): number {
+    return this.targets.size;
   }
 
-  /** Adds a watcher besides `onChange`; returns the function that removes it. */
+  /** Calls `w` for every per-target cooldown that begins or lengthens; returns the unsubscribe. */
   watch(w: CooldownWatcher): () => void {
-    this.watchers.add(w);
-    return () => this.watchers.delete(w);
+    return this.targets.watch(w);
   }
 
-  /** Cools `e` down for `target` until at least `until`; evicts the soonest-ending beyond the cap. */
-  set(e: Entry, target: string, until: number): void {
-    const current = e.targetUntil.get(target);
-    if (current) {
-      if (until <= current.at) return;
-      current.at = until;
-      this.heap.update(current);
-      for (const w of this.watchers) w(e, target, until);
-      return;
+  /**
+   * What a report does to a proxy: `blocked` cools it down for `target` (with every proxy
+   * sharing its egress IP), `failed` for everyone plus a re-probe.
+   */
+  report(e: Entry, target: string | undefined, req: ReportRequest, now: number): void {
+    const { blockedCooldownSeconds, failedCooldownSeconds, log } = this.opts;
+    if (req.result !== 'success') {
+      // Which site refuses which proxy, and which proxies fail: worth a line each (never the lease id).
+      const cooldownSeconds =
+        req.cooldownSeconds ?? (req.result === 'blocked' ? blockedCooldownSeconds : failedCooldownSeconds);
+      log.info({ proxy: e.key, target, result: req.result, cooldownSeconds }, 'proxy reported');
     }
-    const fresh: TargetCooldown = { at: until, target, entry: e, heapIndex: -1 };
-    e.targetUntil.set(target, fresh);
-    this.heap.push(fresh);
-    this.onChange(e, target, 1);
-    for (const w of this.watchers) w(e, target, until);
-    while (this.heap.size > this.max) {
-      const victim = this.heap.peek();
-      if (!victim) break;
-      this.forget(victim);
-      this.onEvict();
+    if (req.result === 'blocked' && target !== undefined) {
+      const until = now + (req.cooldownSeconds ?? blockedCooldownSeconds) * 1000;
+      // The site blocked an address: every proxy leaving from it is blocked there too.
+      this.egressGroups.block(e, target, until, this.targets);
+      this.changes.decided();
+    } else if (req.result === 'failed') {
+      this.coolDown(e, now + (req.cooldownSeconds ?? failedCooldownSeconds) * 1000);
+      try {
+        this.opts.requestProbe?.(e.key);
+      } catch (err) {
+        log.warn({ err, proxy: e.key }, 'requestProbe hook failed');
+      }
     }
   }
 
-  /** Drops every cooldown that has ended by `now`. */
+  /** Keeps `e` from every grant until `until`. */
+  coolDown(e: Entry, until: number): void {
+    if (until <= e.globalUntil) return;
+    this.changes.decided();
+    this.selection.update(e, () => {
+      e.globalUntil = until;
+    });
+    this.globalEnds.push({ at: until, entry: e, heapIndex: -1 });
+  }
+
+  /** Keeps `e` from grants for `target` until `until` (a restored cooldown: no address spread). */
+  coolDownForTarget(e: Entry, target: string, until: number): void {
+    this.targets.set(e, target, until);
+  }
+
+  /** Moves `e` to the egress group of `address`, taking on that address's live blocks. */
+  place(e: Entry, address: string | undefined, now: number): void {
+    this.egressGroups.place(e, address, this.targets, now);
+  }
+
+  /** Takes `e` out of its egress group (it left the fleet). */
+  leave(e: Entry): void {
+    this.egressGroups.leave(e);
+  }
+
+  /** Forgets what ended by `now` and lets proxies whose global cooldown ended back in. */
   purge(now: number): void {
-    for (let top = this.heap.peek(); top && top.at <= now; top = this.heap.peek()) this.forget(top);
-  }
-
-  private forget(c: TargetCooldown): void {
-    this.heap.remove(c);
-    if (c.entry.targetUntil.get(c.target) !== c) return;
-    c.entry.targetUntil.delete(c.target);
-    this.onChange(c.entry, c.target, -1);
+    this.targets.purge(now);
+    this.egressGroups.purge(now);
+    for (let top = this.globalEnds.peek(); top && top.at <= now; top = this.globalEnds.peek()) {
+      this.globalEnds.pop();
+      const e = top.entry;
+      if (!e.indexed && e.globalUntil <= now) this.selection.update(e, () => {});
+    }
   }
 }

@@ -4,6 +4,7 @@
  * reportable). Records are positional arrays to keep a 100,000-cooldown checkpoint small; the
  * parser checks every field, so a damaged checkpoint is refused as a whole, never half-applied.
  */
+import { LeaseStateError } from './errors.ts';
 
 export const LEASE_STATE_VERSION = 1;
 
@@ -25,13 +26,6 @@ export interface LeaseState {
   leases: LeaseRecord[];
   proxies: ProxyRecord[];
   ended: EndedRecord[];
-}
-
-export class LeaseStateError extends Error {
-  constructor(message: string) {
-    super(`lease checkpoint: ${message}`);
-    this.name = 'LeaseStateError';
-  }
 }
 
 const isStr = (v: unknown): v is string => typeof v === 'string';

@@ -9,9 +9,10 @@
  * after a restart they come back from the members' own cooldowns (which are), copied to a proxy
  * when it joins.
  */
-import { DEFAULT_MAX_TARGET_COOLDOWNS, type TargetCooldowns } from './cooldowns.ts';
+
 import type { Entry } from './entry.ts';
 import { IndexedHeap } from './ordered.ts';
+import { DEFAULT_MAX_TARGET_COOLDOWNS, type TargetCooldowns } from './target-cooldowns.ts';
 
 interface AddressBlock {
   at: number;

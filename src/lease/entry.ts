@@ -1,19 +1,18 @@
 /**
  * lease/entry — one proxy as the lease store holds it, and the one rule that decides whether it
  * may be leased now: `notLeasableReason` names the first rule a proxy fails, and a proxy is
- * eligible exactly when it names none. Grants, snapshots and the refusal funnel (lease/census)
- * all go by it.
+ * eligible exactly when it names none. Grants, snapshots and the refusal funnel (lease/census,
+ * through `standingOf`) all go by it.
  */
 import { phaseServes } from '../api/proxy.ts';
-import type { Standing } from './census.ts';
 import type { DrainingInstanceInfo, NotLeasableReason, ProxyInfo, ProxySnapshot } from './types.ts';
 
-/** One per-target cooldown: kept in its entry's map and in the fleet-wide heap (lease/cooldowns). */
+/** One per-target cooldown: kept in its entry's map and in the fleet-wide heap (lease/target-cooldowns). */
 export interface TargetCooldown {
   at: number;
   target: string;
   entry: Entry;
-  /** Position in the heap of lease/cooldowns. */
+  /** Position in the heap of lease/target-cooldowns. */
   heapIndex: number;
 }
 
@@ -35,7 +34,7 @@ export interface Entry
   lastLeasedSeq: number;
   lastLeasedAt: number | undefined;
   globalUntil: number;
-  /** Per-target cooldowns by target; owned by lease/cooldowns, which purges ended ones. */
+  /** Per-target cooldowns by target; owned by lease/target-cooldowns, which purges ended ones. */
   targetUntil: Map<string, TargetCooldown>;
   /** When the lease store first saw this proxy draining (0 = not draining): the drain deadline counts from it. */
   drainingSince: number;
@@ -97,7 +96,7 @@ export function compareEntries(a: Entry, b: Entry): number {
   return 0;
 }
 
-/** Whether `e` is cooling down for `target` (ended cooldowns are purged by lease/cooldowns). */
+/** Whether `e` is cooling down for `target` (ended cooldowns are purged by lease/target-cooldowns). */
 export function coolingFor(e: Entry, target: string, now: number): boolean {
   const c = e.targetUntil.get(target);
   return c !== undefined && c.at > now;
@@ -121,6 +120,29 @@ export function notLeasableReason(
   if (target !== undefined && coolingFor(e, target, now)) return 'CoolingDownForTarget';
   if (e.maxLeases > 0 && e.active >= e.maxLeases) return 'AtCapacity';
   return undefined;
+}
+
+/** Where an entry stands in the refusal funnel (lease/census), target cooldowns aside. */
+export type Standing = 'notReady' | 'unhealthy' | 'draining' | 'coolingDown' | 'atCapacity' | 'leasable';
+
+/** The standing of `e` now; undefined for an entry the store has let go of. */
+export function standingOf(e: Entry, now: number): Standing | undefined {
+  if (e.removed) return undefined;
+  switch (notLeasableReason(e, undefined, now)) {
+    case 'Deleting':
+    case 'NotReady':
+      return 'notReady';
+    case 'Unhealthy':
+      return 'unhealthy';
+    case 'Draining':
+      return 'draining';
+    case 'CoolingDown':
+      return 'coolingDown';
+    case 'AtCapacity':
+      return 'atCapacity';
+    default:
+      return 'leasable';
+  }
 }
 
 function iso(ms: number): string {

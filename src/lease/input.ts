@@ -3,7 +3,7 @@
  * seconds fields, the namespace and the label selector text, each refused as a LeaseInputError naming its field.
  */
 import { parseSelector, type Selector, SelectorError } from '../runtime/selector.ts';
-import { LeaseInputError } from './target.ts';
+import { LeaseInputError } from './errors.ts';
 import { MAX_COOLDOWN_SECONDS, type ReportRequest } from './types.ts';
 
 export function checkSeconds(field: string, value: number | undefined, max: number): void {

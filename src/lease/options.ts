@@ -1,22 +1,12 @@
 /**
- * lease/options — how a lease store is configured (timings, cooldown defaults, the bounds on
- * memory) and the refusal a full store answers with.
+ * lease/options — how a lease store is configured: timings, cooldown defaults, the bounds on
+ * memory.
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../runtime/clock.ts';
 
 export const DEFAULT_MAX_ACTIVE_LEASES = 100_000;
 export const DEFAULT_DRAIN_TIMEOUT_MS = 10 * 60_000;
-
-/** A grant refused because `maxActiveLeases` leases are live (503 too_many_leases). */
-export class TooManyLeasesError extends Error {
-  readonly limit: number;
-  constructor(limit: number) {
-    super(`${limit} leases are active, the most this operator holds (--max-active-leases)`);
-    this.name = 'TooManyLeasesError';
-    this.limit = limit;
-  }
-}
 
 export interface LeaseStoreOptions {
   clock?: Clock;

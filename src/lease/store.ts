@@ -1,103 +1,210 @@
 /**
- * lease/store — the lease store the discovery API serves from (lease/store-core: grants,
- * cooldowns, bounds) plus its durable state: `exportState`/`restoreState` (lease/durable) carry
- * live leases, cooldowns, drain start times and still-reportable ended leases across a restart
- * or a change of leader — per-lease credentials included (as digests) — plus
- * `acceptsLeaseCredentials`, the check a proxy that enforces leases makes, `leaseProxy`, the
- * grant on one named proxy that the gateway's sticky sessions use, and reports — by lease or by
- * proxy — of how a proxy did.
+ * lease/store — the in-memory lease store behind the discovery API (see docs/api.md): which
+ * proxies may be handed out right now, to whom, for how long, and which are cooling down
+ * globally or for one target. A facade over its parts, each with one job: the fleet
+ * (lease/fleet), choosing a proxy (lease/selection), cooldowns (lease/cooldowns), the live and
+ * recently ended leases (lease/lease-table) and the durable state (lease/durability). It checks
+ * what clients send, brings the parts up to the clock before every call, and hands the call on.
+ *
+ * Memory is bounded (docs/operations.md): ended cooldowns are purged on the sweep timer, live
+ * leases are capped (`maxActiveLeases`, then TooManyLeasesError), per-target cooldowns are
+ * capped evicting the soonest-ending first, and ended leases stay reportable for 15 minutes
+ * under a count cap.
  */
-
-import type { CooldownWatcher } from './cooldowns.ts';
-import { LEASE_STATE_VERSION, type LeaseState, type ProxyRecord } from './durable.ts';
-import { countLease, type Entry, newEntry, notLeasableReason, snapshotOf } from './entry.ts';
+import { silentLogger } from '../log/index.ts';
+import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
+import { ChangeCounter } from './changes.ts';
+import { Cooldowns } from './cooldowns.ts';
+import { Durability } from './durability.ts';
+import type { LeaseState } from './durable.ts';
+import { REPORTABLE_AFTER_END_MS } from './ended.ts';
+import { LeaseInputError } from './errors.ts';
+import { Fleet } from './fleet.ts';
 import { checkNamespace, checkReport, checkSeconds, toSelector } from './input.ts';
-import type { Lease } from './lease.ts';
-import { leaseIdOfUser, passwordMatches } from './lease-credentials.ts';
-import { LeaseStoreCore, TooManyLeasesError } from './store-core.ts';
-import { LeaseInputError, normalizeTarget } from './target.ts';
-import type {
-  LeaseGrant,
-  NotLeasableReason,
-  ProxyReportRequest,
-  ProxySnapshot,
-  ReportRequest,
-  SnapshotFilter,
-} from './types.ts';
-import { matchesFilter } from './view.ts';
-
-export {
-  DEFAULT_DRAIN_TIMEOUT_MS,
-  DEFAULT_MAX_ACTIVE_LEASES,
-  LeaseInputError,
-  type LeaseStoreOptions,
-  TooManyLeasesError,
-} from './store-core.ts';
-export {
+import { LeaseTable } from './lease-table.ts';
+import { DEFAULT_DRAIN_TIMEOUT_MS, DEFAULT_MAX_ACTIVE_LEASES, type LeaseStoreOptions } from './options.ts';
+import { Selection } from './selection.ts';
+import { normalizeTarget } from './target.ts';
+import { DEFAULT_MAX_TARGET_COOLDOWNS } from './target-cooldowns.ts';
+import {
   DEFAULT_BLOCKED_COOLDOWN_SECONDS,
   DEFAULT_FAILED_COOLDOWN_SECONDS,
   DEFAULT_TTL_SECONDS,
-  type LeaseGrant,
   type LeaseOutcome,
   type LeaseRequest,
-  MAX_COOLDOWN_SECONDS,
   MAX_TTL_SECONDS,
-  type NoneLeasableCounts,
-  type NotLeasableReason,
   type ProxyInfo,
   type ProxyReportRequest,
   type ProxySnapshot,
   type ReportRequest,
-  type ReportResult,
   type SnapshotFilter,
 } from './types.ts';
 
-/** One proxy as gateway replicas see it (LeaseStore.gatewayUpstreams). */
-export interface GatewayUpstream {
-  key: string;
-  namespace: string;
-  labels: Record<string, string>;
-  /** 0 = unlimited. */
-  maxLeases: number;
-  /** Why no connection may use it now, capacity and target cooldowns aside; null = usable. */
-  reason: NotLeasableReason | null;
-  latencyMillis: number | null;
-  /** Live per-target cooldowns: [target, end in ms of the store's clock]. */
-  cooldowns?: [string, number][];
+/**
+ * What an adapter building on the store (gateway/lease-adapter) may use of its parts besides the
+ * methods: read the fleet, hear of target cooldowns, and grant on a proxy it chose by the leasing
+ * rules (lease/entry), after `sweep()` and `checkRoom()`.
+ */
+export interface LeaseStoreParts {
+  fleet: Pick<Fleet, 'get' | 'all'>;
+  cooldowns: Pick<Cooldowns, 'watch'>;
+  table: Pick<LeaseTable, 'checkRoom' | 'grant'>;
 }
 
-export class LeaseStore extends LeaseStoreCore {
-  /** What the store knows about every proxy matching the filter, for `GET /v1/proxies`. */
-  snapshot(filter: SnapshotFilter = {}): ProxySnapshot[] {
-    const target = normalizeTarget(filter.target);
-    const selector = toSelector(filter.selector);
-    checkNamespace(filter.namespace);
-    const namespace = filter.namespace === '' ? undefined : filter.namespace;
-    this.tick();
-    const now = this.clock.now();
-    const out: ProxySnapshot[] = [];
-    for (const e of this.proxies.values()) {
-      if (matchesFilter(e, namespace, selector)) out.push(snapshotOf(e, target, now));
-    }
-    return out.sort((a, b) =>
-      a.namespace === b.namespace ? (a.name < b.name ? -1 : 1) : a.namespace < b.namespace ? -1 : 1,
+export class LeaseStore {
+  readonly parts: LeaseStoreParts;
+  private readonly fleet: Fleet;
+  private readonly cooldowns: Cooldowns;
+  private readonly table: LeaseTable;
+  private readonly selection: Selection;
+  private readonly durability: Durability;
+  private readonly changeCounter = new ChangeCounter();
+  private readonly clock: Clock;
+  private readonly maxTtl: number;
+  private readonly sweepIntervalMs: number;
+  private timer: TimerHandle | undefined;
+  private closed = false;
+
+  constructor(opts: LeaseStoreOptions = {}) {
+    this.clock = opts.clock ?? systemClock;
+    this.maxTtl = opts.maxTtlSeconds ?? MAX_TTL_SECONDS;
+    this.sweepIntervalMs = opts.sweepIntervalMs ?? 1000;
+    const changes = this.changeCounter;
+    this.selection = new Selection(
+      { maxViews: opts.maxViews ?? 64, hotTargetSkips: opts.hotTargetSkips },
+      this.clock,
+      changes,
+      { proxies: () => this.fleet.all(), leases: () => this.table.live() },
     );
+    this.cooldowns = new Cooldowns(
+      {
+        blockedCooldownSeconds: opts.blockedCooldownSeconds ?? DEFAULT_BLOCKED_COOLDOWN_SECONDS,
+        failedCooldownSeconds: opts.failedCooldownSeconds ?? DEFAULT_FAILED_COOLDOWN_SECONDS,
+        maxTargetCooldowns: opts.maxTargetCooldowns ?? DEFAULT_MAX_TARGET_COOLDOWNS,
+        onCooldownEvicted: opts.onCooldownEvicted ?? (() => {}),
+        requestProbe: opts.requestProbe,
+        log: opts.log ?? silentLogger(),
+      },
+      this.selection,
+      changes,
+    );
+    this.fleet = new Fleet(this.selection, this.cooldowns, this.clock);
+    this.table = new LeaseTable(
+      {
+        defaultTtlSeconds: opts.defaultTtlSeconds ?? DEFAULT_TTL_SECONDS,
+        maxActiveLeases: Math.max(1, opts.maxActiveLeases ?? DEFAULT_MAX_ACTIVE_LEASES),
+        drainTimeoutMs: opts.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS,
+        reportableAfterEndMs: opts.reportableAfterEndMs ?? REPORTABLE_AFTER_END_MS,
+        perLeaseCredentials: opts.perLeaseCredentials,
+      },
+      this.selection,
+      changes,
+    );
+    this.durability = new Durability(this.fleet, this.cooldowns, this.table, changes);
+    this.parts = { fleet: this.fleet, cooldowns: this.cooldowns, table: this.table };
+    this.schedule();
+  }
+
+  /** The store's clock reading: the time its answers (expiresAt, retryAt) are measured in. */
+  now(): number {
+    return this.clock.now();
+  }
+
+  get maxTtlSeconds(): number {
+    return this.maxTtl;
+  }
+
+  /** Changes since construction; equal values mean nothing a checkpoint carries has changed. */
+  get changes(): number {
+    return this.changeCounter.decisions;
+  }
+
+  /**
+   * Brings the parts up to now — ends expired leases, forgets ended cooldowns, lets proxies
+   * whose cooldown ended back in — and returns now. Every call does this first; the sweep timer
+   * does it without traffic.
+   */
+  sweep(): number {
+    const now = this.clock.now();
+    this.table.expire(now);
+    this.cooldowns.purge(now);
+    return now;
+  }
+
+  /** Stops the sweep timer. The store stays usable (every call still sweeps first). */
+  close(): void {
+    this.closed = true;
+    if (this.timer) this.clock.clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  // ---- inputs from the feed and the health engine ----
+
+  upsertProxy(info: ProxyInfo): void {
+    this.sweep();
+    this.fleet.upsert(info);
+  }
+
+  /** Forgets a proxy: no new leases; existing leases stay valid until released or expired. */
+  removeProxy(key: string): void {
+    this.sweep();
+    this.fleet.remove(key);
+  }
+
+  /** A health verdict; see Fleet.setHealth. Returns whether it applied. */
+  setHealth(
+    key: string,
+    uid: string | undefined,
+    health: { healthy: boolean; latencyMillis?: number },
+  ): boolean {
+    this.sweep();
+    return this.fleet.setHealth(key, uid, health);
+  }
+
+  // ---- the lease API ----
+
+  lease(req: LeaseRequest = {}): LeaseOutcome {
+    const target = normalizeTarget(req.target);
+    const selector = toSelector(req.selector);
+    checkSeconds('ttlSeconds', req.ttlSeconds, this.maxTtl);
+    checkNamespace(req.namespace);
+    const namespace = req.namespace === '' ? undefined : req.namespace;
+    const now = this.sweep();
+    this.table.checkRoom();
+    const view = this.selection.view(namespace, selector);
+    const e = view.pick(target, now);
+    if (!e) return { granted: false, ...this.selection.refusal(view, target, now) };
+    return { granted: true, grant: this.table.grant(e, target, req.ttlSeconds, now) };
+  }
+
+  /** Extends a live lease to now + ttl; undefined when it is unknown or expired. */
+  renew(id: string, ttlSeconds?: number): { id: string; expiresAt: string } | undefined {
+    checkSeconds('ttlSeconds', ttlSeconds, this.maxTtl);
+    const now = this.sweep();
+    return this.table.renew(id, ttlSeconds, now);
+  }
+
+  /** Idempotent; returns whether a live lease was released. */
+  release(id: string): boolean {
+    const now = this.sweep();
+    const lease = this.table.get(id);
+    if (!lease) return false;
+    this.table.end(lease, now);
+    return true;
   }
 
   /**
    * Outcome of using a lease. `blocked` cools the proxy down for the lease's target only, with
    * every proxy sharing its egress IP (a lease without a target cannot be blocked:
-   * LeaseInputError on `result`), `failed` cools
-   * it down for everyone and asks for a re-probe. A lease released or expired within the last
-   * 15 minutes can still be reported (nothing left to release). Returns false when the lease is
-   * unknown.
+   * LeaseInputError on `result`), `failed` cools it down for everyone and asks for a re-probe.
+   * A lease released or expired within the last 15 minutes can still be reported (nothing left
+   * to release). Returns false when the lease is unknown.
    */
   report(id: string, req: ReportRequest): boolean {
     checkReport(req);
-    this.tick();
-    const now = this.clock.now();
-    const lease = this.leases.get(id);
-    const used = lease ?? this.ended.get(id, now);
+    const now = this.sweep();
+    const lease = this.table.get(id);
+    const used = lease ?? this.table.recentlyEnded(id, now);
     if (!used) return false;
     if (req.result === 'blocked' && used.target === undefined) {
       throw new LeaseInputError(
@@ -105,35 +212,9 @@ export class LeaseStore extends LeaseStoreCore {
         'result "blocked" needs a lease granted for a target; report "failed" for a proxy-wide problem',
       );
     }
-    this.applyReport(used.entry, used.target, req, now);
-    if (lease && req.release !== false) this.drop(lease, now);
+    this.cooldowns.report(used.entry, used.target, req, now);
+    if (lease && req.release !== false) this.table.end(lease, now);
     return true;
-  }
-
-  /**
-   * What a report does to a proxy: `blocked` cools it down for `target`, `failed` for everyone
-   * plus a re-probe. Cooldowns only ever lengthen, so a repeated report changes nothing more.
-   */
-  protected applyReport(e: Entry, target: string | undefined, req: ReportRequest, now: number): void {
-    if (req.result !== 'success') {
-      // Which site refuses which proxy, and which proxies fail: worth a line each (never the lease id).
-      const cooldownSeconds =
-        req.cooldownSeconds ?? (req.result === 'blocked' ? this.blockedCooldown : this.failedCooldown);
-      this.log.info({ proxy: e.key, target, result: req.result, cooldownSeconds }, 'proxy reported');
-    }
-    if (req.result === 'blocked' && target !== undefined) {
-      const until = now + (req.cooldownSeconds ?? this.blockedCooldown) * 1000;
-      // The site blocked an address: every proxy leaving from it is blocked there too.
-      this.egressGroups.block(e, target, until, this.targetCooldowns);
-      this.changeCount++;
-    } else if (req.result === 'failed') {
-      this.coolDown(e, now + (req.cooldownSeconds ?? this.failedCooldown) * 1000);
-      try {
-        this.requestProbe?.(e.key);
-      } catch (err) {
-        this.log.warn({ err, proxy: e.key }, 'requestProbe hook failed');
-      }
-    }
   }
 
   /**
@@ -147,66 +228,40 @@ export class LeaseStore extends LeaseStoreCore {
     if (req.result === 'blocked' && target === undefined) {
       throw new LeaseInputError('target', 'result "blocked" needs the target that blocked the proxy');
     }
-    this.tick();
-    const e = this.proxies.get(`${req.namespace}/${req.name}`);
+    const now = this.sweep();
+    const e = this.fleet.get(`${req.namespace}/${req.name}`);
     if (!e) return false;
-    this.applyReport(e, target, req, this.clock.now());
+    this.cooldowns.report(e, target, req, now);
     return true;
   }
 
-  /**
-   * A lease on the proxy `key` itself, if the leasing rules let it take one for `target` now
-   * (the gateway's sticky sessions keep their upstream this way, see docs/gateway.md); otherwise
-   * the first rule it fails, or 'Gone' when the store does not know it. Counts like any grant.
-   */
-  leaseProxy(
-    key: string,
-    target: string | undefined,
-    ttlSeconds?: number,
-  ): { granted: true; grant: LeaseGrant } | { granted: false; reason: NotLeasableReason | 'Gone' } {
-    const host = normalizeTarget(target);
-    checkSeconds('ttlSeconds', ttlSeconds, this.maxTtl);
-    this.tick();
-    const e = this.proxies.get(key);
-    if (!e || e.removed) return { granted: false, reason: 'Gone' };
-    const now = this.clock.now();
-    const reason = notLeasableReason(e, host, now);
-    if (reason) return { granted: false, reason };
-    if (this.leases.size >= this.maxActive) throw new TooManyLeasesError(this.maxActive);
-    return { granted: true, grant: this.grant(e, host, ttlSeconds, now) };
+  /** What the store knows about every proxy matching the filter, for `GET /v1/proxies`. */
+  snapshot(filter: SnapshotFilter = {}): ProxySnapshot[] {
+    const target = normalizeTarget(filter.target);
+    const selector = toSelector(filter.selector);
+    checkNamespace(filter.namespace);
+    const namespace = filter.namespace === '' ? undefined : filter.namespace;
+    const now = this.sweep();
+    return this.fleet.snapshot(namespace, selector, target, now);
   }
 
-  /**
-   * Every proxy the store knows, as the gateway hub hands them to replicas (gateway/hub): its
-   * labels, capacity, and the first leasing rule it fails for any target, capacity aside.
-   * With `cooldowns`, also its live per-target cooldowns (target, end).
-   */
-  gatewayUpstreams(cooldowns = false): GatewayUpstream[] {
-    this.tick();
-    const now = this.clock.now();
-    const out: GatewayUpstream[] = [];
-    for (const e of this.proxies.values()) {
-      const reason = notLeasableReason(e, undefined, now);
-      const u: GatewayUpstream = {
-        key: e.key,
-        namespace: e.namespace,
-        labels: e.labels,
-        maxLeases: e.maxLeases,
-        reason: reason === 'AtCapacity' || reason === undefined ? null : reason,
-        latencyMillis: e.latencyMillis ?? null,
-      };
-      if (cooldowns) {
-        u.cooldowns = [];
-        for (const c of e.targetUntil.values()) if (c.at > now) u.cooldowns.push([c.target, c.at]);
-      }
-      out.push(u);
-    }
-    return out;
+  // ---- counts for drains, metrics and proxies that enforce leases ----
+
+  /** Live leases of proxy `key` granted while it served from `instance` (a drain waits for them). */
+  leasesOn(key: string, instance: string): number {
+    this.sweep();
+    return this.fleet.leasesOn(key, instance);
   }
 
-  /** Calls `w` for every per-target cooldown that begins or lengthens; returns the unsubscribe. */
-  watchTargetCooldowns(w: CooldownWatcher): () => void {
-    return this.targetCooldowns.watch(w);
+  activeLeases(): number {
+    this.sweep();
+    return this.table.size;
+  }
+
+  /** Per-target cooldown entries held now (ended ones are purged on the sweep timer). */
+  targetCooldownCount(): number {
+    this.sweep();
+    return this.cooldowns.targetCount;
   }
 
   /**
@@ -214,112 +269,27 @@ export class LeaseStore extends LeaseStoreCore {
    * (asked by a proxy that enforces leases on every request and CONNECT).
    */
   acceptsLeaseCredentials(instance: string, username: string, password: string): boolean {
-    const id = leaseIdOfUser(username);
-    if (id === undefined) return false;
-    this.tick();
-    const lease = this.leases.get(id);
-    if (!lease?.secret || lease.instance !== instance) return false;
-    return passwordMatches(password, lease.secret);
+    this.sweep();
+    return this.table.acceptsCredentials(instance, username, password);
   }
+
+  // ---- durable state (lease/checkpoint) ----
 
   /** Everything a restart or a new leader must not forget, as of now. */
   exportState(): LeaseState {
-    this.tick();
-    const now = this.clock.now();
-    const proxies: ProxyRecord[] = [];
-    const seen = new Set<Entry>();
-    const record = (e: Entry) => {
-      if (seen.has(e)) return;
-      seen.add(e);
-      const targets: [string, number][] = [];
-      for (const c of e.targetUntil.values()) if (c.at > now) targets.push([c.target, c.at]);
-      const global = e.globalUntil > now ? e.globalUntil : 0;
-      if (global === 0 && targets.length === 0 && e.drainingSince === 0) return;
-      proxies.push([e.key, e.uid, global, e.drainingSince, targets]);
-    };
-    for (const e of this.proxies.values()) record(e);
-    for (const e of this.restored.values()) record(e);
-    const leases: LeaseState['leases'] = [];
-    for (const l of this.leases.values()) {
-      const r: LeaseState['leases'][number] = [
-        l.id,
-        l.entry.key,
-        l.entry.uid,
-        l.target ?? null,
-        l.expiresAt,
-        l.instance,
-      ];
-      if (l.secret) r.push(l.secret);
-      leases.push(r);
-    }
-    const ended: LeaseState['ended'] = [];
-    for (const [id, x] of this.ended.entries()) {
-      if (this.ended.get(id, now)) ended.push([id, x.entry.key, x.entry.uid, x.target ?? null, x.endedAt]);
-    }
-    return { v: LEASE_STATE_VERSION, at: now, leases, proxies, ended };
+    return this.durability.exportState(this.sweep());
   }
 
-  /**
-   * Merges a checkpoint in (normally into an empty store, before serving): what has ended by now
-   * is skipped; cooldowns only ever lengthen; a proxy recreated under the same name (another
-   * uid) does not inherit the old one's state. Proxies the feed has not delivered yet are held
-   * aside and adopted when it does.
-   */
+  /** Merges a checkpoint in, normally into an empty store before serving (lease/durability). */
   restoreState(state: LeaseState): { leases: number; proxies: number } {
-    this.tick();
-    const now = this.clock.now();
-    let restoredProxies = 0;
-    for (const [key, uid, global, drainingSince, targets] of state.proxies) {
-      const e = this.entryFor(key, uid);
-      if (!e) continue;
-      restoredProxies++;
-      if (global > now) this.coolDown(e, global);
-      for (const [t, until] of targets) if (until > now) this.targetCooldowns.set(e, t, until);
-      if (drainingSince > 0 && (e.drainingSince === 0 || drainingSince < e.drainingSince)) {
-        e.drainingSince = drainingSince;
-      }
-    }
-    let restoredLeases = 0;
-    for (const [id, key, uid, target, expiresAt, instance, secret] of state.leases) {
-      if (expiresAt <= now || this.leases.has(id)) continue;
-      const e = this.entryFor(key, uid);
-      if (!e) continue;
-      const lease: Lease = {
-        id,
-        entry: e,
-        target: target ?? undefined,
-        instance: instance ?? e.instance,
-        expiresAt,
-        heapIndex: -1,
-        ...(secret ? { secret } : {}),
-      };
-      countLease(e, lease.instance, 1);
-      this.update(e, () => {
-        e.active++;
-      });
-      this.leases.set(id, lease);
-      this.expiries.push(lease);
-      restoredLeases++;
-    }
-    for (const [id, key, uid, target, endedAt] of state.ended) {
-      if (this.leases.has(id)) continue;
-      const e = this.entryFor(key, uid);
-      if (e) this.ended.add(id, { entry: e, target: target ?? undefined, endedAt });
-    }
-    this.ended.purge(now);
-    this.changeCount++;
-    return { leases: restoredLeases, proxies: restoredProxies };
+    return this.durability.restoreState(state, this.sweep());
   }
 
-  /** The entry a checkpoint record belongs to: the live one with that uid, or one held aside. */
-  private entryFor(key: string, uid: string): Entry | undefined {
-    const live = this.proxies.get(key);
-    if (live) return live.uid === uid ? live : undefined;
-    const held = this.restored.get(key);
-    if (held) return held.uid === uid ? held : undefined;
-    const slash = key.indexOf('/');
-    const e = newEntry({ key, namespace: key.slice(0, slash), name: key.slice(slash + 1), uid });
-    this.restored.set(key, e);
-    return e;
+  private schedule(): void {
+    if (this.closed) return;
+    this.timer = this.clock.setTimeout(() => {
+      this.sweep();
+      this.schedule();
+    }, this.sweepIntervalMs);
   }
 }

@@ -3,15 +3,7 @@
  * host:port or a whole URL; all of them collapse to the lowercase host so that a block on
  * `https://Shop.example/x` also cools the proxy for `shop.example:443`.
  */
-
-export class LeaseInputError extends Error {
-  readonly field: string;
-  constructor(field: string, message: string) {
-    super(message);
-    this.name = 'LeaseInputError';
-    this.field = field;
-  }
-}
+import { LeaseInputError } from './errors.ts';
 
 const HOST = /^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$/;
 const IPV6 = /^[0-9a-f:.]+$/;

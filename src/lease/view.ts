@@ -7,8 +7,8 @@
  * the counts a refused grant answers with.
  */
 import { matchesSelector, type Selector } from '../runtime/selector.ts';
-import { Census, reachesTargetRule, type Standing } from './census.ts';
-import { compareEntries, coolingFor, type Entry } from './entry.ts';
+import { Census, reachesTargetRule } from './census.ts';
+import { compareEntries, coolingFor, type Entry, type Standing } from './entry.ts';
 import { IndexedHeap, SortedList } from './ordered.ts';
 import type { NoneLeasableCounts } from './types.ts';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { formatStatusTable } from '../../src/cmd/status.ts';
-import type { ProxySnapshot } from '../../src/lease/store.ts';
+import type { ProxySnapshot } from '../../src/lease/types.ts';
 
 const now = Date.parse('2026-12-02T10:00:00Z');
 const row = (over: Partial<ProxySnapshot>): ProxySnapshot => ({

@@ -13,7 +13,8 @@ import { createProxyReconciler, type SurgeLimit } from '../../src/controller/rec
 import { HealthEngine } from '../../src/health/engine.ts';
 import { type ProbeResult, probe } from '../../src/health/probe.ts';
 import { startLeaseFeed } from '../../src/lease/feed.ts';
-import { type LeaseGrant, LeaseStore } from '../../src/lease/store.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
+import type { LeaseGrant } from '../../src/lease/types.ts';
 import { createLocalProvider } from '../../src/provider/local/index.ts';
 import { createCredentialsResolver } from '../../src/runtime/credentials.ts';
 import { createMemoryStore } from '../../src/runtime/memory.ts';

@@ -7,7 +7,8 @@
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type DiscoveryServer, startDiscoveryServer } from '../../src/discovery/server.ts';
-import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
+import type { ProxyInfo } from '../../src/lease/types.ts';
 import { FakeClock } from '../support/clock.ts';
 import { proxyInfo } from '../support/lease.ts';
 import { exchange, send } from '../support/listeners.ts';

@@ -11,7 +11,8 @@ import { request } from 'node:http';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type DiscoveryServer, startDiscoveryServer } from '../../src/discovery/server.ts';
-import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
+import type { ProxyInfo } from '../../src/lease/types.ts';
 import { FakeClock } from '../support/clock.ts';
 import { proxyInfo } from '../support/lease.ts';
 

@@ -13,7 +13,8 @@ import {
   discoveryBindAddress,
   startDiscoveryServer,
 } from '../../src/discovery/server.ts';
-import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
+import type { ProxyInfo } from '../../src/lease/types.ts';
 import { createLogger } from '../../src/log/index.ts';
 import { FakeClock } from '../support/clock.ts';
 import { proxyInfo } from '../support/lease.ts';

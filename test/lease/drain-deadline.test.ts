@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
+import type { ProxyInfo } from '../../src/lease/types.ts';
 import { FakeClock } from '../support/clock.ts';
 import { proxyInfo } from '../support/lease.ts';
 

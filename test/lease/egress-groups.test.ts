@@ -7,7 +7,8 @@
  */
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
+import type { ProxyInfo } from '../../src/lease/types.ts';
 import { FakeClock } from '../support/clock.ts';
 import { TEST_SEED } from '../support/random.ts';
 

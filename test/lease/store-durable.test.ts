@@ -7,12 +7,10 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseLeaseState } from '../../src/lease/durable.ts';
-import {
-  type LeaseGrant,
-  LeaseStore,
-  type LeaseStoreOptions,
-  TooManyLeasesError,
-} from '../../src/lease/store.ts';
+import { TooManyLeasesError } from '../../src/lease/errors.ts';
+import type { LeaseStoreOptions } from '../../src/lease/options.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
+import type { LeaseGrant } from '../../src/lease/types.ts';
 import { FakeClock } from '../support/clock.ts';
 import { proxyInfo } from '../support/lease.ts';
 
@@ -124,9 +122,9 @@ describe('bounded memory', () => {
     expect(s.targetCooldownCount()).toBe(50);
     clock.advance(35_000);
     // Read the count without a tick of its own: only the sweep timer has run.
-    expect((s as unknown as { targetCooldowns: { size: number } }).targetCooldowns.size).toBe(24);
+    expect((s as unknown as { cooldowns: { targetCount: number } }).cooldowns.targetCount).toBe(24);
     clock.advance(60_000);
-    expect((s as unknown as { targetCooldowns: { size: number } }).targetCooldowns.size).toBe(0);
+    expect((s as unknown as { cooldowns: { targetCount: number } }).cooldowns.targetCount).toBe(0);
   });
 
   it('caps per-target cooldowns, evicting the soonest-ending first and counting it', () => {

@@ -8,15 +8,15 @@
  */
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  LeaseInputError,
-  type LeaseOutcome,
-  LeaseStore,
-  type NoneLeasableCounts,
-  type NotLeasableReason,
-  type ProxyInfo,
-  type ProxySnapshot,
-} from '../../src/lease/store.ts';
+import { LeaseInputError } from '../../src/lease/errors.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
+import type {
+  LeaseOutcome,
+  NoneLeasableCounts,
+  NotLeasableReason,
+  ProxyInfo,
+  ProxySnapshot,
+} from '../../src/lease/types.ts';
 import { FakeClock } from '../support/clock.ts';
 import { TEST_SEED } from '../support/random.ts';
 

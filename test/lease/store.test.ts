@@ -1,7 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { LeaseInputError } from '../../src/lease/errors.ts';
 import { iso, newLeaseId } from '../../src/lease/lease.ts';
-import { type LeaseGrant, LeaseInputError, LeaseStore } from '../../src/lease/store.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
 import { normalizeTarget } from '../../src/lease/target.ts';
+import type { LeaseGrant } from '../../src/lease/types.ts';
 import { FakeClock } from '../support/clock.ts';
 import { proxyInfo } from '../support/lease.ts';
 

@@ -8,8 +8,8 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Entry, notLeasableReason } from '../../src/lease/entry.ts';
-import { LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
-import type { NoneLeasableCounts } from '../../src/lease/types.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
+import type { NoneLeasableCounts, ProxyInfo } from '../../src/lease/types.ts';
 import { FakeClock } from '../support/clock.ts';
 import { TEST_SEED } from '../support/random.ts';
 
@@ -102,34 +102,32 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   },
 );
 
-/** A store that can also count a refusal the slow way: every proxy through the leasing rule. */
-class WalkingStore extends LeaseStore {
-  refusalByWalk(target: string, oddOnly: boolean): NoneLeasableCounts {
-    const now = this.clock.now();
-    const c: NoneLeasableCounts = {
-      matching: 0,
-      ready: 0,
-      healthy: 0,
-      draining: 0,
-      coolingDown: 0,
-      coolingDownForTarget: 0,
-      atCapacity: 0,
-    };
-    const entries: Entry[] = [...this.proxies.values()].filter((e) => !oddOnly || e.labels.pool === 'odd');
-    for (const e of entries) {
-      c.matching++;
-      const reason = notLeasableReason(e, target, now);
-      if (reason === 'NotReady' || reason === 'Deleting') continue;
-      c.ready++;
-      if (reason === 'Unhealthy') continue;
-      c.healthy++;
-      if (reason === 'Draining') c.draining++;
-      else if (reason === 'CoolingDown') c.coolingDown++;
-      else if (reason === 'CoolingDownForTarget') c.coolingDownForTarget++;
-      else if (reason === 'AtCapacity') c.atCapacity++;
-    }
-    return c;
+/** A refusal counted the slow way: every proxy of `store` through the leasing rule. */
+function refusalByWalk(store: LeaseStore, target: string, oddOnly: boolean): NoneLeasableCounts {
+  const now = store.now();
+  const c: NoneLeasableCounts = {
+    matching: 0,
+    ready: 0,
+    healthy: 0,
+    draining: 0,
+    coolingDown: 0,
+    coolingDownForTarget: 0,
+    atCapacity: 0,
+  };
+  const entries: Entry[] = [...store.parts.fleet.all()].filter((e) => !oddOnly || e.labels.pool === 'odd');
+  for (const e of entries) {
+    c.matching++;
+    const reason = notLeasableReason(e, target, now);
+    if (reason === 'NotReady' || reason === 'Deleting') continue;
+    c.ready++;
+    if (reason === 'Unhealthy') continue;
+    c.healthy++;
+    if (reason === 'Draining') c.draining++;
+    else if (reason === 'CoolingDown') c.coolingDown++;
+    else if (reason === 'CoolingDownForTarget') c.coolingDownForTarget++;
+    else if (reason === 'AtCapacity') c.atCapacity++;
   }
+  return c;
 }
 
 const stores: LeaseStore[] = [];
@@ -142,7 +140,7 @@ afterEach(() => {
 /** One store and the lease ids it granted, in order, so both sides address the same leases. */
 function side(hotTargetSkips: number, fleet = 8) {
   const clock = new FakeClock();
-  const store = new WalkingStore({ clock, hotTargetSkips });
+  const store = new LeaseStore({ clock, hotTargetSkips });
   stores.push(store);
   // A small fleet, so blocked proxies soon reach the front of the grant order.
   for (let i = 0; i < fleet; i++) store.upsertProxy(info(i));
@@ -160,7 +158,7 @@ function apply(s: ReturnType<typeof side>, op: Op): unknown {
       if (!out.granted) {
         const target = TARGETS[op.target] ?? '';
         expect(out.counts, 'refusal counts vs a walk of the fleet').toEqual(
-          s.store.refusalByWalk(target, op.selector),
+          refusalByWalk(s.store, target, op.selector),
         );
         refusals++;
         for (const [reason, n] of Object.entries(out.counts)) if (n > 0) reasonsSeen.add(reason);

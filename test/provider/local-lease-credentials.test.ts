@@ -6,7 +6,8 @@
 import { fetch, ProxyAgent } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseLeaseState } from '../../src/lease/durable.ts';
-import { type LeaseGrant, LeaseStore, type ProxyInfo } from '../../src/lease/store.ts';
+import { LeaseStore } from '../../src/lease/store.ts';
+import type { LeaseGrant, ProxyInfo } from '../../src/lease/types.ts';
 import { createLocalProvider, LOCAL_ID_PREFIX, type LocalProvider } from '../../src/provider/local/index.ts';
 import { basicAuth } from '../support/cli.ts';
 import { FakeClock } from '../support/clock.ts';

@@ -2,7 +2,7 @@
  * test/support/lease — a ProxyInfo as the lease feed would pass it for a Ready, healthy proxy,
  * with any field overridden: the one builder the lease store and discovery tests share.
  */
-import type { ProxyInfo } from '../../src/lease/store.ts';
+import type { ProxyInfo } from '../../src/lease/types.ts';
 
 export function proxyInfo(name: string, over: Partial<ProxyInfo> = {}): ProxyInfo {
   const namespace = over.namespace ?? 'crawl';

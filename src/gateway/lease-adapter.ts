@@ -1,0 +1,89 @@
+/**
+ * gateway/lease-adapter — what the gateway asks of the lease store beyond the lease API: the
+ * upstreams as the hub hands them to replicas, the per-target cooldowns as they begin (pushed to
+ * replicas), and a lease on one named upstream (sticky sessions and slot leases, see
+ * docs/gateway.md). Built on the store's parts (lease/store, `LeaseStoreParts`) with the same
+ * leasing rule as every grant (lease/entry), so the store itself carries nothing gateway-only.
+ */
+import { notLeasableReason } from '../lease/entry.ts';
+import { checkSeconds } from '../lease/input.ts';
+import type { LeaseStore } from '../lease/store.ts';
+import { normalizeTarget } from '../lease/target.ts';
+import type { CooldownWatcher } from '../lease/target-cooldowns.ts';
+import type { LeaseGrant, NotLeasableReason } from '../lease/types.ts';
+
+/** One proxy as gateway replicas see it (GatewayLeaseAdapter.upstreams). */
+export interface GatewayUpstream {
+  key: string;
+  namespace: string;
+  labels: Record<string, string>;
+  /** 0 = unlimited. */
+  maxLeases: number;
+  /** Why no connection may use it now, capacity and target cooldowns aside; null = usable. */
+  reason: NotLeasableReason | null;
+  latencyMillis: number | null;
+  /** Live per-target cooldowns: [target, end in ms of the store's clock]. */
+  cooldowns?: [string, number][];
+}
+
+export type UpstreamLeaseOutcome =
+  | { granted: true; grant: LeaseGrant }
+  | { granted: false; reason: NotLeasableReason | 'Gone' };
+
+export class GatewayLeaseAdapter {
+  private readonly store: LeaseStore;
+
+  constructor(store: LeaseStore) {
+    this.store = store;
+  }
+
+  /**
+   * Every proxy the store knows, as the gateway hub hands them to replicas (gateway/hub): its
+   * labels, capacity, and the first leasing rule it fails for any target, capacity aside.
+   * With `cooldowns`, also its live per-target cooldowns (target, end).
+   */
+  upstreams(cooldowns = false): GatewayUpstream[] {
+    const now = this.store.sweep();
+    const out: GatewayUpstream[] = [];
+    for (const e of this.store.parts.fleet.all()) {
+      const reason = notLeasableReason(e, undefined, now);
+      const u: GatewayUpstream = {
+        key: e.key,
+        namespace: e.namespace,
+        labels: e.labels,
+        maxLeases: e.maxLeases,
+        reason: reason === 'AtCapacity' || reason === undefined ? null : reason,
+        latencyMillis: e.latencyMillis ?? null,
+      };
+      if (cooldowns) {
+        u.cooldowns = [];
+        for (const c of e.targetUntil.values()) if (c.at > now) u.cooldowns.push([c.target, c.at]);
+      }
+      out.push(u);
+    }
+    return out;
+  }
+
+  /** Calls `w` for every per-target cooldown that begins or lengthens; returns the unsubscribe. */
+  watchTargetCooldowns(w: CooldownWatcher): () => void {
+    return this.store.parts.cooldowns.watch(w);
+  }
+
+  /**
+   * A lease on the proxy `key` itself, if the leasing rules let it take one for `target` now;
+   * otherwise the first rule it fails, or 'Gone' when the store does not know it. Counts like
+   * any grant (TooManyLeasesError when the store is full).
+   */
+  leaseProxy(key: string, target: string | undefined, ttlSeconds?: number): UpstreamLeaseOutcome {
+    const host = normalizeTarget(target);
+    checkSeconds('ttlSeconds', ttlSeconds, this.store.maxTtlSeconds);
+    const now = this.store.sweep();
+    const { fleet, table } = this.store.parts;
+    const e = fleet.get(key);
+    if (!e || e.removed) return { granted: false, reason: 'Gone' };
+    const reason = notLeasableReason(e, host, now);
+    if (reason) return { granted: false, reason };
+    table.checkRoom();
+    return { granted: true, grant: table.grant(e, host, ttlSeconds, now) };
+  }
+}
