@@ -2,9 +2,9 @@
  * cmd/runnables — hands the components of one process to the manager as runnables: listeners on
  * every replica, the loops that decide or write on the leader only (docs/deployment.md).
  */
-import { registerDashboardRoutes } from '../dashboard/routes.ts';
+import { dashboardHandlers } from '../dashboard/routes.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
-import { type ClusterGateway, registerGatewaySync } from '../gateway/cluster.ts';
+import { type ClusterGateway, gatewaySyncHandler } from '../gateway/cluster.ts';
 import { type GatewaySessions, type GatewaySetup, runGateway } from '../gateway/service.ts';
 import { startLeaseFeed } from '../lease/feed.ts';
 import type { TlsFiles } from '../metrics/listener.ts';
@@ -74,9 +74,9 @@ function addListeners(
         registry,
         tracer,
         authority,
-        extraRoutes: (app) => {
-          registerDashboardRoutes(app, dashboard, c.dashboardAssets);
-          if (gateway.cluster) registerGatewaySync(app, gateway.cluster.hub);
+        handlers: {
+          ...dashboardHandlers(dashboard, c.dashboardAssets),
+          ...(gateway.cluster ? { gatewaySync: gatewaySyncHandler(gateway.cluster.hub) } : {}),
         },
         sessions: gateway.sessions,
       });

@@ -1,10 +1,12 @@
 /**
- * dashboard/routes — the dashboard's HTTP routes on the discovery server: the page and its
- * assets answer anyone (they hold no data), the data under `/v1/dashboard/` needs the API's
- * bearer token and, on a standby, is forwarded to the leader like every `/v1/` request.
+ * dashboard/routes — the handlers of the dashboard's routes in the API's table
+ * (discovery/schemas): the page and its files answer anyone (they hold no data), the data under
+ * `/v1/dashboard/` needs the API's bearer token and, on a standby, is forwarded to the leader
+ * like every `/v1/` request.
  */
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyReply } from 'fastify';
 import { errorBody } from '../discovery/errors.ts';
+import type { Handlers } from '../discovery/schemas.ts';
 import type { DashboardAssets } from './assets.ts';
 import type { Dashboard } from './dashboard.ts';
 
@@ -15,45 +17,39 @@ import type { Dashboard } from './dashboard.ts';
 const PAGE_CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-function hardened(reply: FastifyReply): FastifyReply {
-  return reply
+function hardened<R extends FastifyReply>(reply: R): R {
+  reply
     .header('content-security-policy', PAGE_CSP)
     .header('x-content-type-options', 'nosniff')
     .header('referrer-policy', 'no-referrer')
     .header('x-frame-options', 'DENY');
+  return reply;
 }
 
-/** `?after=` of the state route: a non-negative integer, anything else reads as 0 (everything). */
-function afterParam(query: unknown): number {
-  const raw = (query as Record<string, unknown> | undefined)?.after;
-  const n = typeof raw === 'string' && /^\d{1,15}$/.test(raw) ? Number(raw) : 0;
-  return Number.isSafeInteger(n) ? n : 0;
-}
+type DashboardOperation = 'dashboardPage' | 'dashboardFile' | 'dashboardState' | 'dashboardHistory';
 
-export function registerDashboardRoutes(
-  app: FastifyInstance,
+export function dashboardHandlers(
   dashboard: Dashboard,
   assets: DashboardAssets,
-): void {
-  const pub = { config: { public: true } };
-  app.get('/', pub, (_req, reply) =>
-    hardened(reply).type('text/html; charset=utf-8').header('cache-control', 'no-cache').send(assets.page),
-  );
-  app.get<{ Params: { file: string } }>('/dashboard/:file', pub, (req, reply) => {
-    const asset = assets.files.get(req.params.file);
-    if (!asset) return reply.code(404).send(errorBody('not_found', 'no such dashboard file'));
-    return hardened(reply).type(asset.contentType).header('cache-control', 'no-cache').send(asset.body);
-  });
-  app.get('/v1/dashboard/state', (req, reply) =>
-    reply
-      .type('application/json; charset=utf-8')
-      .header('cache-control', 'no-store')
-      .send(dashboard.stateJson(afterParam(req.query))),
-  );
-  app.get('/v1/dashboard/history', (_req, reply) =>
-    reply
-      .type('application/json; charset=utf-8')
-      .header('cache-control', 'no-store')
-      .send(dashboard.historyJsonText()),
-  );
+): Pick<Handlers, DashboardOperation> {
+  return {
+    dashboardPage: (_req, reply) =>
+      hardened(reply).type('text/html; charset=utf-8').header('cache-control', 'no-cache').send(assets.page),
+    dashboardFile: (req, reply) => {
+      const asset = assets.files.get(req.params.file);
+      if (!asset) return reply.code(404).send(errorBody('not_found', 'no such dashboard file'));
+      return hardened(reply).type(asset.contentType).header('cache-control', 'no-cache').send(asset.body);
+    },
+    // JSON text the dashboard caches across viewers: sent as it is, not serialised again.
+    dashboardState: (req, reply) =>
+      reply
+        .type('application/json; charset=utf-8')
+        .header('cache-control', 'no-store')
+        .send(dashboard.stateJson(req.query.after ?? 0)),
+    dashboardHistory: (_req, reply) =>
+      reply
+        .type('application/json; charset=utf-8')
+        .header('cache-control', 'no-store')
+        .send(dashboard.historyJsonText()),
+  };
 }

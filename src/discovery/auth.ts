@@ -1,10 +1,10 @@
 /**
  * discovery/auth — the optional bearer token: refused when blank (never silently open), compared
- * in constant time, and not required on the public routes (liveness and the probe target).
+ * in constant time, and checked on every route the table marks `auth` (discovery/schemas) and on
+ * unknown paths.
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errorBody } from './errors.ts';
-import { isPublicRoute } from './public.ts';
 
 /**
  * Whether `given` equals `expected`, in time that depends on the length of `expected` only: no
@@ -60,15 +60,17 @@ export function discoveryTokenFromEnv(env: NodeJS.ProcessEnv): string | undefine
   return token;
 }
 
-/** Answers 401 to a request on a non-public route without the right bearer token. */
-export function installBearerAuth(app: FastifyInstance, token: string): void {
-  app.addHook('onRequest', (req, reply, done) => {
-    if (isPublicRoute(req)) return done();
+/** A request hook that answers a request it refuses and lets the others through. */
+export type Guard = (req: FastifyRequest, reply: FastifyReply, done: () => void) => void;
+
+/** The guard that answers 401 to a request without the right bearer token. */
+export function bearerGuard(token: string): Guard {
+  return (req, reply, done) => {
     const given = bearerToken(req.headers.authorization);
     if (given !== undefined && sameSecret(given, token)) return done();
     reply
       .code(401)
       .header('www-authenticate', 'Bearer')
       .send(errorBody('unauthorized', given === undefined ? 'bearer token required' : 'wrong bearer token'));
-  });
+  };
 }

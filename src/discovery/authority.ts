@@ -96,12 +96,13 @@ export function installAuthority(
   app.addHook('onClose', async () => {
     await agent.close();
   });
-  app.addHook('preHandler', async (req: FastifyRequest, reply: FastifyReply) => {
-    if (!req.url.startsWith('/v1/')) return;
+  // Callback style: the leader's own requests, nearly all of them, pass without a promise.
+  app.addHook('preHandler', (req: FastifyRequest, reply: FastifyReply, done: () => void) => {
+    if (!req.url.startsWith('/v1/')) return done();
     const d = authority.decide(req.headers[FORWARDED_HEADER] !== undefined);
-    if (d.kind === 'local') return;
-    if (d.kind === 'none') return noLeader(reply, d.why);
-    return forward(req, reply, d.url, agent, opts.log);
+    if (d.kind === 'local') return done();
+    if (d.kind === 'none') noLeader(reply, d.why);
+    else void forward(req, reply, d.url, agent, opts.log);
   });
 }
 

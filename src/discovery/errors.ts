@@ -15,6 +15,7 @@ import type {
 } from 'fastify';
 import type { Logger } from 'pino';
 import { LeaseInputError, TooManyLeasesError } from '../lease/errors.ts';
+import type { Guard } from './auth.ts';
 import { FieldError } from './validation.ts';
 
 /** Longest path parameter (a lease ID) routed at all; the schema says the same. */
@@ -122,8 +123,16 @@ export function refusalOf(err: unknown, bodyLimit: number): Refusal | undefined 
 
 export const INTERNAL_ERROR = errorBody('internal', 'internal error');
 
-/** Installs the error and not-found handlers; `bodyLimit` is quoted in the 413 message. */
-export function installErrorHandling(app: FastifyInstance, log: Logger, bodyLimit: number): void {
+/**
+ * Installs the error and not-found handlers; `bodyLimit` is quoted in the 413 message. An unknown
+ * path is behind `guard` too, so without the token nobody learns which paths exist.
+ */
+export function installErrorHandling(
+  app: FastifyInstance,
+  log: Logger,
+  bodyLimit: number,
+  guard: Guard,
+): void {
   app.setErrorHandler((err: FastifyError, req, reply) => {
     const refusal = refusalOf(err, bodyLimit);
     if (refusal) {
@@ -135,7 +144,7 @@ export function installErrorHandling(app: FastifyInstance, log: Logger, bodyLimi
     return reply.code(500).send(INTERNAL_ERROR);
   });
 
-  app.setNotFoundHandler((req, reply) => {
+  app.setNotFoundHandler({ preValidation: guard }, (req, reply) => {
     const path = clip(req.url.split('?')[0] ?? '', 64);
     reply.code(404).send(errorBody('not_found', `no route ${req.method} ${path}`));
   });

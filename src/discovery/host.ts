@@ -5,9 +5,8 @@
  * address or a configured name are served (see docs/api.md, "Authentication").
  */
 import { isIP } from 'node:net';
-import type { FastifyInstance } from 'fastify';
+import type { Guard } from './auth.ts';
 import { errorBody } from './errors.ts';
-import { isPublicRoute } from './public.ts';
 
 /** The host part of a Host header: brackets and port dropped, lowercase, no trailing dot. */
 export function hostOfHeader(header: string | undefined): string | undefined {
@@ -52,13 +51,10 @@ export function hostAdmitter(
   };
 }
 
-/** Answers 403 to a request on a non-public route whose Host `admits` refuses. */
-export function installHostGuard(
-  app: FastifyInstance,
-  admits: (hostHeader: string | undefined) => boolean,
-): void {
-  app.addHook('onRequest', (req, reply, done) => {
-    if (isPublicRoute(req) || admits(req.headers.host)) return done();
+/** The guard that answers 403 to a request whose Host `admits` refuses. */
+export function hostGuard(admits: (hostHeader: string | undefined) => boolean): Guard {
+  return (req, reply, done) => {
+    if (admits(req.headers.host)) return done();
     // The Host is not echoed: it is the attacker's text.
     reply
       .code(403)
@@ -68,5 +64,5 @@ export function installHostGuard(
           'without DISCOVERY_TOKEN the API answers only requests whose Host header names a loopback address, the bind address or a --discovery-allowed-hosts name',
         ),
       );
-  });
+  };
 }

@@ -1,9 +1,10 @@
 /**
  * discovery/openapi — builds the OpenAPI 3.1 document served at /openapi.json from the same
- * route table and schemas the server validates with, so the document cannot drift.
+ * route table and schemas the server validates, serialises and types its handlers with, so the
+ * document cannot drift.
  */
 import type { TSchema } from 'typebox';
-import { NAMED_SCHEMAS, ROUTES, type RouteDef } from './schemas.ts';
+import { NAMED_SCHEMAS, type OperationId, ROUTES, type RouteDef } from './schemas.ts';
 
 type Json = Record<string, unknown>;
 
@@ -40,15 +41,16 @@ function parameters(route: RouteDef): Json[] {
   return out;
 }
 
-function operation(route: RouteDef): Json {
+function operation(operationId: OperationId, route: RouteDef): Json {
   const responses: Json = {};
   for (const [status, description] of Object.entries(route.statuses)) {
     const schema = route.schema.response[Number(status)];
-    responses[status] = schema
-      ? { description, content: { 'application/json': { schema: ref(schema) } } }
-      : { description };
+    if (schema) responses[status] = { description, content: { 'application/json': { schema: ref(schema) } } };
+    else if (status === '200' && route.contentType)
+      responses[status] = { description, content: { [route.contentType]: { schema: { type: 'string' } } } };
+    else responses[status] = { description };
   }
-  const op: Json = { operationId: route.operationId, summary: route.summary, responses };
+  const op: Json = { operationId, summary: route.summary, responses };
   const params = parameters(route);
   if (params.length > 0) op.parameters = params;
   if (route.schema.body) {
@@ -60,19 +62,11 @@ function operation(route: RouteDef): Json {
 
 export function buildOpenApi(version = '0.1.0'): Json {
   const paths: Record<string, Json> = {};
-  for (const route of ROUTES) {
+  for (const [operationId, route] of Object.entries(ROUTES) as [OperationId, RouteDef][]) {
     const path = route.url.replace(/:([A-Za-z]+)/g, '{$1}');
     paths[path] ??= {};
-    paths[path][route.method.toLowerCase()] = operation(route);
+    paths[path][route.method.toLowerCase()] = operation(operationId, route);
   }
-  paths['/openapi.json'] = {
-    get: {
-      operationId: 'openapi',
-      summary: 'This document.',
-      security: [{ bearer: [] }],
-      responses: { 200: { description: 'OpenAPI 3.1 document.' } },
-    },
-  };
   const schemas: Json = {};
   for (const [name, schema] of Object.entries(NAMED_SCHEMAS))
     schemas[name] = JSON.parse(JSON.stringify(schema));

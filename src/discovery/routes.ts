@@ -1,29 +1,25 @@
 /**
- * discovery/routes — the handlers behind the shared route table (see docs/api.md): each one maps
- * a validated request onto one LeaseStore call and its answer onto a status and body.
+ * discovery/routes — the lease API's handlers (see docs/api.md), each mapping a validated request
+ * onto one LeaseStore call and its answer onto a status and body, and the registration of every
+ * route of the table (discovery/schemas) with its schemas and its auth guard.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Static, TSchema } from 'typebox';
+import type { FastifyInstance, RouteHandlerMethod } from 'fastify';
+import type { TSchema } from 'typebox';
 import type { GatewaySessions } from '../gateway/service.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import { normalizeTarget } from '../lease/target.ts';
 import type { LeaseOutcome, NoneLeasableCounts } from '../lease/types.ts';
+import type { Guard } from './auth.ts';
 import { errorBody } from './errors.ts';
 import { buildOpenApi } from './openapi.ts';
-import {
-  type LeaseIdParams,
-  type LeaseRequestBody,
-  type ProxyListQuery,
-  type ProxyReportRequestBody,
-  type RenewRequestBody,
-  type ReportRequestBody,
-  ROUTES,
-  type SessionIdParams,
-  type SessionReportRequestBody,
-} from './schemas.ts';
+import { type Handlers, type OperationId, ROUTES, type RouteDef } from './schemas.ts';
 import { withinRequest as within } from './telemetry.ts';
 
-type Handler = (req: FastifyRequest, reply: FastifyReply) => unknown;
+/** The routes every API listener serves; the dashboard's and the gateway sync come with them. */
+export type ApiOperation = Exclude<
+  OperationId,
+  'dashboardPage' | 'dashboardFile' | 'dashboardState' | 'dashboardHistory' | 'gatewaySync'
+>;
 
 /** The 409 message: how many proxies fell at each step, so a crawler can tell why. */
 function describeRefusal(c: NoneLeasableCounts, target: string | undefined): string {
@@ -59,19 +55,25 @@ export function noneLeasable(
   };
 }
 
-function handlers(leases: LeaseStore, sessions: GatewaySessions | undefined): Record<string, Handler> {
+/** The lease API's handlers. */
+export function apiHandlers(
+  leases: LeaseStore,
+  sessions: GatewaySessions | undefined,
+): Pick<Handlers, ApiOperation> {
+  const openapi = JSON.stringify(buildOpenApi());
   return {
     healthz: (_req, reply) => reply.send({ status: 'ok' }),
     probeTarget: (_req, reply) => reply.code(204).send(),
+    openapi: (_req, reply) => reply.type('application/json').send(openapi),
     listProxies: (req, reply) =>
       within(req, () => {
-        const q = req.query as Static<typeof ProxyListQuery>;
+        const q = req.query;
         const proxies = leases.snapshot({ namespace: q.namespace, selector: q.selector, target: q.target });
         return reply.header('cache-control', 'no-store').send({ proxies });
       }),
     lease: (req, reply) =>
       within(req, () => {
-        const body = req.body as Static<typeof LeaseRequestBody>;
+        const body = req.body;
         const out = leases.lease(body);
         reply.header('cache-control', 'no-store');
         if (out.granted) {
@@ -83,37 +85,34 @@ function handlers(leases: LeaseStore, sessions: GatewaySessions | undefined): Re
       }),
     renew: (req, reply) =>
       within(req, () => {
-        const { id } = req.params as Static<typeof LeaseIdParams>;
-        const body = req.body as Static<typeof RenewRequestBody>;
-        const out = leases.renew(id, body.ttlSeconds);
+        const out = leases.renew(req.params.id, req.body.ttlSeconds);
         if (!out) return reply.code(404).send(errorBody('not_found', 'lease not found or expired'));
         return reply.send(out);
       }),
     release: (req, reply) =>
       within(req, () => {
-        leases.release((req.params as Static<typeof LeaseIdParams>).id);
+        leases.release(req.params.id);
         return reply.code(204).send();
       }),
     report: (req, reply) =>
       within(req, () => {
-        const { id } = req.params as Static<typeof LeaseIdParams>;
-        const body = req.body as Static<typeof ReportRequestBody>;
+        const { id } = req.params;
+        const body = req.body;
         if (!leases.report(id, body))
           return reply.code(404).send(errorBody('not_found', 'lease not found or expired'));
         return reply.send({ id, released: body.release !== false });
       }),
     reportProxy: (req, reply) =>
       within(req, () => {
-        const body = req.body as Static<typeof ProxyReportRequestBody>;
-        const { proxy, ...rest } = body;
+        const { proxy, ...rest } = req.body;
         if (!leases.reportProxy({ ...proxy, ...rest }))
           return reply.code(404).send(errorBody('not_found', 'no such proxy'));
-        return reply.send({ proxy, target: normalizeTarget(body.target) ?? null, result: body.result });
+        return reply.send({ proxy, target: normalizeTarget(rest.target) ?? null, result: rest.result });
       }),
     reportSession: (req, reply) =>
       within(req, async () => {
-        const { id } = req.params as Static<typeof SessionIdParams>;
-        const body = req.body as Static<typeof SessionReportRequestBody>;
+        const { id } = req.params;
+        const body = req.body;
         const out = sessions
           ? await sessions.report(id, body.result, body.target)
           : ({ ok: false, status: 409, message: 'the gateway is not running in this process' } as const);
@@ -127,15 +126,17 @@ function handlers(leases: LeaseStore, sessions: GatewaySessions | undefined): Re
   };
 }
 
-/** Registers every route of the table (each must have a handler) and /openapi.json. */
-export function registerRoutes(app: FastifyInstance, leases: LeaseStore, sessions?: GatewaySessions): void {
-  const byOperation = handlers(leases, sessions);
-  for (const def of ROUTES) {
-    const handler = byOperation[def.operationId];
-    if (!handler) throw new Error(`no handler for ${def.operationId}`);
+/**
+ * Registers every route of the table that has a handler here (the dashboard's and the gateway
+ * sync exist only where those run), each with its schemas and, unless it is public, `guard`.
+ */
+export function registerRoutes(app: FastifyInstance, handlers: Partial<Handlers>, guard: Guard): void {
+  for (const [operationId, def] of Object.entries(ROUTES) as [OperationId, RouteDef][]) {
+    const handler = handlers[operationId];
+    if (!handler) continue;
     const response: Record<number, TSchema> = {};
     for (const [status, schema] of Object.entries(def.schema.response))
-      if (schema) response[Number(status)] = schema;
+      if (schema && !(def.jsonText && status === '200')) response[Number(status)] = schema;
     app.route({
       method: def.method,
       url: def.url,
@@ -145,9 +146,8 @@ export function registerRoutes(app: FastifyInstance, leases: LeaseStore, session
         ...(def.schema.body ? { body: def.schema.body } : {}),
         response,
       },
-      handler,
+      ...(def.auth ? { onRequest: guard } : {}),
+      handler: handler as RouteHandlerMethod,
     });
   }
-  const openapi = JSON.stringify(buildOpenApi());
-  app.get('/openapi.json', (_req, reply) => reply.type('application/json').send(openapi));
 }

@@ -1,8 +1,25 @@
 /**
- * discovery/schemas — the discovery API's contract, written once: these TypeBox schemas
- * validate requests, serialise responses, and are the source of /openapi.json.
+ * discovery/schemas — the API listener's contract, written once: the route table of every route
+ * it serves (lease API, session reports, dashboard, gateway sync) with TypeBox schemas that
+ * validate requests, serialise responses, type the handlers and are the source of /openapi.json.
  */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type {
+  ContextConfigDefault,
+  FastifyReply,
+  FastifyRequest,
+  RawServerDefault,
+  RouteGenericInterface,
+} from 'fastify';
 import Type, { type TSchema } from 'typebox';
+import {
+  DashboardFileParams,
+  DashboardStateBody,
+  DashboardStateQuery,
+  LatencyHistoryBody,
+} from '../dashboard/schemas.ts';
+import { SyncAnswerBody, SyncRequestBody } from '../gateway/share.ts';
 import { NAMESPACE_PATTERN } from '../lease/input.ts';
 import { MAX_COOLDOWN_SECONDS, MAX_TTL_SECONDS } from '../lease/types.ts';
 
@@ -260,66 +277,103 @@ export const NAMED_SCHEMAS: Record<string, TSchema> = {
   ProxyStatus: ProxyStatusBody,
   ProxyList: ProxyListBody,
   Health: HealthBody,
+  SessionReportRequest: SessionReportRequestBody,
+  SessionReportResponse: SessionReportResponseBody,
+  DashboardState: DashboardStateBody,
+  LatencyHistory: LatencyHistoryBody,
+  SyncRequest: SyncRequestBody,
+  SyncAnswer: SyncAnswerBody,
 };
 
 export interface RouteSchema {
   querystring?: TSchema;
   params?: TSchema;
   body?: TSchema;
+  /** By status; null = no body. */
   response: Record<number, TSchema | null>;
 }
 
-export interface RouteDef {
+export interface RouteDef<S extends RouteSchema = RouteSchema, T extends boolean = boolean> {
   method: 'GET' | 'POST' | 'DELETE';
   /** Fastify pattern (`:id`). */
   url: string;
-  operationId: string;
   summary: string;
+  /** Needs the bearer token (or, without one, an admitted Host); false only for routes that reveal nothing. */
   auth: boolean;
   /** Human descriptions per status code (OpenAPI). */
   statuses: Record<number, string>;
-  schema: RouteSchema;
+  /** The content type of the 200 answer when it is not JSON (the dashboard's page and files). */
+  contentType?: string;
+  /**
+   * The handler answers 200 with JSON text it built and cached itself (the dashboard's data,
+   * one serialisation for any number of viewers): the 200 schema documents it, nothing
+   * serialises it again.
+   */
+  jsonText?: T;
+  schema: S;
 }
+
+/** A route's handler, its request and reply typed from the route's schemas. */
+export type RouteHandler<S extends RouteSchema> = (
+  req: FastifyRequest<RouteGenericInterface, RawServerDefault, IncomingMessage, S, TypeBoxTypeProvider>,
+  reply: FastifyReply<
+    RouteGenericInterface,
+    RawServerDefault,
+    IncomingMessage,
+    ServerResponse,
+    ContextConfigDefault,
+    S,
+    TypeBoxTypeProvider
+  >,
+) => unknown;
 
 const common = {
   401: 'Missing or wrong bearer token.',
   400: 'Malformed request; `error.field` names the field.',
 };
 
-export const ROUTES: RouteDef[] = [
-  {
+/** Keeps each route's own schema types, so its handler is typed by them. */
+const route = <S extends RouteSchema, T extends boolean = false>(def: RouteDef<S, T>): RouteDef<S, T> => def;
+
+/** Every route of the API listener, by operation id. */
+export const ROUTES = {
+  healthz: route({
     method: 'GET',
     url: '/healthz',
-    operationId: 'healthz',
     summary: 'Liveness. Never authenticated.',
     auth: false,
     statuses: { 200: 'Alive.' },
     schema: { response: { 200: HealthBody } },
-  },
-  {
+  }),
+  probeTarget: route({
     method: 'GET',
     url: '/generate_204',
-    operationId: 'probeTarget',
     summary:
       'Always 204, never authenticated: a health-check target served by the operator itself, so proxies on loopback or a private network can be probed without internet access.',
     auth: false,
     statuses: { 204: 'No content.' },
-    schema: { response: {} },
-  },
-  {
+    schema: { response: { 204: null } },
+  }),
+  openapi: route({
+    method: 'GET',
+    url: '/openapi.json',
+    summary: 'This document.',
+    auth: true,
+    statuses: { 200: 'OpenAPI 3.1 document.', 401: common[401] },
+    schema: { response: { 200: null, 401: ErrorBody } },
+  }),
+  listProxies: route({
     method: 'GET',
     url: '/v1/proxies',
-    operationId: 'listProxies',
     summary:
       'Proxies with phase, health, latency, leases, cooldowns and whether leasable now. No credentials.',
     auth: true,
     statuses: { 200: 'The proxies, sorted by namespace and name.', ...common },
     schema: { querystring: ProxyListQuery, response: { 200: ProxyListBody, 400: ErrorBody, 401: ErrorBody } },
-  },
-  {
+  }),
+  lease: route({
     method: 'POST',
     url: '/v1/leases',
-    operationId: 'lease',
     summary: 'Lease the best leasable proxy.',
     auth: true,
     statuses: {
@@ -340,11 +394,10 @@ export const ROUTES: RouteDef[] = [
         415: ErrorBody,
       },
     },
-  },
-  {
+  }),
+  renew: route({
     method: 'POST',
     url: '/v1/leases/:id/renew',
-    operationId: 'renew',
     summary: 'Extend a live lease to now + ttlSeconds.',
     auth: true,
     statuses: { 200: 'Renewed.', 404: 'Unknown or expired lease.', ...common },
@@ -353,20 +406,18 @@ export const ROUTES: RouteDef[] = [
       body: RenewRequestBody,
       response: { 200: RenewResponseBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
     },
-  },
-  {
+  }),
+  release: route({
     method: 'DELETE',
     url: '/v1/leases/:id',
-    operationId: 'release',
     summary: 'Release a lease. Idempotent: unknown and expired leases also answer 204.',
     auth: true,
     statuses: { 204: 'Released (or already gone).', 401: common[401] },
     schema: { params: LeaseIdParams, response: { 204: null, 401: ErrorBody } },
-  },
-  {
+  }),
+  report: route({
     method: 'POST',
     url: '/v1/leases/:id/report',
-    operationId: 'report',
     summary:
       'Report how the proxy did; blocked/failed start cooldowns. Releases the lease unless release=false.',
     auth: true,
@@ -376,11 +427,10 @@ export const ROUTES: RouteDef[] = [
       body: ReportRequestBody,
       response: { 200: ReportResponseBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
     },
-  },
-  {
+  }),
+  reportProxy: route({
     method: 'POST',
     url: '/v1/reports',
-    operationId: 'reportProxy',
     summary:
       'Report how a proxy did for a target, by proxy instead of lease id; nothing is released. Idempotent: cooldowns only lengthen.',
     auth: true,
@@ -389,11 +439,10 @@ export const ROUTES: RouteDef[] = [
       body: ProxyReportRequestBody,
       response: { 200: ProxyReportResponseBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
     },
-  },
-  {
+  }),
+  reportSession: route({
     method: 'POST',
     url: '/v1/sessions/:id/report',
-    operationId: 'reportSession',
     summary:
       "Report how a gateway sticky session's upstream did for a target (default: the host it used last); blocked/failed cool the upstream down and move the session.",
     auth: true,
@@ -414,14 +463,78 @@ export const ROUTES: RouteDef[] = [
         401: ErrorBody,
       },
     },
-  },
-];
+  }),
+  dashboardPage: route({
+    method: 'GET',
+    url: '/',
+    summary: 'The dashboard page (docs/dashboard.md). Holds no data, so never authenticated.',
+    auth: false,
+    contentType: 'text/html; charset=utf-8',
+    statuses: { 200: 'The page.' },
+    schema: { response: { 200: null } },
+  }),
+  dashboardFile: route({
+    method: 'GET',
+    url: '/dashboard/:file',
+    summary: "The page's scripts and stylesheet. Never authenticated.",
+    auth: false,
+    contentType: 'text/javascript; charset=utf-8',
+    statuses: { 200: 'The file (JavaScript, or CSS for `app.css`).', 404: 'No such file.' },
+    schema: { params: DashboardFileParams, response: { 200: null, 404: ErrorBody } },
+  }),
+  dashboardState: route({
+    method: 'GET',
+    url: '/v1/dashboard/state',
+    summary: 'The fleet as the dashboard shows it (no credentials), and the events after `after`.',
+    auth: true,
+    jsonText: true,
+    statuses: { 200: 'The fleet now.', ...common },
+    schema: {
+      querystring: DashboardStateQuery,
+      response: { 200: DashboardStateBody, 400: ErrorBody, 401: ErrorBody },
+    },
+  }),
+  dashboardHistory: route({
+    method: 'GET',
+    url: '/v1/dashboard/history',
+    summary: 'Mean probe latency per proxy per step, for the dashboard.',
+    auth: true,
+    jsonText: true,
+    statuses: { 200: 'The history.', 401: common[401] },
+    schema: { response: { 200: LatencyHistoryBody, 401: ErrorBody } },
+  }),
+  gatewaySync: route({
+    method: 'POST',
+    url: '/v1/internal/gateway/sync',
+    summary:
+      "A gateway replica's sync with the leader's hub (docs/gateway.md): its share of each upstream's capacity, reports, and the cooldowns it has not seen. Internal: gateway replicas call it.",
+    auth: true,
+    statuses: { 200: 'The hub’s answer (at most `waitMs` later when a watch has no news).', ...common },
+    schema: {
+      body: SyncRequestBody,
+      response: { 200: SyncAnswerBody, 400: ErrorBody, 401: ErrorBody },
+    },
+  }),
+};
+
+export type OperationId = keyof typeof ROUTES;
+
+/** The schemas Fastify validates and serialises a route with: a JSON-text answer is sent as it is. */
+type Served<D> =
+  D extends RouteDef<infer S, infer T>
+    ? T extends true
+      ? Omit<S, 'response'> & { response: Omit<S['response'], 200> & { 200: null } }
+      : S
+    : never;
+
+/** The handler of every route, each typed by its route's schemas. */
+export type Handlers = { [K in OperationId]: RouteHandler<Served<(typeof ROUTES)[K]>> };
 
 // Every /v1 route can meet a replica without a leader; a grant can also meet the lease cap.
-for (const def of ROUTES) {
+for (const [operationId, def] of Object.entries(ROUTES) as [OperationId, RouteDef][]) {
   if (!def.url.startsWith('/v1/')) continue;
   def.statuses[503] =
-    def.operationId === 'lease'
+    operationId === 'lease'
       ? '`no_leader`: no replica decides leases right now (retry after `Retry-After`); `too_many_leases`: the operator holds --max-active-leases leases.'
       : '`no_leader`: no replica decides leases right now; retry after `Retry-After` (1 s).';
   def.schema.response[503] = ErrorBody;

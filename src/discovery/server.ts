@@ -1,11 +1,11 @@
 /**
- * discovery/server — the HTTP face of the lease store (see docs/api.md): assembles the Fastify
- * app from its concerns (telemetry, auth, validation, error mapping, routes), listens, and says
- * at startup whether the API is authenticated.
+ * discovery/server — the API listener (see docs/api.md): one Fastify pipeline for every route of
+ * the table in discovery/schemas, assembled from its concerns (telemetry, auth, validation, error
+ * mapping, routes); listens, and says at startup whether the API is authenticated.
  */
 import type { AddressInfo } from 'node:net';
 import { type Tracer, trace } from '@opentelemetry/api';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify from 'fastify';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { GatewaySessions } from '../gateway/service.ts';
@@ -19,12 +19,12 @@ import {
   type ListenerLimits,
   type TlsFiles,
 } from '../metrics/listener.ts';
-import { expectedToken, installBearerAuth } from './auth.ts';
+import { bearerGuard, expectedToken } from './auth.ts';
 import { installAuthority, type LeaseAuthority } from './authority.ts';
 import { errorOptions, installErrorHandling, MAX_PARAM_LENGTH } from './errors.ts';
-import { type FastLane, fastLane } from './fastlane.ts';
-import { hostAdmitter, installHostGuard } from './host.ts';
-import { registerRoutes } from './routes.ts';
+import { hostAdmitter, hostGuard } from './host.ts';
+import { type ApiOperation, apiHandlers, registerRoutes } from './routes.ts';
+import type { Handlers } from './schemas.ts';
 import { installTelemetry } from './telemetry.ts';
 import { installValidation } from './validation.ts';
 
@@ -55,15 +55,13 @@ export interface DiscoveryServerOptions {
    * standby forwards `/v1/*` to the leader and answers 503 no_leader while none is known.
    */
   authority?: LeaseAuthority;
-  /** More routes behind the same auth, Host guard and telemetry (the dashboard, src/dashboard). */
-  extraRoutes?: (app: FastifyInstance) => void;
+  /**
+   * Handlers of the table's routes that only some processes serve: the dashboard's
+   * (dashboard/routes) and the gateway sync (gateway/cluster). Without one, its route is a 404.
+   */
+  handlers?: Partial<Omit<Handlers, ApiOperation>>;
   /** The gateway's sticky sessions, for `POST /v1/sessions/{id}/report`. */
   sessions?: GatewaySessions;
-  /**
-   * Answer ordinary grants and releases without the framework (discovery/fastlane; default
-   * true). Off only to compare both paths in tests.
-   */
-  fastLane?: boolean;
 }
 
 export interface DiscoveryServer {
@@ -100,52 +98,21 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
     ...opts.limits,
   };
 
-  // Set once the app exists: ordinary grants and releases go round the framework.
-  let lane: FastLane | undefined;
   const app = Fastify({
     logger: false,
     bodyLimit: BODY_LIMIT_BYTES,
     return503OnClosing: true,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
-    serverFactory: (handler) =>
-      createListener(
-        (req, res) => {
-          if (lane === undefined || !lane(req, res)) handler(req, res);
-        },
-        limits,
-        opts.tls,
-      ),
+    serverFactory: (handler) => createListener(handler, limits, opts.tls),
     ...errorOptions(),
   });
   installValidation(app);
   // Telemetry before auth: a refused request is traced and counted too.
-  const telemetry = installTelemetry(app, { registry: opts.registry, tracer, log });
-  const admitsHost = hostAdmitter(host, opts.allowedHosts ?? []);
-  if (token) installBearerAuth(app, token);
-  else installHostGuard(app, admitsHost);
-  installErrorHandling(app, log, BODY_LIMIT_BYTES);
+  installTelemetry(app, { registry: opts.registry, tracer, log });
+  const guard = token ? bearerGuard(token) : hostGuard(hostAdmitter(host, opts.allowedHosts ?? []));
+  installErrorHandling(app, log, BODY_LIMIT_BYTES, guard);
   if (opts.authority) installAuthority(app, opts.authority, { log, tls: opts.tls });
-  registerRoutes(app, opts.leases, opts.sessions);
-  opts.extraRoutes?.(app);
-
-  let closing = false;
-  app.addHook('preClose', (done) => {
-    closing = true;
-    done();
-  });
-  // Spans need the framework's hooks: with tracing on, every request takes the routes.
-  if (opts.fastLane !== false && !telemetry.traced) {
-    lane = fastLane({
-      leases: opts.leases,
-      token,
-      admitsHost,
-      authority: opts.authority,
-      bodyLimit: BODY_LIMIT_BYTES,
-      log,
-      countResponse: telemetry.countResponse,
-      closing: () => closing,
-    });
-  }
+  registerRoutes(app, { ...apiHandlers(opts.leases, opts.sessions), ...opts.handlers }, guard);
 
   await app.listen({ host, port });
   const url = reachableUrl(app.server.address() as AddressInfo, opts.tls ? 'https' : 'http');

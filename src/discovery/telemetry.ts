@@ -23,7 +23,7 @@ import { type CounterCell, counter, counterCells } from '../metrics/register.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
-    otel?: { span: Span; ctx: Context; start: number };
+    otel?: { span: Span; ctx: Context };
   }
 }
 
@@ -75,14 +75,6 @@ function recordsSpans(tracer: Tracer): boolean {
   return tracer.startSpan('probe').spanContext().traceId !== INVALID_TRACEID;
 }
 
-/** What the installed telemetry offers the rest of the server. */
-export interface Telemetry {
-  /** Whether requests get spans (tracing is on). */
-  traced: boolean;
-  /** Counts one answered request: route pattern (or `unmatched`), method, status code. */
-  countResponse(route: string, method: string, status: number): void;
-}
-
 /**
  * Installs the span, metric and log hooks. Must be installed before auth, so a refused request
  * is traced and counted too. With tracing off there are no span hooks at all: tracing is set up
@@ -91,7 +83,7 @@ export interface Telemetry {
 export function installTelemetry(
   app: FastifyInstance,
   { registry, tracer, log }: { registry: Registry; tracer: Tracer; log: Logger },
-): Telemetry {
+): void {
   const leaseRequests = counter(registry, {
     name: 'proxy_operator_lease_requests_total',
     help: 'POST /v1/leases requests by result (granted, none_leasable, bad_request, unauthorized, error).',
@@ -121,35 +113,24 @@ export function installTelemetry(
     if (route === '/v1/leases' && method === 'POST') leaseRequestsBy(status).inc();
   };
 
-  const traced = recordsSpans(tracer);
-  if (traced) installSpans(app, tracer, new W3CTraceContextPropagator());
-  app.addHook('onResponse', (req, reply, done) => {
+  // Counted as the answer is sent (onSend), not once it is written (onResponse): listening for
+  // every response's 'finish' costs more than the rest of the telemetry together.
+  app.addHook('onSend', (req, reply, payload, done) => {
     const route = req.routeOptions.url ?? 'unmatched';
     const status = reply.statusCode;
     countResponse(route, req.method, status);
-    const otel = req.otel;
-    if (otel) {
-      otel.span.setAttribute('http.response.status_code', status);
-      if (status >= 500) otel.span.setStatus({ code: SpanStatusCode.ERROR });
-      otel.span.end();
-    }
     if (status >= 500 || log.isLevelEnabled('debug')) {
-      const fields = {
-        method: req.method,
-        route,
-        status,
-        ...(otel ? { ms: Math.round(performance.now() - otel.start) } : {}),
-      };
+      const fields = { method: req.method, route, status };
       const write = () =>
         status >= 500
           ? log.error(fields, 'discovery request failed')
           : log.debug(fields, 'discovery request');
-      if (otel) context.with(otel.ctx, write);
+      if (req.otel) context.with(req.otel.ctx, write);
       else write();
     }
-    done();
+    done(null, payload);
   });
-  return { traced, countResponse };
+  if (recordsSpans(tracer)) installSpans(app, tracer, new W3CTraceContextPropagator());
 }
 
 /**
@@ -168,7 +149,18 @@ function installSpans(app: FastifyInstance, tracer: Tracer, propagator: W3CTrace
       },
       parent,
     );
-    req.otel = { span, ctx: trace.setSpan(parent, span), start: performance.now() };
+    req.otel = { span, ctx: trace.setSpan(parent, span) };
+    done();
+  });
+
+  app.addHook('onResponse', (req, reply, done) => {
+    const otel = req.otel;
+    if (otel) {
+      const status = reply.statusCode;
+      otel.span.setAttribute('http.response.status_code', status);
+      if (status >= 500) otel.span.setStatus({ code: SpanStatusCode.ERROR });
+      otel.span.end();
+    }
     done();
   });
 

@@ -6,10 +6,15 @@ import type { FastifyInstance, FastifySchemaCompiler, FastifySchemaValidationErr
 import type { TSchema } from 'typebox';
 import { Compile } from 'typebox/compile';
 import { Value } from 'typebox/value';
+import { childPath, formatPath, pointerSegments } from '../api/schema-errors.ts';
+import { UPSTREAM_KEY_PATTERN } from '../gateway/share.ts';
 import { NAMESPACE_PATTERN, NAMESPACE_RULE } from '../lease/input.ts';
 
 /** Human wording for the patterns the schemas use, instead of the regular expression. */
-const PATTERN_RULES: Record<string, string> = { [NAMESPACE_PATTERN]: NAMESPACE_RULE };
+const PATTERN_RULES: Record<string, string> = {
+  [NAMESPACE_PATTERN]: NAMESPACE_RULE,
+  [UPSTREAM_KEY_PATTERN]: 'must name an upstream as namespace/name',
+};
 
 /** A 400 that names the request field at fault. */
 export class FieldError extends Error {
@@ -27,39 +32,48 @@ function shorten(name: string): string {
   return name.length > 64 ? `${name.slice(0, 63)}…` : name;
 }
 
-function fieldOf(part: string, path: string): string {
-  return path === '' ? part : path.slice(1).replaceAll('/', '.');
+/**
+ * The field a JSON pointer into `root` names, as a user writes it (`proxy.name`, `reports[0].target`,
+ * `want["crawl/x"]`: api/schema-errors), or the request part itself for the whole value.
+ */
+function fieldOf(part: string, root: unknown, pointer: string): string {
+  return pointer === '' ? part : formatPath(pointerSegments(root, pointer));
 }
 
-/** Turns TypeBox's error list into one message about one field, the most specific first. */
-export function toFieldError(part: string, errors: FastifySchemaValidationError[]): FieldError {
+/** Turns TypeBox's error list for `value` into one message about one field, the most specific first. */
+export function toFieldError(
+  part: string,
+  errors: FastifySchemaValidationError[],
+  value?: unknown,
+): FieldError {
   type E = FastifySchemaValidationError & { keyword: string; params: Record<string, unknown> };
   const list = errors as E[];
+  const within = (pointer: string, name: string): string =>
+    pointer === '' ? name : childPath(fieldOf(part, value, pointer), name);
   const extra = list.find((e) => e.keyword === 'additionalProperties');
   if (extra) {
     const names = (extra.params.additionalProperties as string[] | undefined) ?? [];
-    const name = shorten(names[0] ?? '?');
-    const at = fieldOf(part, extra.instancePath);
-    const field = at === part ? name : `${at}.${name}`;
+    const field = within(extra.instancePath, shorten(names[0] ?? '?'));
     return new FieldError(field, `unknown field "${field}" in ${part}`);
   }
   const required = list.find((e) => e.keyword === 'required');
   if (required) {
     const name = ((required.params.requiredProperties as string[] | undefined) ?? [])[0] ?? '?';
-    return new FieldError(name, `${name} is required`);
+    const field = within(required.instancePath, name);
+    return new FieldError(field, `${field} is required`);
   }
   const anyOf = list.find((e) => e.keyword === 'anyOf');
   if (anyOf) {
     const allowed = list
       .filter((e) => e.keyword === 'const' && e.instancePath === anyOf.instancePath)
       .map((e) => String(e.params.allowedValue));
-    const field = fieldOf(part, anyOf.instancePath);
+    const field = fieldOf(part, value, anyOf.instancePath);
     if (allowed.length > 0) return new FieldError(field, `${field} must be one of ${allowed.join(', ')}`);
     return new FieldError(field, `${field} has an invalid value`);
   }
   const first = list[0];
   if (!first) return new FieldError(part, `${part} is invalid`);
-  const field = fieldOf(part, first.instancePath);
+  const field = fieldOf(part, value, first.instancePath);
   const rule = first.keyword === 'pattern' ? PATTERN_RULES[String(first.params.pattern)] : undefined;
   if (rule) return new FieldError(field, `${field} ${rule}`);
   return new FieldError(field, `${field} ${first.message}`);
@@ -78,7 +92,7 @@ function needsConversion(schema: TSchema): boolean {
 /** A checked value, or the 400 that names the field at fault. */
 export type Checked = { value: unknown; error?: undefined } | { error: FieldError };
 
-/** The check of one request part against its schema, as every route and the fast lane run it. */
+/** The check of one request part against its schema, as every route runs it. */
 export function requestValidator(schema: TSchema, httpPart: string | undefined): (value: unknown) => Checked {
   const check = Compile(schema);
   const part = httpPart === 'querystring' ? 'query' : (httpPart ?? 'request');
@@ -90,7 +104,7 @@ export function requestValidator(schema: TSchema, httpPart: string | undefined):
     if (convert) input = Value.Convert(schema, input);
     if (check.Check(input)) return { value: input };
     const errors = [...check.Errors(input)] as unknown as FastifySchemaValidationError[];
-    return { error: toFieldError(part, errors) };
+    return { error: toFieldError(part, errors, input) };
   };
 }
 

@@ -2,13 +2,14 @@
  * gateway/cluster — the gateway in cluster mode (docs/architecture.md, "Gateway scale-out"):
  * every replica serves it with a ReplicaChooser kept in step by a GatewayLink, and the leader's
  * GatewayHub answers the links on `POST /v1/internal/gateway/sync`, a route of the discovery
- * API behind its bearer token (a standby forwards it to the leader like any `/v1/*` request).
+ * API's table behind its bearer token (a standby forwards it to the leader like any `/v1/*`
+ * request).
  */
-import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { forwardingAgent, type LeaseAuthority } from '../discovery/authority.ts';
 import { errorBody } from '../discovery/errors.ts';
+import type { Handlers } from '../discovery/schemas.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import type { TlsFiles } from '../metrics/listener.ts';
 import { collectedGauge, counter } from '../metrics/register.ts';
@@ -16,21 +17,16 @@ import type { Clock } from '../runtime/clock.ts';
 import { GatewayHub } from './hub.ts';
 import { GatewayLink } from './link.ts';
 import { ReplicaChooser } from './replica.ts';
-import { parseSyncRequest, SYNC_PATH, SyncInputError } from './share.ts';
+import { syncRequestProblem } from './share.ts';
 
-/** The hub's route on the discovery API; the authority in front of it lets only the leader answer. */
-export function registerGatewaySync(app: FastifyInstance, hub: GatewayHub): void {
-  app.post(SYNC_PATH, async (req, reply) => {
-    let body: ReturnType<typeof parseSyncRequest>;
-    try {
-      body = parseSyncRequest(req.body);
-    } catch (err) {
-      if (err instanceof SyncInputError)
-        return reply.code(400).send(errorBody('bad_request', err.message, err.field));
-      throw err;
-    }
-    return reply.header('cache-control', 'no-store').send(await hub.sync(body));
-  });
+/** The hub's handler of the sync route; the authority in front of it lets only the leader answer. */
+export function gatewaySyncHandler(hub: GatewayHub): Handlers['gatewaySync'] {
+  return async (req, reply) => {
+    const problem = syncRequestProblem(req.body);
+    if (problem) return reply.code(400).send(errorBody('bad_request', problem.message, problem.field));
+    const answer = await hub.sync(req.body);
+    return reply.header('cache-control', 'no-store').send(answer);
+  };
 }
 
 export interface ClusterGateway {

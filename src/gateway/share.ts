@@ -7,7 +7,7 @@
  * not seen yet. A sync with `waitMs` > 0 and nothing to change is a long poll: the leader answers
  * as soon as a cooldown begins, so a block reaches every replica without polling.
  */
-import type { ReportResult } from '../lease/types.ts';
+import Type, { type Static, type TSchema } from 'typebox';
 import type { GatewayUpstream } from './lease-adapter.ts';
 
 export const SYNC_PATH = '/v1/internal/gateway/sync';
@@ -16,177 +16,181 @@ export const MAX_WAIT_MS = 25_000;
 const MAX_REPORTS = 1000;
 const MAX_SLOTS_PER_UPSTREAM = 100_000;
 const MAX_UPSTREAMS = 100_000;
-const REPLICA_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+/** How the map keys of a sync name an upstream. */
+export const UPSTREAM_KEY_PATTERN = '^[^/]+/[^/]+$';
+const Result = Type.Union([Type.Literal('blocked'), Type.Literal('failed')]);
+const Upstream = Type.String({ maxLength: 512, description: '`namespace/name` of the upstream.' });
+const Target = Type.String({ maxLength: 253 });
+const counter = (description: string) =>
+  Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, description });
+const leaseIds = (description: string) =>
+  Type.Array(Type.String({ maxLength: 128 }), { maxItems: MAX_SLOTS_PER_UPSTREAM, description });
 
-export interface SyncReport {
-  /** `namespace/name` of the upstream. */
-  upstream: string;
-  /** The target host that blocked it (required for `blocked`). */
-  target?: string;
-  result: 'blocked' | 'failed';
+/** A map keyed by upstream (`namespace/name`). */
+function byUpstream<T extends TSchema>(value: T, description: string) {
+  return Type.Record(Type.String(), value, {
+    propertyNames: { pattern: UPSTREAM_KEY_PATTERN },
+    maxProperties: MAX_UPSTREAMS,
+    description,
+  });
 }
 
-export interface SyncRequest {
-  /** This process's id, unique per process run. */
-  replica: string;
-  /** The hub epoch the replica's cursor belongs to ('' = none yet): another epoch means a full answer. */
-  epoch: string;
-  /** The last cooldown change the replica has seen. */
-  cursor: number;
-  /** How long the leader may hold the answer for news (0 = answer now). */
-  waitMs: number;
-  /** Slot lease ids the replica holds per upstream: a new leader adopts them instead of granting anew. */
-  held?: Record<string, string[]>;
-  /** Slot leases wanted per upstream (the hub grows a share up to it, capacity permitting). */
-  want?: Record<string, number>;
-  /** Slot leases handed back (the replica no longer counts them). */
-  release?: string[];
-  reports?: SyncReport[];
-  /** The newest session ask (`SessionAsk.n`) the replica has seen in this epoch. */
-  askCursor?: number;
-  /** Session reports this replica applied for the leader (answers to `sessionAsks`). */
-  sessionAnswers?: SessionAnswer[];
-}
+export const SyncReportBody = Type.Object(
+  {
+    upstream: Type.String({ maxLength: 512, pattern: UPSTREAM_KEY_PATTERN }),
+    target: Type.Optional(
+      Type.String({
+        maxLength: 253,
+        description: 'The target host that blocked it (required for `blocked`).',
+      }),
+    ),
+    result: Result,
+  },
+  { additionalProperties: false },
+);
 
+export const SessionAnswerBody = Type.Object(
+  { ask: Type.String({ maxLength: 64 }), upstream: Upstream, target: Target },
+  { additionalProperties: false },
+);
+
+/**
+ * A replica's sync. Fields this version does not know are ignored rather than refused: during a
+ * rolling upgrade replicas of two versions sync with one leader.
+ */
+export const SyncRequestBody = Type.Object(
+  {
+    replica: Type.String({
+      pattern: '^[A-Za-z0-9._:-]{1,128}$',
+      description: "This process's id, unique per process run.",
+    }),
+    epoch: Type.String({
+      maxLength: 64,
+      description:
+        "The hub epoch the replica's cursor belongs to ('' = none yet): another epoch means a full answer.",
+    }),
+    cursor: counter('The last cooldown change the replica has seen.'),
+    waitMs: Type.Integer({
+      minimum: 0,
+      maximum: MAX_WAIT_MS,
+      description: 'How long the leader may hold the answer for news (0 = answer now).',
+    }),
+    held: Type.Optional(
+      byUpstream(
+        leaseIds('Lease ids'),
+        'Slot lease ids the replica holds: a new leader adopts them instead of granting anew.',
+      ),
+    ),
+    want: Type.Optional(
+      byUpstream(
+        Type.Integer({ minimum: 0, maximum: MAX_SLOTS_PER_UPSTREAM }),
+        'Slot leases wanted (the hub grows a share up to it, capacity permitting).',
+      ),
+    ),
+    release: Type.Optional(leaseIds('Slot leases handed back.')),
+    reports: Type.Optional(Type.Array(SyncReportBody, { maxItems: MAX_REPORTS })),
+    askCursor: Type.Optional(
+      counter('The newest session ask (`SessionAsk.n`) the replica has seen in this epoch.'),
+    ),
+    sessionAnswers: Type.Optional(
+      Type.Array(SessionAnswerBody, {
+        maxItems: MAX_REPORTS,
+        description: 'Session reports this replica applied for the leader (answers to `sessionAsks`).',
+      }),
+    ),
+  },
+  { description: "A gateway replica's sync with the leader's hub." },
+);
+export type SyncRequest = Static<typeof SyncRequestBody>;
+export type SyncReport = Static<typeof SyncReportBody>;
+export type SessionAnswer = Static<typeof SessionAnswerBody>;
+
+const SessionAskBody = Type.Object({
+  ask: Type.String(),
+  n: Type.Integer({
+    description:
+      "Its number in the hub's epoch: a watch sent with `askCursor` below the newest one is answered at once.",
+  }),
+  session: Type.String(),
+  result: Type.Union([Type.Literal('success'), Type.Literal('blocked'), Type.Literal('failed')]),
+  target: Type.Optional(Type.String()),
+});
 /** A `POST /v1/sessions/{id}/report` the leader could not apply itself: whoever knows the session does. */
-export interface SessionAsk {
-  ask: string;
-  /** Its number in the hub's epoch: a watch sent with `askCursor` below the newest one is answered at once. */
-  n: number;
-  session: string;
-  result: ReportResult;
-  target?: string;
-}
+export type SessionAsk = Static<typeof SessionAskBody>;
 
-export interface SessionAnswer {
-  ask: string;
-  upstream: string;
-  target: string;
-}
+const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 
+const UpstreamStateBody = Type.Object({
+  key: Type.String(),
+  namespace: Type.String(),
+  labels: Type.Record(Type.String(), Type.String()),
+  maxLeases: Type.Integer({ description: '0 = unlimited.' }),
+  reason: Nullable(
+    Type.String({
+      description: 'Why no connection may use it now, capacity and target cooldowns aside; null = usable.',
+    }),
+  ),
+  latencyMillis: Nullable(Type.Number()),
+  contended: Type.Optional(
+    Type.Boolean({ description: 'A replica was refused a larger share lately: idle shares should go back.' }),
+  ),
+});
 /** An upstream as a replica keeps it: the leader's view of the proxy, without its cooldowns. */
 export interface UpstreamState extends Omit<GatewayUpstream, 'cooldowns'> {
   /** A replica was refused a larger share lately: idle shares should go back (gateway/replica). */
   contended?: boolean;
 }
 
-export interface Slot {
-  id: string;
-  /** The upstream's URL with the credentials this slot lease carries. */
-  url: string;
-}
+const SlotBody = Type.Object({
+  id: Type.String(),
+  url: Type.String({ description: "The upstream's URL with the credentials this slot lease carries." }),
+});
+export type Slot = Static<typeof SlotBody>;
+
+export const SyncAnswerBody = Type.Object({
+  epoch: Type.String(),
+  cursor: Type.Integer(),
+  full: Type.Boolean({
+    description: '`cooldowns` replaces what the replica knows (true) or adds to it (false).',
+  }),
+  cooldowns: Type.Array(Type.Tuple([Type.String(), Type.String(), Type.Number()]), {
+    description:
+      '[upstream, target, milliseconds left]: left rather than an end time, so clocks need not agree.',
+  }),
+  upstreams: Type.Array(UpstreamStateBody),
+  slots: Type.Optional(
+    Type.Record(Type.String(), Type.Array(SlotBody), {
+      description: "The replica's whole share, when the request was a mutating one (not a pure watch).",
+    }),
+  ),
+  sessionAsks: Type.Optional(
+    Type.Array(SessionAskBody, {
+      description: 'Session reports waiting for the replica that knows the session.',
+    }),
+  ),
+  replicas: Type.Optional(
+    Type.Integer({
+      description: "Gateway replicas holding or asking for a share now (for a replica's fair share).",
+    }),
+  ),
+});
 
 export interface SyncAnswer {
   epoch: string;
   cursor: number;
-  /** `cooldowns` replaces what the replica knows (true) or adds to it (false). */
   full: boolean;
-  /** [upstream, target, milliseconds left]: left rather than an end time, so clocks need not agree. */
   cooldowns: [string, string, number][];
   upstreams: UpstreamState[];
-  /** The replica's whole share, when the request was a mutating one (not a pure watch). */
   slots?: Record<string, Slot[]>;
-  /** Session reports waiting for the replica that knows the session. */
   sessionAsks?: SessionAsk[];
-  /** Gateway replicas holding or asking for a share now (for a replica's fair share). */
   replicas?: number;
 }
 
-export class SyncInputError extends Error {
-  readonly field: string;
-  constructor(field: string, message: string) {
-    super(`${field}: ${message}`);
-    this.field = field;
-  }
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function int(v: unknown, field: string, max: number): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > max) {
-    throw new SyncInputError(field, `must be an integer from 0 to ${max}`);
-  }
-  return v;
-}
-
-function str(v: unknown, field: string, max = 512): string {
-  if (typeof v !== 'string' || v.length > max)
-    throw new SyncInputError(field, `must be a string of at most ${max} characters`);
-  return v;
-}
-
-function record<T>(v: unknown, field: string, each: (x: unknown, f: string) => T): Record<string, T> {
-  if (!isObject(v)) throw new SyncInputError(field, 'must be an object keyed by upstream (namespace/name)');
-  const keys = Object.keys(v);
-  if (keys.length > MAX_UPSTREAMS) throw new SyncInputError(field, `at most ${MAX_UPSTREAMS} upstreams`);
-  const out: Record<string, T> = {};
-  for (const k of keys) {
-    if (!k.includes('/')) throw new SyncInputError(`${field}.${k}`, 'keys are upstreams as namespace/name');
-    out[k] = each(v[k], `${field}.${k}`);
-  }
-  return out;
-}
-
-function ids(v: unknown, field: string): string[] {
-  if (!Array.isArray(v) || v.length > MAX_SLOTS_PER_UPSTREAM) {
-    throw new SyncInputError(field, `must be an array of at most ${MAX_SLOTS_PER_UPSTREAM} lease ids`);
-  }
-  return v.map((x, i) => str(x, `${field}[${i}]`, 128));
-}
-
-/** The request body checked field by field; SyncInputError names the first bad field. */
-export function parseSyncRequest(body: unknown): SyncRequest {
-  if (!isObject(body)) throw new SyncInputError('body', 'must be a JSON object');
-  const replica = str(body.replica, 'replica', 128);
-  if (!REPLICA_ID.test(replica)) throw new SyncInputError('replica', 'must match [A-Za-z0-9._:-]{1,128}');
-  const req: SyncRequest = {
-    replica,
-    epoch: str(body.epoch ?? '', 'epoch', 64),
-    cursor: int(body.cursor ?? 0, 'cursor', Number.MAX_SAFE_INTEGER),
-    waitMs: int(body.waitMs ?? 0, 'waitMs', MAX_WAIT_MS),
-  };
-  if (body.askCursor !== undefined) req.askCursor = int(body.askCursor, 'askCursor', Number.MAX_SAFE_INTEGER);
-  if (body.held !== undefined) req.held = record(body.held, 'held', ids);
-  if (body.want !== undefined)
-    req.want = record(body.want, 'want', (x, f) => int(x, f, MAX_SLOTS_PER_UPSTREAM));
-  if (body.release !== undefined) req.release = ids(body.release, 'release');
-  if (body.reports !== undefined) {
-    if (!Array.isArray(body.reports) || body.reports.length > MAX_REPORTS) {
-      throw new SyncInputError('reports', `must be an array of at most ${MAX_REPORTS} reports`);
-    }
-    req.reports = body.reports.map((r, i) => {
-      const f = `reports[${i}]`;
-      if (!isObject(r)) throw new SyncInputError(f, 'must be an object');
-      const upstream = str(r.upstream, `${f}.upstream`, 512);
-      if (!upstream.includes('/')) throw new SyncInputError(`${f}.upstream`, 'must be namespace/name');
-      if (r.result !== 'blocked' && r.result !== 'failed') {
-        throw new SyncInputError(`${f}.result`, 'must be "blocked" or "failed"');
-      }
-      const out: SyncReport = { upstream, result: r.result };
-      if (r.target !== undefined) out.target = str(r.target, `${f}.target`, 253);
-      if (r.result === 'blocked' && out.target === undefined) {
-        throw new SyncInputError(`${f}.target`, 'is required for result "blocked"');
-      }
-      return out;
-    });
-  }
-  if (body.sessionAnswers !== undefined) {
-    if (!Array.isArray(body.sessionAnswers) || body.sessionAnswers.length > MAX_REPORTS) {
-      throw new SyncInputError('sessionAnswers', `must be an array of at most ${MAX_REPORTS} answers`);
-    }
-    req.sessionAnswers = body.sessionAnswers.map((x, i) => {
-      const f = `sessionAnswers[${i}]`;
-      if (!isObject(x)) throw new SyncInputError(f, 'must be an object');
-      return {
-        ask: str(x.ask, `${f}.ask`, 64),
-        upstream: str(x.upstream, `${f}.upstream`, 512),
-        target: str(x.target, `${f}.target`, 253),
-      };
-    });
-  }
-  return req;
+/** What the schema cannot say: a `blocked` report needs the target that blocked. */
+export function syncRequestProblem(req: SyncRequest): { field: string; message: string } | undefined {
+  const i = req.reports?.findIndex((r) => r.result === 'blocked' && r.target === undefined) ?? -1;
+  if (i < 0) return undefined;
+  return { field: `reports[${i}].target`, message: `reports[${i}].target is required for result "blocked"` };
 }
 
 /** Whether the request changes anything at the hub (otherwise it is a watch and may wait). */

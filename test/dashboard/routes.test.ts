@@ -6,10 +6,12 @@
  */
 import { request } from 'node:http';
 import { Registry } from 'prom-client';
+import { Value } from 'typebox/value';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadDashboardAssets } from '../../src/dashboard/assets.ts';
 import { Dashboard } from '../../src/dashboard/dashboard.ts';
-import { registerDashboardRoutes } from '../../src/dashboard/routes.ts';
+import { dashboardHandlers } from '../../src/dashboard/routes.ts';
+import { DashboardStateBody, LatencyHistoryBody } from '../../src/dashboard/schemas.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../../src/discovery/server.ts';
 import { LeaseStore } from '../../src/lease/store.ts';
 import { systemClock } from '../../src/runtime/clock.ts';
@@ -34,7 +36,7 @@ async function start(token?: string): Promise<string> {
     leases,
     registry: new Registry(),
     ...(token ? { token } : {}),
-    extraRoutes: (app) => registerDashboardRoutes(app, dashboard, assets),
+    handlers: dashboardHandlers(dashboard, assets),
   });
   return server.url;
 }
@@ -100,7 +102,20 @@ describe('dashboard routes', () => {
       const body = await ok.text();
       expect(body).not.toContain('never-shown-pw');
       if (path.endsWith('state')) expect(JSON.parse(body).proxies[0].key).toBe('crawl/a');
+      // The document lists these answers with their schemas: they must hold.
+      const schema = path.endsWith('state') ? DashboardStateBody : LatencyHistoryBody;
+      expect([...Value.Errors(schema, JSON.parse(body))]).toEqual([]);
     }
+  });
+
+  it('refuses an `after` that is not a non-negative integer, naming it', async () => {
+    const url = await start(TOKEN);
+    const headers = { authorization: `Bearer ${TOKEN}` };
+    const bad = await fetch(`${url}/v1/dashboard/state?after=-1`, { headers });
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ error: { code: 'bad_request', field: 'after' } });
+    const ok = await fetch(`${url}/v1/dashboard/state?after=3`, { headers });
+    expect(ok.status).toBe(200);
   });
 
   it('without a token, keeps the data behind the Host guard but shows the page to any Host', async () => {

@@ -510,9 +510,14 @@ describe('observability', () => {
     };
     expect(doc.openapi).toMatch(/^3\./);
     expect(Object.keys(doc.paths).sort()).toEqual([
+      '/',
+      '/dashboard/{file}',
       '/generate_204',
       '/healthz',
       '/openapi.json',
+      '/v1/dashboard/history',
+      '/v1/dashboard/state',
+      '/v1/internal/gateway/sync',
       '/v1/leases',
       '/v1/leases/{id}',
       '/v1/leases/{id}/renew',

@@ -2,17 +2,20 @@
  * Gateway scale-out in one process: two replica choosers linked to one hub over a real lease
  * store. No upstream is ever over capacity counting both replicas and API leases; a block
  * reported through one replica is avoided by the other; a sticky session binds to the same
- * upstream on both; bad sync bodies are refused naming the field.
+ * upstream on both; bad sync bodies are refused on the API's sync route naming the field.
  */
 
+import { Registry } from 'prom-client';
 import { Agent } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LeaseAuthority } from '../../src/discovery/authority.ts';
+import { startDiscoveryServer } from '../../src/discovery/server.ts';
+import { gatewaySyncHandler } from '../../src/gateway/cluster.ts';
 import { GatewayHub } from '../../src/gateway/hub.ts';
 import { GatewayLink } from '../../src/gateway/link.ts';
 import { ReplicaChooser } from '../../src/gateway/replica.ts';
 import { GatewaySessions } from '../../src/gateway/service.ts';
-import { parseSyncRequest } from '../../src/gateway/share.ts';
+import { SYNC_PATH } from '../../src/gateway/share.ts';
 import type { Acquired } from '../../src/gateway/upstreams.ts';
 import { DEFAULT_SESSION_TTL_SECONDS } from '../../src/gateway/username.ts';
 import { LeaseStore } from '../../src/lease/store.ts';
@@ -247,12 +250,45 @@ describe('gateway replicas', () => {
     expect(none).toMatchObject({ ok: false, status: 404 });
   });
 
-  it('refuses a bad sync body naming the field', () => {
-    expect(() => parseSyncRequest({ replica: 'a b' })).toThrow(/^replica: /);
-    expect(() => parseSyncRequest({ replica: 'r', want: { 'crawl/x': -1 } })).toThrow(/^want\.crawl\/x: /);
-    expect(() =>
-      parseSyncRequest({ replica: 'r', reports: [{ upstream: 'crawl/x', result: 'blocked' }] }),
-    ).toThrow(/^reports\[0\]\.target: is required/);
-    expect(() => parseSyncRequest({ replica: 'r', waitMs: 60_000 })).toThrow(/^waitMs: /);
+  it('refuses a bad sync body naming the field, and changes nothing', async () => {
+    const leases = new LeaseStore({ clock: systemClock });
+    leases.upsertProxy(proxyInfo('up1', { maxLeases: 2 }));
+    const hub = new GatewayHub({ leases, clock: systemClock, log: silentLogger(), isServing: () => true });
+    stops.push(async () => {
+      hub.close();
+      leases.close();
+    });
+    const server = await startDiscoveryServer({
+      bindAddress: '127.0.0.1:0',
+      leases,
+      registry: new Registry(),
+      handlers: { gatewaySync: gatewaySyncHandler(hub) },
+    });
+    stops.push(() => server.close());
+    const sync = async (body: unknown) => {
+      const res = await fetch(`${server.url}${SYNC_PATH}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return { status: res.status, body: (await res.json()) as { error?: { field?: string } } };
+    };
+    const base = { replica: 'r', epoch: '', cursor: 0, waitMs: 0 };
+    for (const [body, field] of [
+      [{ ...base, replica: 'a b' }, 'replica'],
+      [{ ...base, want: { 'crawl/x': -1 } }, 'want["crawl/x"]'],
+      [{ ...base, want: { nokey: 1 } }, 'want.nokey'],
+      [{ ...base, reports: [{ upstream: 'crawl/up1', result: 'blocked' }] }, 'reports[0].target'],
+      [{ ...base, reports: [{ upstream: 'crawl/up1', result: 'gone' }] }, 'reports[0].result'],
+      [{ ...base, waitMs: 60_000 }, 'waitMs'],
+      [{ replica: 'r' }, 'epoch'],
+    ] as const) {
+      const res = await sync(body);
+      expect(res, JSON.stringify(body)).toMatchObject({ status: 400, body: { error: { field } } });
+    }
+    expect(leases.activeLeases()).toBe(0);
+    const ok = await sync({ ...base, want: { 'crawl/up1': 1 } });
+    expect(ok.status).toBe(200);
+    expect(ok.body).toMatchObject({ full: true, slots: { 'crawl/up1': [expect.any(Object)] } });
   });
 });
