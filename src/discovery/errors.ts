@@ -12,10 +12,10 @@ import type {
   FastifyReply,
   FastifyRequest,
   FastifyServerOptions,
+  preValidationHookHandler,
 } from 'fastify';
 import type { Logger } from 'pino';
 import { LeaseInputError, TooManyLeasesError } from '../lease/errors.ts';
-import type { Guard } from './auth.ts';
 import { FieldError } from './validation.ts';
 
 /** Longest path parameter (a lease ID) routed at all; the schema says the same. */
@@ -131,7 +131,7 @@ export function installErrorHandling(
   app: FastifyInstance,
   log: Logger,
   bodyLimit: number,
-  guard: Guard,
+  guard: preValidationHookHandler,
 ): void {
   app.setErrorHandler((err: FastifyError, req, reply) => {
     const refusal = refusalOf(err, bodyLimit);
