@@ -4,7 +4,7 @@
  * admitted (token or Host), a JSON body of declared length within the limit, tracing and debug
  * logging off, this process deciding leases. Everything else — and any of these that is not
  * ordinary before its body is read — goes to the Fastify routes untouched. The answers are the
- * routes' answers byte for byte (test/discovery/fastlane.test.ts), built from the same
+ * routes' answers byte for byte (test/unit/discovery/fastlane.test.ts), built from the same
  * validator, store calls, error mapping, serialisers and counters. Why it exists: the
  * framework's per-request work was the largest cost of the API left (docs/benchmarks.md).
  */
