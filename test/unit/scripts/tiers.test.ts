@@ -1,8 +1,11 @@
 /**
  * scripts/test/tiers — what `npm test`, `npm run test:integration` and `npm run test:e2e` run: the
  * vitest projects, the kube and KVM suites after them (each behind its build, the guest image
- * built only as root), and what arguments after `--` leave out.
+ * built only as root), and what arguments after `--` leave out; and that every test file is in
+ * the directory of a tier, which is what puts it in a vitest project.
  */
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseRunArgs, planRun } from '../../../scripts/test/tiers.ts';
 
@@ -87,5 +90,18 @@ describe('one tier', () => {
     });
     expect(parseRunArgs(['--tier=unit'])).toHaveProperty('error');
     expect(parseRunArgs(['--tier'])).toHaveProperty('error');
+  });
+});
+
+describe('the test tree', () => {
+  it('has every test file in a tier directory, so no vitest project leaves one out', () => {
+    const testDir = join(import.meta.dirname, '..', '..');
+    const outside = readdirSync(testDir, { recursive: true, encoding: 'utf8' })
+      .filter((f) => f.endsWith('.test.ts'))
+      .map((f) => f.split('\\').join('/'))
+      .filter((f) => !/^(unit|integration|e2e)\//.test(f));
+    expect(outside, 'move these into test/unit/, test/integration/ or test/e2e/ (docs/testing.md)').toEqual(
+      [],
+    );
   });
 });
