@@ -1,7 +1,7 @@
 /**
  * scripts/generate — writes the generated files (CRDs and their kustomization) from the TypeBox
  * schemas. Run with `npm run generate` after changing anything in src/api; the drift test in
- * test/api fails until the checked-in files match.
+ * test/unit/api fails until the checked-in files match.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Debian guest the KVM end-to-end tier boots (test/e2e-kvm/guest.test.ts): a
+# Builds the Debian guest the KVM end-to-end tier boots (test/e2e/kvm/guest.test.ts): a
 # debootstrap minbase root with a kernel, systemd, cloud-init, qemu-guest-agent, Squid and
 # htpasswd, turned into a disk without loop devices (`mkfs.ext4 -d`, then `qemu-img convert`).
 # The guest boots directly from the kernel and initrd copied next to the disk (the kvm provider's

@@ -15,7 +15,7 @@ pid_of() { [ -f "$1" ] && cat "$1" 2>/dev/null || true; }
 
 if alive "$(pid_of "$DIR/run/libvirtd.pid")"; then
   # Domains first: a running qemu outlives libvirtd.
-  # 'px-': VMs the operator created in the KVM end-to-end tier (test/e2e-kvm), if a run was cut off.
+  # 'px-': VMs the operator created in the KVM end-to-end tier (test/e2e/kvm), if a run was cut off.
   for d in $("${V[@]}" list --all --name 2>/dev/null | grep -E "^($PREFIX|px-)"); do
     "${V[@]}" destroy "$d" >/dev/null 2>&1
     "${V[@]}" undefine "$d" --nvram >/dev/null 2>&1 || "${V[@]}" undefine "$d" >/dev/null 2>&1

@@ -1,32 +1,31 @@
 /**
  * scripts/test/run — `npm test`: check the machine, set it up when root (system packages,
  * IPv6 test addresses on lo, libvirtd + sshd on loopback, the VMs' bridge), type-check, lint, run
- * vitest, then the real-API-server tier (test/e2e-kube, its control plane built first or taken
- * from the cache) and the KVM end-to-end tier (test/e2e-kvm, its guest image built first or taken
- * from the cache), and stop the daemons it started — also when interrupted, however often
- * (scripts/test/session.ts). Arguments after `npm test --` go to vitest, and the KVM tier is then
- * left out (it says so). See docs/testing.md.
+ * the three vitest tiers (vitest.config.ts: unit, integration, e2e), then the real-API-server
+ * suite (test/e2e/kube, its control plane built first or taken from the cache) and the KVM suite
+ * (test/e2e/kvm, its guest image built first or taken from the cache), and stop the daemons it
+ * started — also when interrupted, however often (scripts/test/session.ts). Arguments after
+ * `npm test --` go to vitest, and the kube and KVM suites are then left out (it says so).
+ * `--tier integration` and `--tier e2e` (npm run test:integration, test:e2e) run one tier, with
+ * the same machine set-up but no type-check or lint (scripts/test/tiers.ts). See docs/testing.md.
  */
 import { spawnSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   DOWN_SCRIPT,
-  GUEST_IMAGE_SCRIPT,
   INSTALL_SCRIPT,
   LIBVIRT_CI_DIR,
   planPrerequisites,
   readMachineFacts,
   UP_SCRIPT,
 } from './prerequisites.ts';
-import { type FollowUp, runSession } from './session.ts';
+import { runSession } from './session.ts';
 import { ensureTestAddresses } from './test-addresses.ts';
+import { parseRunArgs, planRun } from './tiers.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = join(ROOT, 'node_modules', '.bin');
-const KVM_TIER_CONFIG = 'test/e2e-kvm/vitest.config.ts';
-const KUBE_TIER_CONFIG = 'test/e2e-kube/vitest.config.ts';
-const CONTROL_PLANE_BUILD = 'test/e2e-kube/control-plane/build.sh';
 
 function say(msg: string): void {
   process.stderr.write(`[npm test] ${msg}\n`);
@@ -41,70 +40,16 @@ function step(what: string, cmd: string, args: string[]): void {
   }
 }
 
-/**
- * The real-API-server tier, after the main suite: the control plane is built from its Go module
- * first (minutes, once per version; cached outside the repository), then the tier runs on it.
- */
-function kubeTier(args: string[]): FollowUp[] {
-  if (args.length > 0) {
-    say(
-      'real-API-server tier (test/e2e-kube) left out: vitest arguments were given; run it with npm run test:kube',
-    );
-    return [];
-  }
-  return [
-    {
-      name: `control plane for the real-API-server tier (${CONTROL_PLANE_BUILD}, cached after the first build)`,
-      command: 'bash',
-      args: [CONTROL_PLANE_BUILD],
-      gate: true,
-      tier: 'kube',
-    },
-    {
-      name: 'real-API-server tier (test/e2e-kube): kube-apiserver, etcd and the operator as its ServiceAccount',
-      command: join(BIN, 'vitest'),
-      args: ['run', '--config', KUBE_TIER_CONFIG],
-      tier: 'kube',
-    },
-  ];
-}
-
-/**
- * The KVM end-to-end tier, after the main suite: a Debian guest on TCG (minutes). As root its
- * image is built first when none is cached; otherwise the test names the command to run.
- */
-function kvmTier(args: string[]): FollowUp[] {
-  if (args.length > 0) {
-    say(
-      'KVM end-to-end tier (test/e2e-kvm) left out: vitest arguments were given; run it with npm run test:kvm',
-    );
-    return [];
-  }
-  const build: FollowUp[] =
-    process.getuid?.() === 0
-      ? [
-          {
-            name: `guest image for the KVM tier (${GUEST_IMAGE_SCRIPT}, cached after the first build)`,
-            command: 'bash',
-            args: [GUEST_IMAGE_SCRIPT],
-            gate: true,
-            tier: 'kvm',
-          },
-        ]
-      : [];
-  return [
-    ...build,
-    {
-      name: 'KVM end-to-end tier (test/e2e-kvm): a Debian guest on TCG',
-      command: join(BIN, 'vitest'),
-      args: ['run', '--config', KVM_TIER_CONFIG],
-      tier: 'kvm',
-    },
-  ];
-}
-
 async function main(): Promise<number> {
-  const plan = planPrerequisites(readMachineFacts(ROOT));
+  const parsed = parseRunArgs(process.argv.slice(2));
+  if ('error' in parsed) {
+    say(parsed.error);
+    return 2;
+  }
+  const run = planRun({ tier: parsed.tier, args: parsed.rest, bin: BIN, isRoot: process.getuid?.() === 0 });
+  const facts = readMachineFacts(ROOT);
+  // The integration tier uses no libvirtd or sshd: they are neither asked for nor started.
+  const plan = planPrerequisites(run.daemons ? facts : { ...facts, daemonsUp: true });
   if (!plan.ok) {
     process.stderr.write(`${plan.message}\n`);
     return 1;
@@ -116,8 +61,13 @@ async function main(): Promise<number> {
     if (problem) say(`IPv6 test addresses: ${problem} (the egress-address tests will fail)`);
   }
 
-  step('type-check', join(BIN, 'tsc'), ['-p', 'tsconfig.json', '--noEmit']);
-  step('lint', join(BIN, 'biome'), ['check', '.']);
+  if (run.checks) {
+    step('type-check', join(BIN, 'tsc'), ['-p', 'tsconfig.json', '--noEmit']);
+    step('lint', join(BIN, 'biome'), ['check', '.']);
+  } else {
+    say(`the ${run.tier} tier only: no type-check or lint (npm test runs them)`);
+  }
+  for (const note of run.notes) say(note);
 
   // From here on every process this run starts is stopped again, also on Ctrl-C (twice).
   return runSession({
@@ -126,9 +76,10 @@ async function main(): Promise<number> {
     upScript: UP_SCRIPT,
     downScript: DOWN_SCRIPT,
     mayStartDaemons: plan.startDaemons,
+    daemons: run.daemons,
     command: join(BIN, 'vitest'),
-    args: ['run', ...process.argv.slice(2)],
-    afterwards: [...kubeTier(process.argv.slice(2)), ...kvmTier(process.argv.slice(2))],
+    args: run.vitestArgs,
+    afterwards: run.afterwards,
     say,
   });
 }

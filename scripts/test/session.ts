@@ -8,7 +8,7 @@
  * process group, so a Ctrl-C at the terminal does not cut them off halfway either.
  *
  * scripts/test/run.ts calls it with scripts/ci/libvirt-up.sh, libvirt-down.sh and vitest;
- * test/scripts/session.test.ts with stub scripts and a stub test command (docs/testing.md).
+ * test/integration/scripts/session.test.ts with stub scripts and a stub test command (docs/testing.md).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { DaemonUsers, daemonsUp, RUN_MARKER, stopStragglers } from './prerequisites.ts';
@@ -26,6 +26,11 @@ export interface SessionOptions {
   downScript: string;
   /** Root on a prepared machine: start the daemons when they are not up. */
   mayStartDaemons: boolean;
+  /**
+   * Whether the tests use the daemons at all (default true). When false (the integration tier)
+   * the run neither registers as their user nor starts or stops them.
+   */
+  daemons?: boolean;
   /** The tests: vitest, or a stub. Gets `RUN_MARKER=<runId>` in its environment. */
   command: string;
   args: string[];
@@ -132,12 +137,15 @@ export async function runSession(o: SessionOptions): Promise<number> {
   // Installed before anything is started, removed after everything is stopped.
   for (const s of SIGNALS) process.on(s, handler);
 
+  const useDaemons = o.daemons ?? true;
   const users = new DaemonUsers(o.stateDir);
-  users.register();
+  if (useDaemons) users.register();
   let code = 1;
   try {
     let ready = true;
-    if (o.mayStartDaemons && !daemonsUp(o.stateDir)) {
+    if (!useDaemons) {
+      // Nothing of libvirtd or sshd is used: neither started nor counted as a user.
+    } else if (o.mayStartDaemons && !daemonsUp(o.stateDir)) {
       say("starting libvirtd and sshd on loopback and the VMs' bridge for the kvm tests");
       users.markStartedByUs();
       const up = await runScript(o, o.upScript);
@@ -175,7 +183,7 @@ export async function runSession(o: SessionOptions): Promise<number> {
     if (interrupted) say(`interrupted (${interrupted}); stopping what this run started`);
     const left = stopStragglers(runId, o.stragglerGraceMs);
     if (left > 0) say(`stopped ${left} process(es) the tests left running`);
-    if (users.unregister()) {
+    if (useDaemons && users.unregister()) {
       say('stopping libvirtd and sshd (started by npm test)');
       const down = await runScript(o, o.downScript);
       if (down.code !== 0) say(`${o.downScript} failed (${down.why})`);

@@ -2,7 +2,7 @@
  * api/rules — the Proxy's cross-field rules, each written twice side by side: as the CEL
  * expression the CRD carries in `x-kubernetes-validations` (enforced by the API server) and as a
  * TypeScript predicate (enforced by standalone mode through api/validate). Keeping both in one
- * table makes drift visible in review; test/api evaluates both against one set of manifests.
+ * table makes drift visible in review; test/unit/api evaluates both against one set of manifests.
  */
 import { DEFAULT_FAILURE_THRESHOLD, DEFAULT_INTERVAL_SECONDS } from './health-defaults.ts';
 import type { FieldError } from './schema-errors.ts';

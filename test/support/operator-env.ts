@@ -1,6 +1,6 @@
 /**
  * operator-env — runs the real CLI (`main.ts operator`) as child processes against the stateful
- * Kubernetes REST test server, for the cluster-mode end-to-end tests in test/cmd: a kubeconfig
+ * Kubernetes REST test server, for the cluster-mode tests in test/integration/cmd and test/e2e/cmd: a kubeconfig
  * file, providers configs with the `local` provider on free ports, JSON log capture, Proxy
  * creation over HTTP, lease + tunnel helpers, and a kubelet stand-in that runs the kubernetes
  * provider's Pods as real Squids on loopback. `useOperatorEnv()` registers the per-test hooks.

@@ -1,18 +1,16 @@
 /**
  * test/support/origins — real origin servers on 127.0.0.1 (or another local address, such as the
  * KVM tier's bridge address) for probe tests: an HTTPS server with a certificate from a
- * throwaway CA (made with the openssl CLI, once per process) and a plain HTTP server. Paths choose the behaviour: `/status/<code>` answers that code, `/hang`
+ * throwaway CA (support/pki.ts: in process, once per process) and a plain HTTP server. Paths
+ * choose the behaviour: `/status/<code>` answers that code, `/hang`
  * never answers, anything else answers `defaultStatus` — or, for a source address listed in
  * `statusBySource`, that status (a site blocking one egress IP). Every request's source address
  * is recorded in `sources`.
  */
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { makePki } from './pki.ts';
 
 export interface TestPki {
   /** PEM of the CA that signed the leaf: pass as `ca` to trust the TLS origin. */
@@ -27,61 +25,15 @@ let pki: TestPki | undefined;
 /** The CI bridge's host address (scripts/ci/libvirt-up.sh), where VMs reach a TLS origin. */
 export const TLS_ORIGIN_BRIDGE_ADDRESS = '198.51.100.1';
 
-/** A CA and a leaf for 127.0.0.1/localhost/the bridge address, generated once per process with openssl. */
+/** A CA and a leaf for 127.0.0.1/localhost/the bridge address, made once per process (in process). */
 export function testPki(): TestPki {
-  if (pki) return pki;
-  const dir = mkdtempSync(join(tmpdir(), 'health-pki-'));
-  try {
-    const ossl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-    ossl(
-      'req',
-      '-x509',
-      ...ec,
-      '-keyout',
-      'ca.key',
-      '-out',
-      'ca.crt',
-      '-days',
-      '2',
-      '-subj',
-      '/CN=health-test-ca',
-      '-addext',
-      'basicConstraints=critical,CA:TRUE',
-      '-addext',
-      'keyUsage=critical,keyCertSign,cRLSign',
-    );
-    ossl('req', ...ec, '-keyout', 'leaf.key', '-out', 'leaf.csr', '-subj', '/CN=localhost');
-    writeFileSync(
-      join(dir, 'leaf.ext'),
-      `subjectAltName=DNS:localhost,IP:127.0.0.1,IP:${TLS_ORIGIN_BRIDGE_ADDRESS}\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n`,
-    );
-    ossl(
-      'x509',
-      '-req',
-      '-in',
-      'leaf.csr',
-      '-CA',
-      'ca.crt',
-      '-CAkey',
-      'ca.key',
-      '-CAcreateserial',
-      '-out',
-      'leaf.crt',
-      '-days',
-      '2',
-      '-extfile',
-      'leaf.ext',
-    );
-    pki = {
-      caCert: readFileSync(join(dir, 'ca.crt'), 'utf8'),
-      cert: readFileSync(join(dir, 'leaf.crt'), 'utf8'),
-      key: readFileSync(join(dir, 'leaf.key'), 'utf8'),
-    };
-    return pki;
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  pki ??= makePki({
+    caName: 'health-test-ca',
+    dnsNames: ['localhost'],
+    ipAddresses: ['127.0.0.1', TLS_ORIGIN_BRIDGE_ADDRESS],
+    days: 2,
+  });
+  return pki;
 }
 
 export interface Origin {

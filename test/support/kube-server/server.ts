@@ -8,7 +8,7 @@
  * unconditional updates of the types that allow them, the decoding and validation rules of
  * Secrets, ConfigMaps and Leases (MicroTime), bearer auth, the scale subresource (scale.ts),
  * ownerReference garbage collection (background propagation, runtime/objects/owners) and fault
- * injection. test/e2e-kube/fidelity.test.ts holds it to a real kube-apiserver, request by request.
+ * injection. test/e2e/kube/fidelity.test.ts holds it to a real kube-apiserver, request by request.
  *
  * Deliberately not modelled (cover with the e2e suite on a real cluster): server-side apply
  * field ownership and its conflicts (apply is a merge that needs a fieldManager) and
