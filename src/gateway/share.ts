@@ -5,9 +5,15 @@
  * capacity (slot leases the leader holds for it), hands back what it no longer needs, reports
  * blocks and failures, and receives every upstream's state plus the per-target cooldowns it has
  * not seen yet. A sync with `waitMs` > 0 and nothing to change is a long poll: the leader answers
- * as soon as a cooldown begins, so a block reaches every replica without polling.
+ * as soon as a cooldown begins, so a block reaches every replica without polling. Both sides
+ * check what they receive: the hub each request field by field, a replica each answer against
+ * a TypeBox schema before it changes anything.
  */
+import Type, { type Static } from 'typebox';
+import { Compile } from 'typebox/compile';
+import { schemaErrors } from '../api/schema-errors.ts';
 import type { GatewayUpstream } from '../lease/store.ts';
+import { LeaseInputError, normalizeTarget } from '../lease/target.ts';
 import type { ReportResult } from '../lease/types.ts';
 
 export const SYNC_PATH = '/v1/internal/gateway/sync';
@@ -90,6 +96,102 @@ export interface SyncAnswer {
   sessionAsks?: SessionAsk[];
   /** Gateway replicas holding or asking for a share now (for a replica's fair share). */
   replicas?: number;
+}
+
+const UpstreamKey = Type.String({ minLength: 3, maxLength: 512, pattern: '^[^/]+/[^/]+$' });
+
+/**
+ * A sync answer as a replica accepts it. Unknown fields are ignored rather than refused, so a
+ * newer leader may add some during a rolling upgrade.
+ */
+const SyncAnswerSchema = Type.Object({
+  epoch: Type.String({ maxLength: 64 }),
+  cursor: Type.Integer({ minimum: 0 }),
+  full: Type.Boolean(),
+  cooldowns: Type.Array(
+    Type.Tuple([UpstreamKey, Type.String({ minLength: 1, maxLength: 253 }), Type.Number()]),
+  ),
+  upstreams: Type.Array(
+    Type.Object({
+      key: UpstreamKey,
+      namespace: Type.String({ maxLength: 253 }),
+      labels: Type.Record(Type.String(), Type.String()),
+      maxLeases: Type.Integer({ minimum: 0 }),
+      reason: Type.Union([
+        Type.Literal('NotReady'),
+        Type.Literal('Deleting'),
+        Type.Literal('Unhealthy'),
+        Type.Literal('Draining'),
+        Type.Literal('CoolingDown'),
+        Type.Literal('CoolingDownForTarget'),
+        Type.Literal('AtCapacity'),
+        Type.Null(),
+      ]),
+      latencyMillis: Type.Union([Type.Number({ minimum: 0 }), Type.Null()]),
+      contended: Type.Optional(Type.Boolean()),
+    }),
+    { maxItems: MAX_UPSTREAMS },
+  ),
+  slots: Type.Optional(
+    Type.Record(
+      Type.String(),
+      Type.Array(
+        Type.Object({
+          id: Type.String({ minLength: 1, maxLength: 128 }),
+          url: Type.String({ maxLength: 2048 }),
+        }),
+        {
+          maxItems: MAX_SLOTS_PER_UPSTREAM,
+        },
+      ),
+    ),
+  ),
+  sessionAsks: Type.Optional(
+    Type.Array(
+      Type.Object({
+        ask: Type.String({ maxLength: 128 }),
+        n: Type.Integer({ minimum: 0 }),
+        session: Type.String({ maxLength: 512 }),
+        result: Type.Union([Type.Literal('success'), Type.Literal('blocked'), Type.Literal('failed')]),
+        target: Type.Optional(Type.String({ maxLength: 2048 })),
+      }),
+    ),
+  ),
+  replicas: Type.Optional(Type.Integer({ minimum: 0 })),
+});
+
+/** The schema describes exactly what SyncAnswer says (a compile error if they drift apart). */
+const _sameShape: (a: Static<typeof SyncAnswerSchema>) => SyncAnswer = (a) => a;
+void _sameShape;
+
+const answerCheck = Compile(SyncAnswerSchema);
+
+/**
+ * A hub's answer checked before a replica applies any of it: the schema, then what a schema
+ * cannot say (a slot's URL parses, a cooldown's target is a host). SyncInputError names the
+ * first bad field.
+ */
+export function parseSyncAnswer(body: unknown): SyncAnswer {
+  if (!answerCheck.Check(body)) {
+    const first = schemaErrors(body, [...answerCheck.Errors(body)])[0];
+    throw new SyncInputError(first?.path || 'answer', first?.message ?? 'is not a sync answer');
+  }
+  const a = body as SyncAnswer;
+  for (const [key, slots] of Object.entries(a.slots ?? {})) {
+    slots.forEach((s, i) => {
+      if (s.url !== '' && !URL.canParse(s.url))
+        throw new SyncInputError(`slots.${key}[${i}].url`, 'is not a URL');
+    });
+  }
+  a.cooldowns.forEach(([, target], i) => {
+    try {
+      if (normalizeTarget(target) !== target) throw new LeaseInputError('target', 'is not a normalised host');
+    } catch (err) {
+      if (err instanceof LeaseInputError) throw new SyncInputError(`cooldowns[${i}][1]`, err.message);
+      throw err;
+    }
+  });
+  return a;
 }
 
 export class SyncInputError extends Error {

@@ -241,7 +241,8 @@ export class LeaseStoreCore {
 
   // ---- lease operations ----
 
-  lease(req: LeaseRequest = {}): LeaseOutcome {
+  /** `affinity`: bind by rendezvous hashing of this key instead of least-used (lease/view). */
+  lease(req: LeaseRequest = {}, affinity?: string): LeaseOutcome {
     const target = normalizeTarget(req.target);
     const selector = toSelector(req.selector);
     checkSeconds('ttlSeconds', req.ttlSeconds, this.maxTtl);
@@ -251,7 +252,7 @@ export class LeaseStoreCore {
     if (this.leases.size >= this.maxActive) throw new TooManyLeasesError(this.maxActive);
     const now = this.clock.now();
     const view = this.views.get(namespace, selector, this.proxies.values());
-    const e = view.pick(target, now);
+    const e = affinity === undefined ? view.pick(target, now) : view.pickFor(affinity, target, now);
     if (!e) {
       const counts = view.refusal(target, this.proxies.values());
       return { granted: false, counts, retryAt: this.retryAt(view, target, now) };

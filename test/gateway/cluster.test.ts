@@ -9,7 +9,7 @@ import { Agent } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LeaseAuthority } from '../../src/discovery/authority.ts';
 import { GatewayHub } from '../../src/gateway/hub.ts';
-import { GatewayLink } from '../../src/gateway/link.ts';
+import { GatewayLink, leaderTransport } from '../../src/gateway/link.ts';
 import { ReplicaChooser } from '../../src/gateway/replica.ts';
 import { GatewaySessions } from '../../src/gateway/service.ts';
 import { parseSyncRequest } from '../../src/gateway/share.ts';
@@ -42,15 +42,15 @@ function cluster(maxLeases: number, upstreams = 3) {
     const replica = new ReplicaChooser(systemClock);
     const link = new GatewayLink({
       replica,
-      hub,
-      authority,
-      token: undefined,
-      agent,
+      transport: leaderTransport({ hub, authority, token: undefined, agent }),
       clock: systemClock,
       log: silentLogger(),
     });
     const running = link.run(abort.signal);
-    stops.push(() => running);
+    stops.push(async () => {
+      await running;
+      replica.close();
+    });
     return replica;
   });
   stops.push(async () => {
