@@ -78,6 +78,8 @@ export class ReplicaChooser implements UpstreamChooser {
   askCursor = 0;
   private askEpoch = '';
   private readonly short = new Set<string>();
+  /** Routings whose matching upstreams were checked for shortness since the last share round. */
+  private readonly scanned = new Set<string>();
   private heard = false;
   /** Replicas sharing the fleet, as the hub last said. */
   private replicas = 1;
@@ -193,6 +195,7 @@ export class ReplicaChooser implements UpstreamChooser {
     // Ready once a share answer came back for every upstream it knew when asking.
     if (a.slots && !unasked) this.heard = true;
     if (a.slots) {
+      this.scanned.clear();
       const ws = this.shareWaiters;
       this.shareWaiters = [];
       for (const w of ws) w();
@@ -230,6 +233,7 @@ export class ReplicaChooser implements UpstreamChooser {
       this.mirrorOne(k);
     }
     this.short.clear();
+    this.scanned.clear();
     this.asked = new Set(Object.keys(want));
     const reports = this.reports;
     this.reports = [];
@@ -300,42 +304,57 @@ export class ReplicaChooser implements UpstreamChooser {
       // The mirror's grant names the upstream; the dial takes the slot's address and credentials.
       got.acquired.upstream = k.upstream as Upstream;
       // Its last free slot taken: ask for headroom now rather than at the next round.
-      if (k.maxLeases > 0 && k.inUse >= k.slots.length && k.slots.length < k.maxLeases) this.need(key);
+      if (k.maxLeases > 0 && k.inUse >= k.slots.length && k.slots.length < k.maxLeases) {
+        this.short.add(key);
+        this.onNeed();
+      }
+      // Matching upstreams at their share (a share given back under contention included) are
+      // asked for again, once per routing and share round: otherwise traffic that fits
+      // elsewhere would never win them back.
+      const routingKey = `${routing.namespace ?? ''}|${routing.selector ?? ''}`;
+      if (!this.scanned.has(routingKey)) {
+        this.scanned.add(routingKey);
+        this.shortOf(routing);
+      }
       return got;
     }
-    if (got.status !== 503) return got;
+    if (got.status !== 503 || !got.counts) return got;
+    const short = this.shortOf(routing);
+    const c = got.counts;
     return {
-      ...got,
-      message: `${got.message} on this gateway replica's share`,
-      couldGrow: this.shortOf(routing),
+      ok: false,
+      status: 503,
+      // The mirror counts an upstream this replica holds no slot of as not ready; say why instead.
+      message: `no upstream proxy may carry this now on this gateway replica: ${c.matching} matching, ${c.coolingDownForTarget} cooling down for this site, ${short.atShare} at this replica's share of their capacity`,
+      counts: c,
+      couldGrow: short.couldGrow,
     };
   }
 
   /**
-   * After a refusal: marks the matching usable upstreams at this replica's share as short (the
-   * next share request asks for more) and says whether waiting for that is worth it — only below
+   * Marks the matching usable upstreams at this replica's share as short (the next share
+   * request asks for more), counts them, and says whether a refused connection should wait for
+   * that — only below
    * a fair share, since above it the capacity is most likely in use elsewhere and the client
    * gets its 503 at once.
    */
-  private shortOf(routing: RoutingOptions): boolean {
+  private shortOf(routing: RoutingOptions): { atShare: number; couldGrow: boolean } {
     const selector = toSelector(routing.selector);
     let couldGrow = false;
+    let atShare = 0;
     for (const k of this.known.values()) {
       if (k.reason !== null) continue;
       if (routing.namespace && k.namespace !== routing.namespace) continue;
       if (selector && !matchesSelector(selector, k.labels)) continue;
-      const atShare = !k.upstream || (k.maxLeases > 0 && k.inUse >= k.slots.length);
-      if (!atShare || (k.maxLeases > 0 && k.slots.length >= k.maxLeases)) continue;
+      const full = !k.upstream || (k.maxLeases > 0 && k.inUse >= k.slots.length);
+      if (!full) continue;
+      atShare++;
+      if (k.maxLeases > 0 && k.slots.length >= k.maxLeases) continue;
       this.short.add(k.key);
       if (k.slots.length < Math.ceil(k.maxLeases / this.replicas)) couldGrow = true;
     }
     if (this.short.size > 0) this.onNeed();
-    return couldGrow;
-  }
-
-  private need(key: string): void {
-    this.short.add(key);
-    this.onNeed();
+    return { atShare, couldGrow };
   }
 
   renew(leaseId: string): boolean {
