@@ -15,7 +15,7 @@ import type { TlsFiles } from '../metrics/listener.ts';
 import { collectedGauge, counter } from '../metrics/register.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { GatewayHub } from './hub.ts';
-import { GatewayLink } from './link.ts';
+import { GatewayLink, leaderTransport } from './link.ts';
 import { ReplicaChooser } from './replica.ts';
 import { syncRequestProblem } from './share.ts';
 
@@ -78,10 +78,7 @@ export function clusterGateway(o: {
   });
   const link = new GatewayLink({
     replica,
-    hub,
-    authority: o.authority,
-    token: o.token,
-    agent,
+    transport: leaderTransport({ hub, authority: o.authority, token: o.token, agent }),
     clock: o.clock,
     log: o.log,
     onFailure: () => syncFailures.inc(),
@@ -92,6 +89,7 @@ export function clusterGateway(o: {
     link,
     close: async () => {
       hub.close();
+      replica.close();
       await agent.close();
     },
   };

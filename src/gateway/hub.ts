@@ -27,7 +27,7 @@ export const SLOT_TTL_SECONDS = 60;
 /** A replica silent this long gives its share back. */
 export const REPLICA_TIMEOUT_MS = 30_000;
 /** Cooldown changes kept for incremental answers; a replica further behind gets a full answer. */
-const MAX_LOG = 50_000;
+export const MAX_LOG = 50_000;
 const HOUSEKEEPING_MS = 1000;
 /** An upstream whose share a replica could not grow counts as contended this long. */
 const CONTENDED_MS = 10_000;
@@ -62,9 +62,11 @@ export class GatewayHub {
   private readonly isServing: () => boolean;
   private active = false;
   private epoch = '';
-  /** Sequence number of the last change; `changes[0]` has sequence `firstSeq`. */
+  /**
+   * Sequence number of the last change. The last MAX_LOG changes sit in a ring: change `n` at
+   * `(n - 1) % MAX_LOG`, so recording one never moves the others.
+   */
   private seq = 0;
-  private firstSeq = 1;
   private changes: Change[] = [];
   private readonly replicas = new Map<string, Replica>();
   private readonly waiters = new Set<() => void>();
@@ -159,16 +161,10 @@ export class GatewayHub {
     this.active = true;
     this.epoch = randomBytes(8).toString('hex');
     this.seq = 0;
-    this.firstSeq = 1;
     this.changes = [];
     this.unwatch = this.gatewayLeases.watchTargetCooldowns((e, target, until) => {
-      this.changes.push({ key: e.key, target, until });
+      this.changes[this.seq % MAX_LOG] = { key: e.key, target, until };
       this.seq++;
-      if (this.changes.length > MAX_LOG) {
-        const drop = this.changes.length - MAX_LOG;
-        this.changes.splice(0, drop);
-        this.firstSeq += drop;
-      }
       this.wake();
     });
     this.housekeeping();
@@ -311,6 +307,11 @@ export class GatewayHub {
     }
   }
 
+  /** Sequence number of the oldest change still in the ring. */
+  private get firstSeq(): number {
+    return Math.max(1, this.seq - MAX_LOG + 1);
+  }
+
   private answer(req: SyncRequest, r: Replica | undefined): SyncAnswer {
     const now = this.clock.now();
     const full = req.epoch !== this.epoch || req.cursor < this.firstSeq - 1 || req.cursor > this.seq;
@@ -322,8 +323,8 @@ export class GatewayHub {
         delete u.cooldowns;
       }
     } else {
-      for (let i = req.cursor - this.firstSeq + 1; i < this.changes.length; i++) {
-        const c = this.changes[i] as Change;
+      for (let n = req.cursor + 1; n <= this.seq; n++) {
+        const c = this.changes[(n - 1) % MAX_LOG] as Change;
         if (c.until > now) cooldowns.push([c.key, c.target, c.until - now]);
       }
     }

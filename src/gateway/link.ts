@@ -3,7 +3,9 @@
  * (gateway/hub) over `POST /v1/internal/gateway/sync` (gateway/share): a sync loop that renews
  * and resizes the replica's capacity share and delivers its reports (every SYNC_INTERVAL_MS,
  * and at once when the replica needs it), and a watch loop whose long poll brings every new
- * cooldown as soon as the leader has it. On the leader itself both call the hub in process.
+ * cooldown as soon as the leader has it. Syncs go through a transport: to the hub in process on
+ * the leader itself, over HTTP elsewhere (leaderTransport), or anything a test wires in. Every
+ * answer is checked by the replica before it changes anything (gateway/share).
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
@@ -24,14 +26,42 @@ const RETRY_MS = 500;
 const KICKED_MS = 100;
 const HTTP_TIMEOUT_MS = 10_000;
 
-export interface LinkOptions {
-  replica: ReplicaChooser;
+/** Sends one sync to whoever leads; resolves with its answer (unchecked), or undefined when nobody leads now. */
+export type SyncTransport = (req: SyncRequest, signal: AbortSignal) => Promise<unknown>;
+
+/** The transport of a real replica: the hub in process while this process leads, else the leader's API. */
+export function leaderTransport(o: {
   hub: GatewayHub;
   authority: LeaseAuthority;
   /** The discovery token the leader's API wants, if any. */
   token: string | undefined;
   /** The HTTP client for the leader (discovery/authority's, which pins the shared certificate). */
   agent: Agent;
+}): SyncTransport {
+  return async (req, signal) => {
+    const d = o.authority.decide(false);
+    if (d.kind === 'local') return o.hub.sync(req);
+    if (d.kind !== 'forward') return undefined;
+    const headers: Record<string, string> = { 'content-type': 'application/json', [FORWARDED_HEADER]: '1' };
+    if (o.token !== undefined) headers.authorization = `Bearer ${o.token}`;
+    const res = await request(new URL(SYNC_PATH, d.url), {
+      method: 'POST',
+      headers,
+      body: JSON.stringify(req),
+      dispatcher: o.agent,
+      headersTimeout: req.waitMs + HTTP_TIMEOUT_MS,
+      bodyTimeout: HTTP_TIMEOUT_MS,
+      signal,
+    });
+    const text = await res.body.text();
+    if (res.statusCode !== 200) throw new Error(`leader answered ${res.statusCode}: ${text.slice(0, 200)}`);
+    return JSON.parse(text) as unknown;
+  };
+}
+
+export interface LinkOptions {
+  replica: ReplicaChooser;
+  transport: SyncTransport;
   clock: Clock;
   log: Logger;
   /** Counts a failed sync (a metric). */
@@ -62,25 +92,31 @@ export class GatewayLink {
     this.wakeSync?.();
   }
 
+  /** One share sync: renews and resizes the share, delivers the reports; false when it failed (they are kept). */
+  async syncOnce(signal: AbortSignal): Promise<boolean> {
+    const share = this.o.replica.shareRequest();
+    const ok = await this.exchange(
+      {
+        replica: this.id,
+        epoch: this.epoch,
+        cursor: this.cursor,
+        waitMs: 0,
+        held: share.held,
+        want: share.want,
+        release: share.release,
+        reports: share.reports,
+        sessionAnswers: share.sessionAnswers,
+      },
+      signal,
+    );
+    if (!ok) this.o.replica.requeue(share.reports, share.sessionAnswers, share.release);
+    return ok;
+  }
+
   private async syncLoop(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
       this.kicked = false;
-      const share = this.o.replica.shareRequest();
-      const ok = await this.exchange(
-        {
-          replica: this.id,
-          epoch: this.epoch,
-          cursor: this.cursor,
-          waitMs: 0,
-          held: share.held,
-          want: share.want,
-          release: share.release,
-          reports: share.reports,
-          sessionAnswers: share.sessionAnswers,
-        },
-        signal,
-      );
-      if (!ok) this.o.replica.requeue(share.reports, share.sessionAnswers, share.release);
+      const ok = await this.syncOnce(signal);
       if (!ok) await this.pause(RETRY_MS, signal, false);
       else if (this.kicked) await this.pause(KICKED_MS, signal, false);
       else await this.pause(SYNC_INTERVAL_MS, signal, true);
@@ -119,12 +155,11 @@ export class GatewayLink {
 
   /** One sync with whoever decides leases now; false when nobody could answer. */
   private async exchange(req: SyncRequest, signal: AbortSignal): Promise<boolean> {
-    const d = this.o.authority.decide(false);
     let answer: SyncAnswer;
     try {
-      if (d.kind === 'local') answer = await this.o.hub.sync(req);
-      else if (d.kind === 'forward') answer = await this.post(d.url, req, signal);
-      else return false;
+      const raw = await this.o.transport(req, signal);
+      if (raw === undefined) return false;
+      answer = this.o.replica.applyAnswer(raw);
     } catch (err) {
       if (signal.aborted) return false;
       this.o.onFailure?.();
@@ -142,24 +177,6 @@ export class GatewayLink {
       this.epoch = answer.epoch;
       this.cursor = answer.cursor;
     } else this.cursor = Math.max(this.cursor, answer.cursor);
-    this.o.replica.applyAnswer(answer);
     return true;
-  }
-
-  private async post(leader: string, req: SyncRequest, signal: AbortSignal): Promise<SyncAnswer> {
-    const headers: Record<string, string> = { 'content-type': 'application/json', [FORWARDED_HEADER]: '1' };
-    if (this.o.token !== undefined) headers.authorization = `Bearer ${this.o.token}`;
-    const res = await request(new URL(SYNC_PATH, leader), {
-      method: 'POST',
-      headers,
-      body: JSON.stringify(req),
-      dispatcher: this.o.agent,
-      headersTimeout: req.waitMs + HTTP_TIMEOUT_MS,
-      bodyTimeout: HTTP_TIMEOUT_MS,
-      signal,
-    });
-    const text = await res.body.text();
-    if (res.statusCode !== 200) throw new Error(`leader answered ${res.statusCode}: ${text.slice(0, 200)}`);
-    return JSON.parse(text) as SyncAnswer;
   }
 }

@@ -1,38 +1,55 @@
 /**
  * gateway/replica — upstream choice on a gateway replica in cluster mode (docs/architecture.md,
- * "Gateway scale-out"), with no call to the leader per connection: it chooses among the upstreams
- * the leader's hub last described (usable, matching the routing, not cooling down for the
- * target) and counts connections against the capacity share it holds (slot leases). It asks its
- * link for more share when an upstream runs short, gives back what it no longer needs, and
- * reports blocks and failures, which it also applies at once itself. A sticky session's first
- * upstream is the highest-ranked by rendezvous hashing of the session id, so every replica binds
- * a session to the same upstream.
+ * "Gateway scale-out"), with no call to the leader per connection. The replica keeps a lease
+ * store of its own, a mirror of the upstreams the leader's hub last described (their state,
+ * labels and per-target cooldowns) whose capacity is the share this replica holds (slot
+ * leases), and chooses with the same LeaseStoreChooser (gateway/upstreams) standalone runs over
+ * the real store: selector, health, cooldowns, least-used order, sticky sessions by rendezvous
+ * hashing and capacity are one code path in both modes. It asks its link for more share when an
+ * upstream runs short, gives back what it no longer needs, and reports blocks and failures to
+ * the leader, which the mirror applies at once for LOCAL_COOLDOWN_SECONDS until the leader's
+ * cooldown arrives.
  */
+
 import { LeaseInputError } from '../lease/errors.ts';
+import { toSelector } from '../lease/input.ts';
+import { LeaseStore } from '../lease/store.ts';
 import { normalizeTarget } from '../lease/target.ts';
-import type { ReportResult } from '../lease/types.ts';
+import type { ProxyInfo, ReportResult } from '../lease/types.ts';
+import { MAX_COOLDOWN_SECONDS } from '../lease/types.ts';
 import type { Clock } from '../runtime/clock.ts';
-import { matchesSelector, parseSelector, type Selector, SelectorError } from '../runtime/selector.ts';
-import { SessionTable } from './sessions.ts';
-import type { SessionAnswer, Slot, SyncAnswer, SyncReport, UpstreamState } from './share.ts';
-import type { Acquired, AcquireOutcome, Upstream, UpstreamChooser } from './upstreams.ts';
+import { matchesSelector } from '../runtime/selector.ts';
+import type { SessionTable } from './sessions.ts';
+import {
+  parseSyncAnswer,
+  type SessionAnswer,
+  type Slot,
+  type SyncAnswer,
+  type SyncReport,
+  type UpstreamState,
+} from './share.ts';
+import {
+  type Acquired,
+  type AcquireOutcome,
+  LeaseStoreChooser,
+  type Upstream,
+  type UpstreamChooser,
+} from './upstreams.ts';
 import type { RoutingOptions } from './username.ts';
 
-/** How long a failed upstream is kept out locally until the leader's answer says more. */
-const LOCAL_FAILED_MS = 60_000;
+/** How long a replica keeps an upstream it saw blocked or fail out, before the leader's cooldown arrives. */
+export const LOCAL_COOLDOWN_SECONDS = 60;
 /** How long a connection waits for this replica's share to grow before it gets 503. */
 export const SHARE_WAIT_MS = 3000;
-/** Sessions' selectors parsed once. */
-const MAX_SELECTORS = 256;
+/** The mirror never ends a connection for a drain: the leader's share decides (see renew). */
+const MIRROR_DRAIN_TIMEOUT_MS = 365 * 24 * 3_600_000;
 
 interface Known extends UpstreamState {
   slots: Slot[];
   inUse: number;
-  /** Local grant sequence of its last connection: least recently used first. */
-  lastUsed: number;
-  /** Until when it is kept out after a local `failed`, before the leader's answer confirms it. */
-  downUntil: number;
   upstream: Upstream | undefined;
+  /** What the mirror store was last told about it (skips unchanged upserts). */
+  mirrored: string;
 }
 
 /** What the link sends next: wanted shares, give-backs and reports. */
@@ -46,10 +63,12 @@ export interface ShareRequest {
 
 export class ReplicaChooser implements UpstreamChooser {
   private readonly clock: Clock;
-  readonly sessions: SessionTable;
+  /** The leader's fleet with this replica's share as each upstream's capacity. */
+  private readonly mirror: LeaseStore;
+  private readonly chooser: LeaseStoreChooser;
   private known = new Map<string, Known>();
-  /** `upstream\ntarget` → end of its cooldown on this process's clock. */
-  private cooldowns = new Map<string, number>();
+  /** Open connections: lease in the mirror → upstream. */
+  private readonly open = new Map<string, string>();
   private reports: SyncReport[] = [];
   private sessionAnswers: SessionAnswer[] = [];
   /** Slot leases given back whose sync failed: sent again with the next one. */
@@ -60,9 +79,8 @@ export class ReplicaChooser implements UpstreamChooser {
   askCursor = 0;
   private askEpoch = '';
   private readonly short = new Set<string>();
-  private readonly selectors = new Map<string, Selector>();
-  private seq = 0;
-  private connSeq = 0;
+  /** Routings whose matching upstreams were checked for shortness since the last share round. */
+  private readonly scanned = new Set<string>();
   private heard = false;
   /** Replicas sharing the fleet, as the hub last said. */
   private replicas = 1;
@@ -75,7 +93,17 @@ export class ReplicaChooser implements UpstreamChooser {
 
   constructor(clock: Clock, maxSessions?: number) {
     this.clock = clock;
-    this.sessions = new SessionTable(clock, maxSessions);
+    this.mirror = new LeaseStore({
+      clock,
+      blockedCooldownSeconds: LOCAL_COOLDOWN_SECONDS,
+      failedCooldownSeconds: LOCAL_COOLDOWN_SECONDS,
+      drainTimeoutMs: MIRROR_DRAIN_TIMEOUT_MS,
+    });
+    this.chooser = new LeaseStoreChooser(this.mirror, clock, maxSessions);
+  }
+
+  get sessions(): SessionTable {
+    return this.chooser.sessions;
   }
 
   /** Per upstream: slot leases held and connections open on this replica (the share metrics). */
@@ -88,22 +116,28 @@ export class ReplicaChooser implements UpstreamChooser {
     return this.heard;
   }
 
-  /** Takes in a hub answer (gateway/share). */
-  applyAnswer(a: SyncAnswer): void {
-    const now = this.clock.now();
+  /** Stops the mirror's timer. */
+  close(): void {
+    this.mirror.close();
+  }
+
+  /**
+   * Takes in a hub answer (gateway/share), checked first: a malformed one throws SyncInputError
+   * naming the field and changes nothing here. Returns the checked answer.
+   */
+  applyAnswer(raw: unknown): SyncAnswer {
+    const a = parseSyncAnswer(raw);
     if (a.replicas !== undefined) this.replicas = Math.max(1, a.replicas);
     const next = new Map<string, Known>();
     for (const u of a.upstreams) {
       const old = this.known.get(u.key);
-      const k: Known = {
+      next.set(u.key, {
         ...u,
         slots: old?.slots ?? [],
         inUse: old?.inUse ?? 0,
-        lastUsed: old?.lastUsed ?? 0,
-        downUntil: u.reason === null ? (old?.downUntil ?? 0) : 0,
         upstream: old?.upstream,
-      };
-      next.set(u.key, k);
+        mirrored: old?.mirrored ?? '',
+      });
     }
     if (a.slots) {
       for (const k of next.values()) {
@@ -113,18 +147,26 @@ export class ReplicaChooser implements UpstreamChooser {
         k.upstream = upstreamFor(k);
       }
     }
-    // Connections still open on an upstream that disappeared keep counting until they close.
     for (const [key, old] of this.known) {
-      if (!next.has(key) && old.inUse > 0) next.set(key, { ...old, reason: 'Deleting', slots: [] });
+      if (next.has(key)) continue;
+      // Connections still open on an upstream that disappeared keep counting until they close.
+      if (old.inUse > 0) next.set(key, { ...old, reason: 'Deleting', slots: [] });
+      else this.mirror.removeProxy(key);
     }
     this.known = next;
-    if (a.full) this.cooldowns.clear();
+    for (const k of next.values()) this.mirrorOne(k);
+    // Cooldowns only lengthen (as in the leader's store): a full answer adds what the replica lacks.
     for (const [key, target, left] of a.cooldowns) {
-      const id = `${key}\n${target}`;
-      const until = now + left;
-      if ((this.cooldowns.get(id) ?? 0) < until) this.cooldowns.set(id, until);
+      const k = next.get(key);
+      if (!k || left <= 0) continue;
+      this.mirror.reportProxy({
+        namespace: k.namespace,
+        name: key.slice(key.indexOf('/') + 1),
+        target,
+        result: 'blocked',
+        cooldownSeconds: Math.min(MAX_COOLDOWN_SECONDS, Math.ceil(left / 1000)),
+      });
     }
-    for (const [id, until] of this.cooldowns) if (until <= now) this.cooldowns.delete(id);
     if (a.epoch !== this.askEpoch) {
       this.askEpoch = a.epoch;
       this.askCursor = 0;
@@ -154,10 +196,12 @@ export class ReplicaChooser implements UpstreamChooser {
     // Ready once a share answer came back for every upstream it knew when asking.
     if (a.slots && !unasked) this.heard = true;
     if (a.slots) {
+      this.scanned.clear();
       const ws = this.shareWaiters;
       this.shareWaiters = [];
       for (const w of ws) w();
     }
+    return a;
   }
 
   /**
@@ -187,8 +231,10 @@ export class ReplicaChooser implements UpstreamChooser {
       if (w > 0) want[k.key] = w;
       if (k.slots.length > 0) held[k.key] = k.slots.map((s) => s.id);
       k.upstream = upstreamFor(k);
+      this.mirrorOne(k);
     }
     this.short.clear();
+    this.scanned.clear();
     this.asked = new Set(Object.keys(want));
     const reports = this.reports;
     this.reports = [];
@@ -241,9 +287,8 @@ export class ReplicaChooser implements UpstreamChooser {
   }
 
   private tryAcquire(target: string, routing: RoutingOptions): AcquireOutcome & { couldGrow?: boolean } {
-    let host: string | undefined;
     try {
-      host = normalizeTarget(target);
+      normalizeTarget(target);
     } catch (err) {
       if (err instanceof LeaseInputError) return { ok: false, status: 400, message: err.message };
       throw err;
@@ -251,115 +296,91 @@ export class ReplicaChooser implements UpstreamChooser {
     if (!this.heard) {
       return { ok: false, status: 503, message: 'this gateway replica has not heard from the leader yet' };
     }
-    const now = this.clock.now();
-    let selector: Selector | undefined;
-    try {
-      selector = this.selector(routing.selector);
-    } catch (err) {
-      if (err instanceof SelectorError)
-        return { ok: false, status: 400, message: `selector: ${err.message}` };
-      throw err;
+    const got = this.chooser.acquire(target, routing);
+    if (got.ok) {
+      const key = got.acquired.upstream.key;
+      const k = this.known.get(key) as Known;
+      k.inUse++;
+      this.open.set(got.acquired.leaseId, key);
+      // The mirror's grant names the upstream; the dial takes the slot's address and credentials.
+      got.acquired.upstream = k.upstream as Upstream;
+      // Its last free slot taken: ask for headroom now rather than at the next round.
+      if (k.maxLeases > 0 && k.inUse >= k.slots.length && k.slots.length < k.maxLeases) {
+        this.short.add(key);
+        this.onNeed();
+      }
+      // Matching upstreams at their share (a share given back under contention included) are
+      // asked for again, once per routing and share round: otherwise traffic that fits
+      // elsewhere would never win them back.
+      const routingKey = `${routing.namespace ?? ''}|${routing.selector ?? ''}`;
+      if (!this.scanned.has(routingKey)) {
+        this.scanned.add(routingKey);
+        this.shortOf(routing);
+      }
+      return got;
     }
-    const session = routing.session
-      ? this.sessions.use(
-          routing.session,
-          `${routing.namespace ?? ''}|${routing.selector ?? ''}`,
-          routing.sessionTtlSeconds * 1000,
-        )
-      : undefined;
-    let chosen: Known | undefined;
-    let matching = 0;
-    let cooling = 0;
-    let full = 0;
+    if (got.status !== 503 || !got.counts) return got;
+    const short = this.shortOf(routing);
+    const c = got.counts;
+    return {
+      ok: false,
+      status: 503,
+      // The mirror counts an upstream this replica holds no slot of as not ready; say why instead.
+      message: `no upstream proxy may carry this now on this gateway replica: ${c.matching} matching, ${c.coolingDownForTarget} cooling down for this site, ${short.atShare} at this replica's share of their capacity`,
+      counts: c,
+      couldGrow: short.couldGrow,
+    };
+  }
+
+  /**
+   * Marks the matching usable upstreams at this replica's share as short (the next share
+   * request asks for more), counts them, and says whether a refused connection should wait for
+   * that — only below
+   * a fair share, since above it the capacity is most likely in use elsewhere and the client
+   * gets its 503 at once.
+   */
+  private shortOf(routing: RoutingOptions): { atShare: number; couldGrow: boolean } {
+    const selector = toSelector(routing.selector);
     let couldGrow = false;
-    const fits: Known[] = [];
+    let atShare = 0;
     for (const k of this.known.values()) {
+      if (k.reason !== null) continue;
       if (routing.namespace && k.namespace !== routing.namespace) continue;
       if (selector && !matchesSelector(selector, k.labels)) continue;
-      matching++;
-      if (k.reason !== null || k.downUntil > now) continue;
-      if (host !== undefined && (this.cooldowns.get(`${k.key}\n${host}`) ?? 0) > now) {
-        cooling++;
-        continue;
-      }
-      if (!k.upstream || (k.maxLeases > 0 && k.inUse >= k.slots.length)) {
-        full++;
-        if (k.maxLeases === 0 || k.slots.length < k.maxLeases) {
-          this.short.add(k.key);
-          // Worth waiting for only below a fair share: above it the capacity is most likely in
-          // use elsewhere, and the client gets its 503 at once.
-          if (k.slots.length < Math.ceil(k.maxLeases / this.replicas)) couldGrow = true;
-        }
-        continue;
-      }
-      fits.push(k);
-    }
-    if (session?.upstream) chosen = fits.find((k) => k.key === session.upstream);
-    if (!chosen && session) chosen = rendezvous(session.id, fits);
-    if (!chosen) {
-      for (const k of fits) if (!chosen || better(k, chosen)) chosen = k;
+      const full = !k.upstream || (k.maxLeases > 0 && k.inUse >= k.slots.length);
+      if (!full) continue;
+      atShare++;
+      if (k.maxLeases > 0 && k.slots.length >= k.maxLeases) continue;
+      this.short.add(k.key);
+      if (k.slots.length < Math.ceil(k.maxLeases / this.replicas)) couldGrow = true;
     }
     if (this.short.size > 0) this.onNeed();
-    if (!chosen) {
-      if (session) session.upstream = undefined;
-      return {
-        ok: false,
-        status: 503,
-        message: `no upstream proxy may carry this now on this gateway replica: ${matching} matching, ${cooling} cooling down for this site, ${full} at this replica's share of their capacity`,
-        couldGrow,
-      };
-    }
-    chosen.inUse++;
-    chosen.lastUsed = ++this.seq;
-    const leaseId = `${chosen.key}#${++this.connSeq}`;
-    if (session) {
-      session.upstream = chosen.key;
-      session.open++;
-      if (host !== undefined) this.sessions.remember(session, host, leaseId);
-    }
-    return {
-      ok: true,
-      acquired: {
-        leaseId,
-        upstream: chosen.upstream as Upstream,
-        session,
-        ...(host === undefined ? {} : { target: host }),
-      },
-    };
+    return { atShare, couldGrow };
   }
 
   renew(leaseId: string): boolean {
     // An upstream gone from the fleet, or whose share the leader would not renew (a drain
     // deadline), ends its connections, like a lease the store will not renew.
-    const k = this.known.get(keyOf(leaseId));
-    return k !== undefined && (k.reason === null || k.slots.length > 0);
+    const key = this.open.get(leaseId);
+    const k = key === undefined ? undefined : this.known.get(key);
+    if (k === undefined || (k.reason !== null && k.slots.length === 0)) return false;
+    this.chooser.renew(leaseId);
+    return true;
   }
 
   release(a: Acquired): void {
-    const k = this.known.get(a.upstream.key);
+    this.chooser.release(a);
+    const key = this.open.get(a.leaseId);
+    if (key === undefined) return;
+    this.open.delete(a.leaseId);
+    const k = this.known.get(key);
     if (k) k.inUse = Math.max(0, k.inUse - 1);
-    if (a.session) this.sessions.done(a.session);
   }
 
   report(a: Acquired, result: Exclude<ReportResult, 'success'>): void {
-    this.note(a.upstream.key, result, a.target);
-    if (a.session?.upstream === a.upstream.key) a.session.upstream = undefined;
-  }
-
-  /** Applies a report here at once and queues it for the leader. */
-  private note(key: string, result: Exclude<ReportResult, 'success'>, target: string | undefined): void {
-    const now = this.clock.now();
-    if (result === 'blocked' && target !== undefined) {
-      // The leader's answer brings the real cooldown; until then this site avoids it for a while.
-      const id = `${key}\n${target}`;
-      this.cooldowns.set(id, Math.max(this.cooldowns.get(id) ?? 0, now + LOCAL_FAILED_MS));
-      this.reports.push({ upstream: key, target, result });
-    } else if (result === 'failed') {
-      const k = this.known.get(key);
-      if (k) k.downUntil = now + LOCAL_FAILED_MS;
-      this.reports.push({ upstream: key, result });
-    } else return;
-    this.onNeed();
+    if (result === 'blocked' && a.target === undefined) return;
+    this.chooser.report(a, result);
+    this.queue(a.upstream.key, result, a.target);
   }
 
   reportSession(
@@ -367,68 +388,56 @@ export class ReplicaChooser implements UpstreamChooser {
     result: ReportResult,
     target: string | undefined,
   ): { ok: true; upstream: string; target: string } | { ok: false; message: string } {
-    const found = this.sessions.reportable(id, target);
-    if (!found.ok) return found;
-    const { session, host, leaseId } = found;
-    const key = keyOf(leaseId);
-    if (result !== 'success') {
-      this.note(key, result, host);
-      if (session.upstream === key) session.upstream = undefined;
-    }
-    return { ok: true, upstream: key, target: host };
+    const r = this.chooser.reportSession(id, result, target);
+    if (r.ok && result !== 'success') this.queue(r.upstream, result, r.target);
+    return r;
   }
 
   purge(): void {
-    this.sessions.purge();
+    this.chooser.purge();
   }
 
-  private selector(text: string | undefined): Selector | undefined {
-    if (!text) return undefined;
-    let s = this.selectors.get(text);
-    if (!s) {
-      s = parseSelector(text);
-      if (this.selectors.size >= MAX_SELECTORS) this.selectors.clear();
-      this.selectors.set(text, s);
-    }
-    return s;
+  /** Queues a report for the leader (a `failed` is proxy-wide: no target). */
+  private queue(
+    upstream: string,
+    result: Exclude<ReportResult, 'success'>,
+    target: string | undefined,
+  ): void {
+    this.reports.push(result === 'blocked' ? { upstream, target, result } : { upstream, result });
+    this.onNeed();
+  }
+
+  /** Tells the mirror what changed about `k`: the leader's state, and this replica's share as capacity. */
+  private mirrorOne(k: Known): void {
+    const info = mirrorInfo(k);
+    const sig = `${k.reason}|${info.maxLeases}|${info.host}:${info.port}|${info.latencyMillis}|${k.namespace}|${JSON.stringify(k.labels)}`;
+    if (sig === k.mirrored) return;
+    k.mirrored = sig;
+    this.mirror.upsertProxy(info);
   }
 }
 
-function keyOf(leaseId: string): string {
-  return leaseId.slice(0, leaseId.lastIndexOf('#'));
-}
-
-/** Least loaded here, then least recently used, then fastest, then by name. */
-function better(a: Known, b: Known): boolean {
-  if (a.inUse !== b.inUse) return a.inUse < b.inUse;
-  if (a.lastUsed !== b.lastUsed) return a.lastUsed < b.lastUsed;
-  const la = a.latencyMillis ?? Number.POSITIVE_INFINITY;
-  const lb = b.latencyMillis ?? Number.POSITIVE_INFINITY;
-  if (la !== lb) return la < lb;
-  return a.key < b.key;
-}
-
-/** The upstream ranked first for `session` (highest-random-weight hashing): the same on every replica. */
-function rendezvous(session: string, fits: Known[]): Known | undefined {
-  let best: Known | undefined;
-  let bestScore = -1;
-  for (const k of fits) {
-    const score = fnv1a(`${session}\n${k.key}`);
-    if (score > bestScore || (score === bestScore && best !== undefined && k.key < best.key)) {
-      best = k;
-      bestScore = score;
-    }
-  }
-  return best;
-}
-
-function fnv1a(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h;
+/**
+ * An upstream as the mirror store holds it: the leader's reason mapped onto the fields the
+ * store's leasing rule reads, capacity = the slots held (an upstream without a slot's URL
+ * cannot be dialled, so it is not ready here).
+ */
+function mirrorInfo(k: Known): ProxyInfo {
+  return {
+    key: k.key,
+    namespace: k.namespace,
+    name: k.key.slice(k.key.indexOf('/') + 1),
+    uid: 'mirror',
+    labels: k.labels,
+    phase: k.reason === 'NotReady' ? 'Pending' : 'Ready',
+    healthy: k.reason !== 'Unhealthy' && k.reason !== 'CoolingDown',
+    draining: k.reason === 'Draining',
+    deleting: k.reason === 'Deleting',
+    maxLeases: k.maxLeases === 0 ? 0 : k.slots.length,
+    host: k.upstream?.host ?? '',
+    port: k.upstream?.port ?? 0,
+    ...(k.latencyMillis === null ? {} : { latencyMillis: k.latencyMillis }),
+  };
 }
 
 /** The upstream as the data path dials it, from the URL of any slot it holds. */

@@ -20,8 +20,8 @@ export interface Session {
   lastUsedAt: number;
   /** Connections using it now: a session in use never idles out. */
   open: number;
-  /** Target host → the last lease a connection of this session held for it. */
-  leases: Map<string, string>;
+  /** Target host → the last lease a connection of this session held for it, and its upstream. */
+  leases: Map<string, { leaseId: string; upstream: string }>;
   /** The last target host used (the default target of a report). */
   lastTarget: string | undefined;
 }
@@ -58,18 +58,20 @@ export class SessionTable {
   reportable(
     id: string,
     target: string | undefined,
-  ): { ok: true; session: Session; host: string; leaseId: string } | { ok: false; message: string } {
+  ):
+    | { ok: true; session: Session; host: string; leaseId: string; upstream: string }
+    | { ok: false; message: string } {
     const session = this.find(id);
     if (!session) return { ok: false, message: `no live session ${JSON.stringify(id)}` };
     const host = target ?? session.lastTarget;
-    const leaseId = host === undefined ? undefined : session.leases.get(host);
-    if (host === undefined || leaseId === undefined) {
+    const used = host === undefined ? undefined : session.leases.get(host);
+    if (host === undefined || used === undefined) {
       return {
         ok: false,
         message: `session ${JSON.stringify(id)} has not connected to ${target ?? 'any target'}`,
       };
     }
-    return { ok: true, session, host, leaseId };
+    return { ok: true, session, host, ...used };
   }
 
   /** The session to use for a new connection: the live one (rebound if its routing changed) or a new one. */
@@ -100,10 +102,10 @@ export class SessionTable {
     return s;
   }
 
-  /** Records the lease a session's connection holds for `target`. */
-  remember(s: Session, target: string, leaseId: string): void {
+  /** Records the lease a session's connection holds for `target`, on `upstream`. */
+  remember(s: Session, target: string, leaseId: string, upstream: string): void {
     s.leases.delete(target);
-    s.leases.set(target, leaseId);
+    s.leases.set(target, { leaseId, upstream });
     if (s.leases.size > MAX_HOSTS_PER_SESSION) s.leases.delete(s.leases.keys().next().value as string);
     s.lastTarget = target;
   }

@@ -5,9 +5,15 @@
  * capacity (slot leases the leader holds for it), hands back what it no longer needs, reports
  * blocks and failures, and receives every upstream's state plus the per-target cooldowns it has
  * not seen yet. A sync with `waitMs` > 0 and nothing to change is a long poll: the leader answers
- * as soon as a cooldown begins, so a block reaches every replica without polling.
+ * as soon as a cooldown begins, so a block reaches every replica without polling. Both sides
+ * check what they receive against the schemas below: the hub each request (the route table), a
+ * replica each answer before it changes anything (`parseSyncAnswer`).
  */
 import Type, { type Static, type TSchema } from 'typebox';
+import { Compile } from 'typebox/compile';
+import { schemaErrors } from '../api/schema-errors.ts';
+import { LeaseInputError } from '../lease/errors.ts';
+import { normalizeTarget } from '../lease/target.ts';
 import type { GatewayUpstream } from './lease-adapter.ts';
 
 export const SYNC_PATH = '/v1/internal/gateway/sync';
@@ -106,31 +112,45 @@ export type SyncReport = Static<typeof SyncReportBody>;
 export type SessionAnswer = Static<typeof SessionAnswerBody>;
 
 const SessionAskBody = Type.Object({
-  ask: Type.String(),
+  ask: Type.String({ maxLength: 128 }),
   n: Type.Integer({
+    minimum: 0,
     description:
       "Its number in the hub's epoch: a watch sent with `askCursor` below the newest one is answered at once.",
   }),
-  session: Type.String(),
+  session: Type.String({ maxLength: 512 }),
   result: Type.Union([Type.Literal('success'), Type.Literal('blocked'), Type.Literal('failed')]),
-  target: Type.Optional(Type.String()),
+  target: Type.Optional(Type.String({ maxLength: 2048 })),
 });
 /** A `POST /v1/sessions/{id}/report` the leader could not apply itself: whoever knows the session does. */
 export type SessionAsk = Static<typeof SessionAskBody>;
 
 const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 
+const UpstreamKey = Type.String({ minLength: 3, maxLength: 512, pattern: UPSTREAM_KEY_PATTERN });
+
 const UpstreamStateBody = Type.Object({
-  key: Type.String(),
-  namespace: Type.String(),
+  key: UpstreamKey,
+  namespace: Type.String({ maxLength: 253 }),
   labels: Type.Record(Type.String(), Type.String()),
-  maxLeases: Type.Integer({ description: '0 = unlimited.' }),
+  maxLeases: Type.Integer({ minimum: 0, description: '0 = unlimited.' }),
   reason: Nullable(
-    Type.String({
-      description: 'Why no connection may use it now, capacity and target cooldowns aside; null = usable.',
-    }),
+    Type.Union(
+      [
+        Type.Literal('NotReady'),
+        Type.Literal('Deleting'),
+        Type.Literal('Unhealthy'),
+        Type.Literal('Draining'),
+        Type.Literal('CoolingDown'),
+        Type.Literal('CoolingDownForTarget'),
+        Type.Literal('AtCapacity'),
+      ],
+      {
+        description: 'Why no connection may use it now, capacity and target cooldowns aside; null = usable.',
+      },
+    ),
   ),
-  latencyMillis: Nullable(Type.Number()),
+  latencyMillis: Nullable(Type.Number({ minimum: 0 })),
   contended: Type.Optional(
     Type.Boolean({ description: 'A replica was refused a larger share lately: idle shares should go back.' }),
   ),
@@ -142,24 +162,34 @@ export interface UpstreamState extends Omit<GatewayUpstream, 'cooldowns'> {
 }
 
 const SlotBody = Type.Object({
-  id: Type.String(),
-  url: Type.String({ description: "The upstream's URL with the credentials this slot lease carries." }),
+  id: Type.String({ minLength: 1, maxLength: 128 }),
+  url: Type.String({
+    maxLength: 2048,
+    description: "The upstream's URL with the credentials this slot lease carries.",
+  }),
 });
 export type Slot = Static<typeof SlotBody>;
 
+/**
+ * A hub's answer. Fields this version does not know are ignored by a replica rather than refused,
+ * so a newer leader may add some during a rolling upgrade.
+ */
 export const SyncAnswerBody = Type.Object({
-  epoch: Type.String(),
-  cursor: Type.Integer(),
+  epoch: Type.String({ maxLength: 64 }),
+  cursor: Type.Integer({ minimum: 0 }),
   full: Type.Boolean({
     description: '`cooldowns` replaces what the replica knows (true) or adds to it (false).',
   }),
-  cooldowns: Type.Array(Type.Tuple([Type.String(), Type.String(), Type.Number()]), {
-    description:
-      '[upstream, target, milliseconds left]: left rather than an end time, so clocks need not agree.',
-  }),
-  upstreams: Type.Array(UpstreamStateBody),
+  cooldowns: Type.Array(
+    Type.Tuple([UpstreamKey, Type.String({ minLength: 1, maxLength: 253 }), Type.Number()]),
+    {
+      description:
+        '[upstream, target, milliseconds left]: left rather than an end time, so clocks need not agree.',
+    },
+  ),
+  upstreams: Type.Array(UpstreamStateBody, { maxItems: MAX_UPSTREAMS }),
   slots: Type.Optional(
-    Type.Record(Type.String(), Type.Array(SlotBody), {
+    Type.Record(Type.String(), Type.Array(SlotBody, { maxItems: MAX_SLOTS_PER_UPSTREAM }), {
       description: "The replica's whole share, when the request was a mutating one (not a pure watch).",
     }),
   ),
@@ -170,6 +200,7 @@ export const SyncAnswerBody = Type.Object({
   ),
   replicas: Type.Optional(
     Type.Integer({
+      minimum: 0,
       description: "Gateway replicas holding or asking for a share now (for a replica's fair share).",
     }),
   ),
@@ -184,6 +215,45 @@ export interface SyncAnswer {
   slots?: Record<string, Slot[]>;
   sessionAsks?: SessionAsk[];
   replicas?: number;
+}
+
+const answerCheck = Compile(SyncAnswerBody);
+
+/**
+ * A hub's answer checked before a replica applies any of it: the schema, then what a schema
+ * cannot say (a slot's URL parses, a cooldown's target is a normalised host). SyncInputError
+ * names the first bad field.
+ */
+export function parseSyncAnswer(body: unknown): SyncAnswer {
+  if (!answerCheck.Check(body)) {
+    const first = schemaErrors(body, [...answerCheck.Errors(body)])[0];
+    throw new SyncInputError(first?.path || 'answer', first?.message ?? 'is not a sync answer');
+  }
+  const a = body as SyncAnswer;
+  for (const [key, slots] of Object.entries(a.slots ?? {})) {
+    slots.forEach((s, i) => {
+      if (s.url !== '' && !URL.canParse(s.url))
+        throw new SyncInputError(`slots.${key}[${i}].url`, 'is not a URL');
+    });
+  }
+  a.cooldowns.forEach(([, target], i) => {
+    try {
+      if (normalizeTarget(target) !== target) throw new LeaseInputError('target', 'is not a normalised host');
+    } catch (err) {
+      if (err instanceof LeaseInputError) throw new SyncInputError(`cooldowns[${i}][1]`, err.message);
+      throw err;
+    }
+  });
+  return a;
+}
+
+/** A sync answer a replica refused, naming the field. */
+export class SyncInputError extends Error {
+  readonly field: string;
+  constructor(field: string, message: string) {
+    super(`${field}: ${message}`);
+    this.field = field;
+  }
 }
 
 /** What the schema cannot say: a `blocked` report needs the target that blocked. */

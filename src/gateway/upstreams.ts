@@ -3,11 +3,13 @@
  * store's rules for the connection's target host (docs/gateway.md, "Choosing an upstream"):
  * every connection holds a lease (target = host) while it is open, so cooldowns, capacity,
  * draining and health apply exactly as for API clients; a sticky session asks for its bound
- * upstream first and is rebound only when that one may not take the lease.
+ * upstream first, binds by rendezvous hashing of its id when it has none, and is rebound only
+ * when its upstream may not take the lease. Standalone runs it over the lease store; a cluster
+ * replica runs the very same chooser over a mirror store of its share (gateway/replica).
  */
 import { LeaseInputError, TooManyLeasesError } from '../lease/errors.ts';
 import type { LeaseStore } from '../lease/store.ts';
-import type { LeaseGrant, ReportResult } from '../lease/types.ts';
+import type { LeaseGrant, NoneLeasableCounts, ReportResult } from '../lease/types.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { GatewayLeaseAdapter } from './lease-adapter.ts';
 import { type Session, SessionTable } from './sessions.ts';
@@ -29,14 +31,14 @@ export interface Acquired {
   leaseId: string;
   upstream: Upstream;
   session: Session | undefined;
-  /** The target host, where the chooser reports by upstream and host rather than by lease (gateway/replica). */
+  /** The target host (normalised) the lease was granted for. */
   target?: string;
 }
 
 export type AcquireOutcome =
   | { ok: true; acquired: Acquired }
   /** `status` is what the client gets: 503 when nothing may carry it, 400 for a bad target. */
-  | { ok: false; status: number; message: string };
+  | { ok: false; status: number; message: string; counts?: NoneLeasableCounts };
 
 /** What the gateway's data path asks of whoever decides leases. */
 export interface UpstreamChooser {
@@ -98,22 +100,29 @@ export class LeaseStoreChooser implements UpstreamChooser {
         else session.upstream = undefined;
       }
       if (!grant) {
-        const r = this.leases.lease({
-          target,
-          ttlSeconds: CONNECTION_LEASE_TTL_SECONDS,
-          ...(routing.selector ? { selector: routing.selector } : {}),
-          ...(routing.namespace ? { namespace: routing.namespace } : {}),
-        });
-        if (!r.granted) return { ok: false, status: 503, message: noneMessage(r.counts) };
+        // A new binding ranks the session's id the same way in every process (lease/view).
+        const r = this.leases.lease(
+          {
+            target,
+            ttlSeconds: CONNECTION_LEASE_TTL_SECONDS,
+            ...(routing.selector ? { selector: routing.selector } : {}),
+            ...(routing.namespace ? { namespace: routing.namespace } : {}),
+          },
+          session?.id,
+        );
+        if (!r.granted) return { ok: false, status: 503, message: noneMessage(r.counts), counts: r.counts };
         grant = r.grant;
       }
       const upstream = upstreamOf(grant);
       if (session) {
         session.upstream = upstream.key;
         session.open++;
-        if (grant.target) this.sessions.remember(session, grant.target, grant.id);
+        if (grant.target) this.sessions.remember(session, grant.target, grant.id, upstream.key);
       }
-      return { ok: true, acquired: { leaseId: grant.id, upstream, session } };
+      return {
+        ok: true,
+        acquired: { leaseId: grant.id, upstream, session, ...(grant.target ? { target: grant.target } : {}) },
+      };
     } catch (err) {
       if (err instanceof TooManyLeasesError) return { ok: false, status: 503, message: err.message };
       if (err instanceof LeaseInputError) return { ok: false, status: 400, message: err.message };
@@ -143,12 +152,11 @@ export class LeaseStoreChooser implements UpstreamChooser {
   ): { ok: true; upstream: string; target: string } | { ok: false; message: string } {
     const found = this.sessions.reportable(id, target);
     if (!found.ok) return found;
-    const { session, host, leaseId } = found;
+    const { session, host, leaseId, upstream } = found;
     if (!this.leases.report(leaseId, { result, release: false })) {
       return { ok: false, message: `session ${JSON.stringify(id)} used ${host} too long ago to report it` };
     }
-    const upstream = session.upstream ?? '';
-    if (result !== 'success') session.upstream = undefined;
+    if (result !== 'success' && session.upstream === upstream) session.upstream = undefined;
     return { ok: true, upstream, target: host };
   }
 

@@ -163,7 +163,8 @@ export class LeaseStore {
 
   // ---- the lease API ----
 
-  lease(req: LeaseRequest = {}): LeaseOutcome {
+  /** `affinity`: bind by rendezvous hashing of this key instead of least-used (lease/view). */
+  lease(req: LeaseRequest = {}, affinity?: string): LeaseOutcome {
     const target = normalizeTarget(req.target);
     const selector = toSelector(req.selector);
     checkSeconds('ttlSeconds', req.ttlSeconds, this.maxTtl);
@@ -172,7 +173,7 @@ export class LeaseStore {
     const now = this.sweep();
     this.table.checkRoom();
     const view = this.selection.view(namespace, selector);
-    const e = view.pick(target, now);
+    const e = affinity === undefined ? view.pick(target, now) : view.pickFor(affinity, target, now);
     if (!e) return { granted: false, ...this.selection.refusal(view, target, now) };
     return { granted: true, grant: this.table.grant(e, target, req.ttlSeconds, now) };
   }

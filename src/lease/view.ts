@@ -4,7 +4,9 @@
  * the front instead of scanning the fleet. For a target that many proxies cool down for, a view
  * also keeps the proxies not cooling for it, so a grant does not walk past the cooling ones.
  * Each view also keeps the census of every proxy it matches, eligible or not (lease/census):
- * the counts a refused grant answers with.
+ * the counts a refused grant answers with. A grant with an affinity (a gateway's sticky session)
+ * takes the eligible proxy its key ranks first by rendezvous hashing instead, so every process
+ * holding the same proxies binds the key to the same one (docs/gateway.md, "Sticky sessions").
  */
 import { matchesSelector, type Selector } from '../runtime/selector.ts';
 import { Census, reachesTargetRule } from './census.ts';
@@ -180,6 +182,25 @@ export class View {
     return found;
   }
 
+  /**
+   * The entry `affinity` ranks first by rendezvous (highest-random-weight) hashing among those a
+   * grant may take for `target`: the ranking depends only on the key and the proxy names, so a
+   * proxy leaving moves only the keys it held. O(entries): it runs once per binding, not per grant.
+   */
+  pickFor(affinity: string, target: string | undefined, now: number): Entry | undefined {
+    let best: Entry | undefined;
+    let bestScore = -1;
+    for (const e of this.members) {
+      if (target !== undefined && coolingFor(e, target, now)) continue;
+      const score = rendezvousScore(affinity, e.key);
+      if (score > bestScore || (score === bestScore && best !== undefined && e.key < best.key)) {
+        best = e;
+        bestScore = score;
+      }
+    }
+    return best;
+  }
+
   private pickFrom(tv: TargetView, target: string, now: number): Entry | undefined {
     for (let w = tv.waiting.peek(); w && w.at <= now; w = tv.waiting.peek()) {
       tv.waiting.pop();
@@ -231,6 +252,17 @@ export class View {
       if (oldest !== undefined) this.targets.delete(oldest);
     }
   }
+}
+
+/** FNV-1a of affinity and proxy key: cheap, stable across processes and versions. */
+export function rendezvousScore(affinity: string, key: string): number {
+  const s = `${affinity}\n${key}`;
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h;
 }
 
 /** Whether `e` is in `namespace` (any when undefined) and matches `selector` (all when undefined). */

@@ -12,7 +12,7 @@ import { LeaseAuthority } from '../../../src/discovery/authority.ts';
 import { startDiscoveryServer } from '../../../src/discovery/server.ts';
 import { gatewaySyncHandler } from '../../../src/gateway/cluster.ts';
 import { GatewayHub } from '../../../src/gateway/hub.ts';
-import { GatewayLink } from '../../../src/gateway/link.ts';
+import { GatewayLink, leaderTransport } from '../../../src/gateway/link.ts';
 import { ReplicaChooser } from '../../../src/gateway/replica.ts';
 import { GatewaySessions } from '../../../src/gateway/service.ts';
 import { SYNC_PATH } from '../../../src/gateway/share.ts';
@@ -45,15 +45,15 @@ function cluster(maxLeases: number, upstreams = 3) {
     const replica = new ReplicaChooser(systemClock);
     const link = new GatewayLink({
       replica,
-      hub,
-      authority,
-      token: undefined,
-      agent,
+      transport: leaderTransport({ hub, authority, token: undefined, agent }),
       clock: systemClock,
       log: silentLogger(),
     });
     const running = link.run(abort.signal);
-    stops.push(() => running);
+    stops.push(async () => {
+      await running;
+      replica.close();
+    });
     return replica;
   });
   stops.push(async () => {
