@@ -1,6 +1,6 @@
 /**
  * crawler/lease — the lease helpers a crawler wants around DiscoveryClient, the TypeScript twins
- * of clients/python's LeaseClient conveniences (docs/api.md): calls retried with capped backoff
+ * of clients/python's LeaseClient conveniences (docs/lease-api.md): calls retried with capped backoff
  * while the API cannot be reached (an operator restart, `503 no_leader`), a lease that waits
  * for a proxy until the `retryAt` a 409 announces, and `withLease`, which always ends its lease.
  */

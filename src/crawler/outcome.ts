@@ -1,6 +1,6 @@
 /**
  * crawler/outcome — whose fault a fetch through a leased proxy was, and what to report: the
- * table "What to report" in docs/api.md as pure functions, the TypeScript twin of
+ * table "What to report" in docs/lease-api.md as pure functions, the TypeScript twin of
  * clients/python/egress_proxies/outcome.py. Only a proxy that cannot be reached is `failed`; an
  * answer from the proxy about the origin (marked `X-Proxy-Error`, or a 5xx to a CONNECT) is the
  * origin's; a 407 means the lease ended; the site's own refusals are `blocked`.

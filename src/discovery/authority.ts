@@ -3,7 +3,7 @@
  * leader (once its lease state is restored) answers `/v1/*` itself, a standby forwards the
  * request to the leader's published address, and while no leader is known — or the leader is
  * still restoring or already stepping down — the answer is 503 `no_leader` with `Retry-After: 1`.
- * Lease decisions are therefore made in one process only (docs/api.md, docs/deployment.md).
+ * Lease decisions are therefore made in one process only (docs/lease-api.md, docs/deployment.md).
  */
 import { X509Certificate } from 'node:crypto';
 import { rootCertificates } from 'node:tls';

@@ -2,7 +2,7 @@
  * discovery/host — the DNS-rebinding guard of an API that runs without a token: a web page on
  * any site can make a browser on this machine send requests to 127.0.0.1 under the page's own
  * host name, so without a token only requests whose Host names a loopback address, the bind
- * address or a configured name are served (see docs/api.md, "Authentication").
+ * address or a configured name are served (see docs/lease-api.md, "Authentication").
  */
 import { isIP } from 'node:net';
 import type { Guard } from './auth.ts';

@@ -75,7 +75,7 @@ export function buildOpenApi(version = '0.1.0'): Json {
     info: {
       title: 'egress-proxies-operator discovery API',
       version,
-      description: 'Lease authenticated egress proxies with per-target cooldowns. See docs/api.md.',
+      description: 'Lease authenticated egress proxies with per-target cooldowns. See docs/lease-api.md.',
     },
     paths,
     components: {

@@ -1,5 +1,5 @@
 /**
- * discovery/routes — the lease API's handlers (see docs/api.md), each mapping a validated request
+ * discovery/routes — the lease API's handlers (see docs/lease-api.md), each mapping a validated request
  * onto one LeaseStore call and its answer onto a status and body, and the registration of every
  * route of the table (discovery/schemas) with its schemas and its auth guard.
  */

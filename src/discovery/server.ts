@@ -1,5 +1,5 @@
 /**
- * discovery/server — the API listener (see docs/api.md): one Fastify pipeline for every route of
+ * discovery/server — the API listener (see docs/lease-api.md): one Fastify pipeline for every route of
  * the table in discovery/schemas, assembled from its concerns (telemetry, auth, validation, error
  * mapping, routes); listens, and says at startup whether the API is authenticated.
  */

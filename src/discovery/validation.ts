@@ -1,6 +1,6 @@
 /**
  * discovery/validation — turns malformed requests into precise 400s: a JSON-only body parser and
- * a TypeBox validator whose errors name the one field at fault (see docs/api.md).
+ * a TypeBox validator whose errors name the one field at fault (see docs/lease-api.md).
  */
 import type { FastifyInstance, FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify';
 import type { TSchema } from 'typebox';

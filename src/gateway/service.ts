@@ -105,7 +105,7 @@ export type SessionReportOutcome =
 
 /**
  * The gateway's sticky sessions as the discovery API sees them (`POST /v1/sessions/{id}/report`,
- * docs/api.md): reports reach the sessions of the gateway running in this process, if any.
+ * docs/lease-api.md): reports reach the sessions of the gateway running in this process, if any.
  */
 export class GatewaySessions {
   private chooser: UpstreamChooser | undefined;

@@ -1,7 +1,7 @@
 /**
  * lease/census — the refusal funnel of one view (namespace, selector), kept as counts that move
  * with every change to an entry, so a refused grant answers its "why nothing" arithmetic without
- * walking the fleet (see docs/api.md, 409 body). Target aside, every entry stands in exactly one
+ * walking the fleet (see docs/lease-api.md, 409 body). Target aside, every entry stands in exactly one
  * place of the funnel; per-target cooldowns are tallied only for targets a refusal has asked
  * about (LRU-bounded), each tally built by one walk the first time and kept incrementally after.
  */

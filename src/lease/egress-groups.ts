@@ -2,7 +2,7 @@
  * lease/egress-groups — proxies that leave from one source address (`status.egressIP`, from any
  * provider) are one exit to a site: a `blocked` report on one cools down all of them for that
  * target, and a proxy that takes the address later (a new Proxy given a freed address, a proxy
- * whose egress IP changed) takes on the blocks the address still has. See docs/api.md.
+ * whose egress IP changed) takes on the blocks the address still has. See docs/lease-api.md.
  *
  * The address's own blocks are kept until they end, also while no proxy uses it, in a heap by
  * end time under the same kind of cap as the per-target cooldowns. They are not checkpointed:

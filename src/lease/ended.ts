@@ -1,6 +1,6 @@
 /**
  * lease/ended — leases that were released or expired recently, so a crawler that learns late
- * that a site blocked it can still report it (docs/api.md: reports after the fact). Kept in end
+ * that a site blocked it can still report it (docs/lease-api.md: reports after the fact). Kept in end
  * order for a fixed retention and under a count cap, oldest forgotten first.
  *
  * A ring of slots, not a Map walked from its oldest key: a Map keeps deleted keys as holes until

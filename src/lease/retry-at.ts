@@ -1,6 +1,6 @@
 /**
  * lease/retry-at — when a refused grant is worth asking again (the `retryAt` of a 409, see
- * docs/api.md): the earliest instant at which some matching proxy stops being held back by time
+ * docs/lease-api.md): the earliest instant at which some matching proxy stops being held back by time
  * alone — a global cooldown, a cooldown for the target, a lease that will expire at a full
  * proxy. Proxies held back by something time does not end (not ready, unhealthy, draining,
  * being deleted) do not count; when only those match, there is no such instant.

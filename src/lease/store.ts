@@ -1,5 +1,5 @@
 /**
- * lease/store — the in-memory lease store behind the discovery API (see docs/api.md): which
+ * lease/store — the in-memory lease store behind the discovery API (see docs/lease-api.md): which
  * proxies may be handed out right now, to whom, for how long, and which are cooling down
  * globally or for one target. A facade over its parts, each with one job: the fleet
  * (lease/fleet), choosing a proxy (lease/selection), cooldowns (lease/cooldowns), the live and

@@ -1,5 +1,5 @@
 /**
- * lease/types — the lease store's data contract (see docs/api.md): what the proxy feed and the
+ * lease/types — the lease store's data contract (see docs/lease-api.md): what the proxy feed and the
  * health engine pass in, what clients ask for, and what they get back — grants, refusal
  * counts, snapshots — with the limits the API enforces.
  */
@@ -51,7 +51,7 @@ export interface DrainingInstanceSnapshot {
   activeLeases: number;
 }
 
-/** A replaced instance that drains (see docs/api.md). */
+/** A replaced instance that drains (see docs/lease-api.md). */
 export interface DrainingInstanceInfo {
   providerID: string;
   host: string;
@@ -60,7 +60,7 @@ export interface DrainingInstanceInfo {
   since: string;
 }
 
-/** Why the operator cannot make a proxy serve until someone acts (see docs/api.md). */
+/** Why the operator cannot make a proxy serve until someone acts (see docs/lease-api.md). */
 export interface ProxyProblem {
   /** The Provisioned condition's reason: CredentialsError or CloudInitError. */
   reason: string;

@@ -1,4 +1,4 @@
-"""egress_proxies — lease proxies from egress-proxies-operator (docs/api.md, docs/scrapy.md).
+"""egress_proxies — lease proxies from egress-proxies-operator (docs/lease-api.md, docs/scrapy.md).
 
 `LeaseClient` is a blocking, standard-library client; `egress_proxies.scrapy_middleware` holds
 the Scrapy downloader middleware (imported on its own, so this package needs no Scrapy).

@@ -1,4 +1,4 @@
-"""egress_proxies.client — a blocking client for the lease API (docs/api.md), standard library only.
+"""egress_proxies.client — a blocking client for the lease API (docs/lease-api.md), standard library only.
 
 Every call has a timeout; while the API cannot be reached (an operator restart, a leader
 election answering 503 `no_leader`) calls are retried with capped exponential backoff for up to

@@ -1,7 +1,7 @@
 """egress_proxies.outcome — whose fault a fetch through a leased proxy was, and what to report.
 
 Pure functions, shared by the lease client's users and the Scrapy middleware. The rules are the
-table "What to report" in docs/api.md: only a proxy that cannot be reached or talked to is
+table "What to report" in docs/lease-api.md: only a proxy that cannot be reached or talked to is
 `failed`; an answer from the proxy about the origin (marked `X-Proxy-Error`, or a 5xx to a
 CONNECT) is the origin's fault; a 407 means the lease ended; the site's own refusals are
 `blocked`.

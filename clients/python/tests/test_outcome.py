@@ -1,4 +1,4 @@
-"""What a crawler reports for each way a fetch through a leased proxy can end (docs/api.md)."""
+"""What a crawler reports for each way a fetch through a leased proxy can end (docs/lease-api.md)."""
 
 import socket
 import unittest

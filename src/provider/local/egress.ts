@@ -36,7 +36,7 @@ export interface OperatorPorts {
   probePort?: number;
 }
 
-/** The probe route of the discovery API (see docs/api.md). */
+/** The probe route of the discovery API (see docs/lease-api.md). */
 export const PROBE_PATH = '/generate_204';
 
 export type Lookup = (host: string) => Promise<string[]>;

@@ -378,7 +378,7 @@ export function forwardHeaders(raw: string[]): [string, string][] {
 
 /**
  * Why the proxy answered instead of the origin: anything but `egress-denied` says the origin
- * failed while the proxy works, so a crawler must not report the proxy `failed` (docs/api.md).
+ * failed while the proxy works, so a crawler must not report the proxy `failed` (docs/lease-api.md).
  */
 export type ProxyErrorKind =
   | 'origin-unreachable'

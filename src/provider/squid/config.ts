@@ -180,6 +180,8 @@ export function squidConfig(opts: SquidConfigOptions): string {
     'pinger_enable off',
     `coredump_dir ${layout.coredumpDir}`,
     '',
+    // The file the comment names is docs/lease-api.md now; the rendered bytes stay as running
+    // proxies have them, since a changed squid.conf would replace instances for a comment.
     '# Tell a crawler that the origin failed, not the proxy (docs/api.md, "What to report").',
     `acl origin_failure squid_error ${ORIGIN_FAILURES.join(' ')}`,
     'reply_header_add X-Proxy-Error "origin-unreachable" origin_failure',

@@ -1,7 +1,7 @@
 /**
  * The TypeScript client as an installed package: `npm run build`'s output (tsconfig.build.json)
  * with the repository's package.json, installed in a consumer's node_modules. The imports
- * docs/api.md shows — `DiscoveryClient`, `NoneLeasableError` and the crawler helpers
+ * docs/lease-api.md shows — `DiscoveryClient`, `NoneLeasableError` and the crawler helpers
  * (`withLease`, `classifyError`, …) from 'egress-proxies-operator' — resolve through
  * package.json's `exports` in Node and type-check with its declarations under a strict nodenext
  * tsconfig.

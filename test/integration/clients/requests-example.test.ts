@@ -1,5 +1,5 @@
 /**
- * The `requests` example of docs/api.md, run as written (only the API URL changed) with Debian's
+ * The `requests` example of docs/lease-api.md, run as written (only the API URL changed) with Debian's
  * python3-requests and clients/python, against the real standalone operator without a token
  * (no KeyError), through its `pool=eu` proxies, to loopback origins: a page that loads, a TLS
  * origin whose certificate requests refuses (SSLError), a dead origin over plain HTTP (the
@@ -30,7 +30,7 @@ interface Outcome {
   message?: string;
 }
 
-describe('docs/api.md: the requests example', () => {
+describe('docs/lease-api.md: the requests example', () => {
   it('reports only what the table says, never leaks a lease, and needs no token', async () => {
     requirePython(['requests']);
     const plain = await startHttpOrigin({ defaultStatus: 200 });
@@ -54,7 +54,7 @@ describe('docs/api.md: the requests example', () => {
     const run = await runPython(
       [
         join(import.meta.dirname, '../../support/fixtures/clients/requests_example.py'),
-        join(REPO_ROOT, 'docs', 'api.md'),
+        join(REPO_ROOT, 'docs', 'lease-api.md'),
         ws.discoveryUrl,
         JSON.stringify(urls),
       ],

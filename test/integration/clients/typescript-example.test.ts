@@ -1,5 +1,5 @@
 /**
- * The TypeScript example of docs/api.md, run as written (only the module specifiers and the API
+ * The TypeScript example of docs/lease-api.md, run as written (only the module specifiers and the API
  * URL changed) against the real standalone operator without a token, through its `pool=eu`
  * proxies, to loopback origins: a page that loads, one that answers 403, a 429 with
  * Retry-After, and a dead origin (plain HTTP: the proxy's 502 with X-Proxy-Error; HTTPS: a 502
@@ -31,12 +31,13 @@ const EXAMPLE_API = "'http://discovery.crawl:8090'";
 
 /** The example's code block, pointed at this repository's modules and at `api`. */
 function exampleModule(api: string): string {
-  const doc = readFileSync(join(REPO_ROOT, 'docs', 'api.md'), 'utf8');
+  const doc = readFileSync(join(REPO_ROOT, 'docs', 'lease-api.md'), 'utf8');
   const section = doc.split('\n## TypeScript\n')[1] ?? '';
   const code = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
-  if (!code) throw new Error('docs/api.md: no TypeScript example under "## TypeScript"');
+  if (!code) throw new Error('docs/lease-api.md: no TypeScript example under "## TypeScript"');
   for (const needle of [EXAMPLE_API, "from 'egress-proxies-operator'", "from 'undici'"])
-    if (!code.includes(needle)) throw new Error(`docs/api.md's TypeScript example no longer has ${needle}`);
+    if (!code.includes(needle))
+      throw new Error(`docs/lease-api.md's TypeScript example no longer has ${needle}`);
   const client = pathToFileURL(join(REPO_ROOT, 'src/crawler/index.ts')).href;
   return `${code
     .replace(EXAMPLE_API, JSON.stringify(api))
@@ -62,7 +63,7 @@ async function origin(): Promise<{ port: number; close(): Promise<void> }> {
   };
 }
 
-describe('docs/api.md: the TypeScript example', () => {
+describe('docs/lease-api.md: the TypeScript example', () => {
   it('reports only what the table says and always ends the lease', async () => {
     const site = await origin();
     onTestFinished(() => site.close());

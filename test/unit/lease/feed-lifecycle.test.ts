@@ -1,5 +1,5 @@
 /**
- * The lease feed during a replacement (docs/api.md, "Draining instances"): grants carry the
+ * The lease feed during a replacement (docs/lease-api.md, "Draining instances"): grants carry the
  * credentials the serving instance really has (its credentials generation), not what a rotated
  * Secret says; leases remember the instance they were granted on, so the reconciler can wait
  * for them; the replaced instance shows as draining with its live leases.

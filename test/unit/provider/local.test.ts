@@ -282,7 +282,7 @@ describe('local provider', () => {
     const auth = basic(creds.username, creds.password);
     const refused = await rawConnect(inst.port!, `127.0.0.1:${refusing}`, auth);
     expect(refused.status).toBe(502);
-    // The mark tells a crawler that the origin failed, not this proxy (docs/api.md).
+    // The mark tells a crawler that the origin failed, not this proxy (docs/lease-api.md).
     expect(refused.head).toMatch(/\r\nX-Proxy-Error: origin-unreachable\r\n/i);
     refused.socket.destroy();
     const bad = await rawConnect(inst.port!, 'no-port-here', auth);

@@ -6,7 +6,7 @@ import { squidConfig } from '../../../src/provider/squid/config.ts';
 /**
  * The fixtures pin the bytes every provider installs (first written by the per-provider builders
  * the shared squid/ module replaced). They change only on purpose: the default egress policy
- * added its http_access rules, the origin-failure header its two lines (docs/api.md); anything else
+ * added its http_access rules, the origin-failure header its two lines (docs/lease-api.md); anything else
  * showing up here is an accident.
  */
 const fixture = (name: string) =>
