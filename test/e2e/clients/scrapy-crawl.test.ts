@@ -15,7 +15,7 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
+import { afterEach, describe, expect, it, onTestFailed, onTestFinished, vi } from 'vitest';
 import {
   type CliProcess,
   cleanupCli,
@@ -194,6 +194,13 @@ async function crawlAndCheck(opts: { proxies: number; pages: number; restart: bo
   });
   const { ws, names } = await workspaceFor([plain.port, secure.port], opts.proxies);
   const procs = [startStandalone(ws, ['--lease-checkpoint-interval', '500ms'])];
+  onTestFailed(() => {
+    // What the operator refused and what it still holds say whose side a failure was on.
+    const logs = procs.flatMap((p, i) => p.logs.map((l) => ({ process: i, ...l })));
+    const denied = logs.filter((l) => l.msg === 'egress denied').slice(0, 5);
+    const ports = logs.filter((l) => /listening|listen/.test(String(l.msg))).slice(0, 12);
+    console.error(JSON.stringify({ origins: [plain.port, secure.port], denied, ports }, null, 1));
+  });
   await waitForReady(ws, procs[0] as CliProcess, names, 90_000);
   const ports = new Map<number, string>();
   await portsToNames(ws, ports);
