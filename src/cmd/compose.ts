@@ -160,9 +160,11 @@ async function assemble(
   const tracer = tracing.tracer;
   const registry = createMetricsRegistry();
 
+  // Late-bound: the manager is built after the mode, but the state lock must wait for it.
+  let manager: Manager | undefined;
   const mode: ModeParts =
     parsed.command === 'standalone'
-      ? await standaloneParts(parsed.flags, log, teardown)
+      ? await standaloneParts(parsed.flags, log, teardown, { beforeUnlock: async () => manager?.settled() })
       : await operatorParts(parsed.flags, log, teardown, opts.deps?.kubeClients);
   const { store } = mode;
   log.info(
@@ -209,7 +211,7 @@ async function assemble(
     assignsEgressIP,
   });
   leaseStore = parts.leases;
-  const manager = managerFor(flags, mode, clock, log);
+  manager = managerFor(flags, mode, clock, log);
   const discoveryUrl = addRunnables(
     manager,
     parts,

@@ -189,6 +189,14 @@ export class Manager {
     }
   }
 
+  /**
+   * Resolves once every runnable has returned, including one that outlived the grace period:
+   * whoever guards what a runnable writes or listens on (the standalone state lock) waits here.
+   */
+  async settled(): Promise<void> {
+    await Promise.allSettled([...this.running.values()]);
+  }
+
   /** Graceful stop; resolves when everything is down (idempotent). */
   stop(): Promise<void> {
     this.stopping ??= this.shutdown();
