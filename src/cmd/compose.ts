@@ -21,6 +21,7 @@ import { createMetricsRegistry } from '../metrics/index.ts';
 import { DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS, readTlsFiles } from '../metrics/listener.ts';
 import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
 import { validateSchedule } from '../providerhealth/monitor.ts';
+import { strandedReadiness } from '../providerhealth/stranded.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import { createCredentialsResolver } from '../runtime/credentials.ts';
 import { Manager } from '../runtime/manager.ts';
@@ -212,6 +213,10 @@ async function assemble(
   });
   leaseStore = parts.leases;
   manager = managerFor(flags, mode, clock, log);
+  // Proxies naming a provider the config lacks (renamed, removed): noted, or failing once the
+  // whole fleet is stranded (providerhealth/stranded).
+  const configured = new Set(config.providers.map((e) => e.name));
+  manager.addReadyzCheck('providers', () => strandedReadiness(store.proxies.list(), configured));
   const discoveryUrl = addRunnables(
     manager,
     parts,
