@@ -4,7 +4,7 @@
  * state file (test/runtime/embedded-installation.test.ts); the CLI refuses a state that lost it.
  */
 import { existsSync } from 'node:fs';
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile, unlink, writeFile } from 'node:fs/promises';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { FlagError, parseCommandLine } from '../../src/cmd/flags.ts';
 import { createEmbeddedStore } from '../../src/runtime/embedded/store.ts';
@@ -55,6 +55,7 @@ describe('standalone installation id (the real CLI)', () => {
     delete header.installation;
     lines[0] = JSON.stringify(header);
     await writeFile(ws.statePath, lines.join('\n'));
+    await unlink(`${ws.statePath}.installation-id`);
     const before = await readFile(ws.statePath, 'utf8');
 
     // ...and that separate file lost.

@@ -35,9 +35,17 @@ async function requestInFlight(port: number): Promise<net.Socket> {
     socket.once('error', fail);
   });
   socket.on('error', () => {});
+  let answer = '';
+  socket.setEncoding('utf8').on('data', (chunk: string) => {
+    answer += chunk;
+  });
   socket.write(
-    `POST /v1/leases HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nContent-Length: 64\r\n\r\n{`,
+    `POST /v1/leases HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nContent-Length: 64\r\nExpect: 100-continue\r\n\r\n`,
   );
+  // The interim answer says the server parsed the headers: the connection is now busy, not an
+  // idle one that a closing server drops at once.
+  await until('100 Continue', () => answer.startsWith('HTTP/1.1 100 Continue'), { timeoutMs: 10_000 });
+  socket.write('{');
   return socket;
 }
 

@@ -83,23 +83,35 @@ describe('standalone installation id', () => {
     await first.flush();
     expect((await snapshotLine(statePath)).installation).toBe(id);
     await stop(first);
-    expect(existsSync(legacyInstallationIdPath(statePath))).toBe(false);
+    // The copy beside it, for `cat`.
+    expect((await readFile(legacyInstallationIdPath(statePath), 'utf8')).trim()).toBe(id);
 
     const again = await make({ statePath, manifests });
-    expect(again.installation).toEqual({ id, source: 'state' });
+    expect(again.installation).toMatchObject({ id, source: 'state' });
+    await stop(again);
+    // Losing the copy loses nothing: it is written again.
+    await unlink(legacyInstallationIdPath(statePath));
+    await stop(await make({ statePath, manifests }));
+    expect((await readFile(legacyInstallationIdPath(statePath), 'utf8')).trim()).toBe(id);
+    // Starting over deliberately (state file deleted) stays the same installation, so the
+    // orphan collector still recognises the old instances.
+    await unlink(statePath);
+    const fresh = await make({ statePath, manifests });
+    expect(fresh.installation).toMatchObject({ id, source: 'legacy-file' });
+    await stop(fresh);
     // Another state file is another installation.
     const other = await make({ statePath: join(await tempDir(), 'state.json') });
     expect(other.installation.id).not.toBe(id);
   });
 
-  it("moves an older build's <state>.installation-id into the state, which then no longer needs it", async () => {
+  it("moves an older build's <state>.installation-id into the state, which then no longer needs the file", async () => {
     const { statePath, manifests } = await withProxy();
     await stop(await make({ statePath, manifests }));
     await stripId(statePath);
     await writeFile(legacyInstallationIdPath(statePath), 'old-installation-1\n');
     const c = captureLog();
     const migrated = await make({ statePath, manifests, log: c.log });
-    expect(migrated.installation).toEqual({ id: 'old-installation-1', source: 'legacy-file' });
+    expect(migrated.installation).toMatchObject({ id: 'old-installation-1', source: 'legacy-file' });
     expect((await snapshotLine(statePath)).installation).toBe('old-installation-1');
     expect(c.lines.some((l) => l.msg === 'installation id is now kept in the state file')).toBe(true);
     await stop(migrated);
@@ -112,6 +124,7 @@ describe('standalone installation id', () => {
     const { statePath, manifests } = await withProxy();
     await stop(await make({ statePath, manifests }));
     await stripId(statePath);
+    await unlink(legacyInstallationIdPath(statePath));
     const before = await readFile(statePath, 'utf8');
     const err = await createEmbeddedStore({ statePath, manifests, rescanIntervalMs: 0 }).catch(
       (e: Error) => e,
@@ -126,9 +139,9 @@ describe('standalone installation id', () => {
 
     // Passing the old id is the way back: it is kept from then on.
     const back = await make({ statePath, manifests, installationId: 'the-old-one' });
-    expect(back.installation).toEqual({ id: 'the-old-one', source: 'flag' });
+    expect(back.installation).toMatchObject({ id: 'the-old-one', source: 'flag' });
     await stop(back);
-    expect((await make({ statePath, manifests })).installation).toEqual({
+    expect((await make({ statePath, manifests })).installation).toMatchObject({
       id: 'the-old-one',
       source: 'state',
     });
@@ -137,10 +150,10 @@ describe('standalone installation id', () => {
   it('takes --installation-id for a new state, then refuses a different one naming both', async () => {
     const { statePath, manifests } = await withProxy();
     const s = await make({ statePath, manifests, installationId: 'team-a' });
-    expect(s.installation).toEqual({ id: 'team-a', source: 'flag' });
+    expect(s.installation).toMatchObject({ id: 'team-a', source: 'flag' });
     await stop(s);
     const same = await make({ statePath, manifests, installationId: 'team-a' });
-    expect(same.installation).toEqual({ id: 'team-a', source: 'state' });
+    expect(same.installation).toMatchObject({ id: 'team-a', source: 'state' });
     await stop(same);
     const before = await readFile(statePath, 'utf8');
     await expect(
@@ -160,9 +173,8 @@ describe('standalone installation id', () => {
     const s = await make({ statePath, manifests, installationId: 'from-flag', log: c.log });
     expect(s.installation.id).toBe('from-flag');
     const warning = c.lines.find((l) => l.level === 40);
-    expect(warning?.msg).toContain(
-      `${legacyInstallationIdPath(statePath)} holds from-file, which is not used`,
-    );
+    expect(warning?.msg).toContain(`${legacyInstallationIdPath(statePath)} held from-file and is rewritten`);
+    expect((await readFile(legacyInstallationIdPath(statePath), 'utf8')).trim()).toBe('from-flag');
   });
 
   it('refuses a malformed id in the state file or in a legacy file, naming the file', async () => {

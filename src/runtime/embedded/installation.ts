@@ -1,16 +1,19 @@
 /**
  * runtime/embedded/installation — which installation id a standalone state belongs to. The id
  * is kept in the state file's snapshot line, so it cannot be lost apart from the objects whose
- * instances carry it; an earlier build's `<state>.installation-id` file is read once, to move
- * the id into the state. A state that holds objects but no id is refused: generating one would
- * replace every instance and leave the old ones, labelled with the lost id, to nobody.
+ * instances carry it. `<state>.installation-id` (where earlier builds kept it) is now a copy:
+ * read to move the id into a state that lacks it, and rewritten to match, so `cat` shows the id
+ * and a deliberately deleted state file starts over as the same installation. A state that
+ * holds objects but no id is refused: generating one would replace every instance and leave the
+ * old ones, labelled with the lost id, to nobody.
  */
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { INSTANCE_LABEL_INSTALLATION } from '../../api/constants.ts';
 import { installationIdProblem } from '../../provider/installation.ts';
 
-/** Where builds before the id moved into the state file kept it. */
+/** The copy of the id beside the state file (where earlier builds kept the only one). */
 export function legacyInstallationIdPath(statePath: string): string {
   return `${statePath}.installation-id`;
 }
@@ -23,6 +26,8 @@ export interface ResolvedInstallation {
   source: InstallationSource;
   /** Something the operator should know but that does not stop the start. */
   warning?: string;
+  /** What `<state>.installation-id` held at start (undefined: no such file). */
+  copy?: string;
 }
 
 export interface InstallationInputs {
@@ -73,18 +78,23 @@ export function resolveInstallationId(inputs: InstallationInputs): ResolvedInsta
     }
     const warning =
       legacy !== undefined && legacy !== kept
-        ? `${legacyPath} holds ${legacy}, but state file ${statePath} keeps ${kept}, which is used; the file is no longer read`
+        ? `${legacyPath} holds ${legacy}, but state file ${statePath} keeps ${kept}, which is used; the file is rewritten to match`
         : undefined;
-    return { id: kept, source: 'state', ...(warning ? { warning } : {}) };
+    return {
+      id: kept,
+      source: 'state',
+      ...(warning ? { warning } : {}),
+      ...(legacy ? { copy: legacy } : {}),
+    };
   }
   if (flag !== undefined) {
     const warning =
       legacy !== undefined && legacy !== flag
-        ? `--installation-id ${flag} is used and kept in state file ${statePath}; ${legacyPath} holds ${legacy}, which is not used`
+        ? `--installation-id ${flag} is used and kept in state file ${statePath}; ${legacyPath} held ${legacy} and is rewritten`
         : undefined;
-    return { id: flag, source: 'flag', ...(warning ? { warning } : {}) };
+    return { id: flag, source: 'flag', ...(warning ? { warning } : {}), ...(legacy ? { copy: legacy } : {}) };
   }
-  if (legacy !== undefined) return { id: legacy, source: 'legacy-file' };
+  if (legacy !== undefined) return { id: legacy, source: 'legacy-file', copy: legacy };
   if (objects > 0) {
     throw new Error(
       `state file ${statePath} holds ${objects} object(s) but no installation id, and ${legacyPath} does ` +
@@ -94,4 +104,37 @@ export function resolveInstallationId(inputs: InstallationInputs): ResolvedInsta
     );
   }
   return { id: randomUUID(), source: 'generated' };
+}
+
+/**
+ * Writes the copy beside the state file (temporary file, fsync, rename, fsync of the directory):
+ * a crash leaves the old copy or the new one. Only a convenience, so a failure is the caller's
+ * to log, not a reason to stop.
+ */
+export function writeInstallationIdCopy(statePath: string, id: string): void {
+  const path = legacyInstallationIdPath(statePath);
+  const tmp = `${path}.tmp-${process.pid}`;
+  try {
+    const fd = openSync(tmp, 'w', 0o644);
+    try {
+      writeSync(fd, `${id}\n`);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, path);
+  } catch (err) {
+    try {
+      unlinkSync(tmp);
+    } catch {
+      // Nothing was written, or it was renamed already.
+    }
+    throw new Error(`installation id file ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  const dir = openSync(dirname(path), 'r');
+  try {
+    fsyncSync(dir);
+  } finally {
+    closeSync(dir);
+  }
 }

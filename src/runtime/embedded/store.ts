@@ -24,7 +24,7 @@ import {
   SECRET_RESOURCE,
 } from '../objects/types.ts';
 import type { ObjectStore } from '../store.ts';
-import { type ResolvedInstallation, resolveInstallationId } from './installation.ts';
+import { type ResolvedInstallation, resolveInstallationId, writeInstallationIdCopy } from './installation.ts';
 import { Journal, objectKey, readState } from './journal.ts';
 import { acquireLock, type Lock } from './lock.ts';
 import { ManifestSync } from './manifest-sync.ts';
@@ -133,6 +133,14 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
     manifests: applied,
     installationId,
   });
+  // The copy only after the state holds the id: the state file stays the authority.
+  if (installation.copy !== installationId) {
+    try {
+      writeInstallationIdCopy(statePath, installationId);
+    } catch (err) {
+      log.warn({ err, statePath }, 'writing the copy of the installation id failed; the state file keeps it');
+    }
+  }
   if (installation.source === 'generated')
     log.info({ installation: installationId, statePath }, 'generated the installation id (new state)');
   if (installation.source === 'legacy-file' || installation.source === 'flag')
