@@ -21,6 +21,7 @@ import { createMetricsRegistry } from '../metrics/index.ts';
 import { DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS, readTlsFiles } from '../metrics/listener.ts';
 import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
 import { validateSchedule } from '../providerhealth/monitor.ts';
+import { strandedReadiness } from '../providerhealth/stranded.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import { createCredentialsResolver } from '../runtime/credentials.ts';
 import { Manager } from '../runtime/manager.ts';
@@ -160,9 +161,11 @@ async function assemble(
   const tracer = tracing.tracer;
   const registry = createMetricsRegistry();
 
+  // Late-bound: the manager is built after the mode, but the state lock must wait for it.
+  let manager: Manager | undefined;
   const mode: ModeParts =
     parsed.command === 'standalone'
-      ? await standaloneParts(parsed.flags, log, teardown)
+      ? await standaloneParts(parsed.flags, log, teardown, { beforeUnlock: async () => manager?.settled() })
       : await operatorParts(parsed.flags, log, teardown, opts.deps?.kubeClients);
   const { store } = mode;
   log.info(
@@ -209,7 +212,11 @@ async function assemble(
     assignsEgressIP,
   });
   leaseStore = parts.leases;
-  const manager = managerFor(flags, mode, clock, log);
+  manager = managerFor(flags, mode, clock, log);
+  // Proxies naming a provider the config lacks (renamed, removed): noted, or failing once the
+  // whole fleet is stranded (providerhealth/stranded).
+  const configured = new Set(config.providers.map((e) => e.name));
+  manager.addReadyzCheck('providers', () => strandedReadiness(store.proxies.list(), configured));
   const discoveryUrl = addRunnables(
     manager,
     parts,

@@ -26,7 +26,7 @@ export interface CommonFlags {
   logLevel: string;
   logFormat: 'auto' | 'json' | 'pretty';
   shutdownGraceMs: number;
-  /** --installation-id; default: the kube-system UID (cluster) or the one kept beside the state. */
+  /** --installation-id; default: the kube-system UID (cluster) or the one kept in the state file. */
   installationId?: string;
   /** `--discovery-tls-cert` / `--discovery-tls-key`: serve the discovery API over HTTPS. */
   discoveryTls?: { certFile: string; keyFile: string };

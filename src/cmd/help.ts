@@ -75,7 +75,7 @@ ${'COMMON'}`,
       --max-active-leases <n>             Live leases at most; then 503 too_many_leases (default 100000).
       --installation-id <id>              Which instances are this operator's (labels, GC, spec-hash key);
                                           default: the kube-system namespace UID (operator) or the id
-                                          kept in <state>.installation-id (standalone).
+                                          kept in the state file (standalone; must match it).
       --discovery-tls-cert <file>         Serve the discovery API over HTTPS with this PEM certificate
       --discovery-tls-key <file>          ...and this PEM key (both or neither).
       --discovery-allowed-hosts <list>    Without DISCOVERY_TOKEN, Host names served besides loopback and

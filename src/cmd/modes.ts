@@ -4,7 +4,7 @@
  * provider and authenticated metrics exist. Everything built here is registered on the
  * Teardown at once, so a later start-up failure closes it.
  */
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -20,9 +20,9 @@ import { createKvmProvider } from '../provider/kvm/index.ts';
 import type { EgressReservation } from '../provider/local/address-pool.ts';
 import { createLocalProvider } from '../provider/local/index.ts';
 import type { ProviderFactory } from '../provider/registry.ts';
-import { loadOrCreateInstallationId } from '../runtime/embedded/installation.ts';
 import { FileCheckpoint, leaseCheckpointPath } from '../runtime/embedded/lease-checkpoint.ts';
-import { createEmbeddedStore } from '../runtime/embedded/store.ts';
+import { acquireLock } from '../runtime/embedded/lock.ts';
+import { createEmbeddedStore, prepareStateDir } from '../runtime/embedded/store.ts';
 import type { KubeClients } from '../runtime/kube/client.ts';
 import { type LeaderElector, StandaloneElector } from '../runtime/leader/elector.ts';
 import type { ObjectStore } from '../runtime/store.ts';
@@ -186,41 +186,46 @@ export function providerFactories(
   };
 }
 
+/**
+ * Standalone mode. The state lock is taken here, before the store, and registered on the
+ * Teardown first so it is released last: after the manager drained (final lease checkpoint,
+ * every listener closed), the store's final snapshot and the local proxies' ports. A second
+ * process can therefore never take the state while this one still writes or serves.
+ */
 export async function standaloneParts(
   flags: StandaloneFlags,
   log: Logger,
   teardown: Teardown,
+  opts: { beforeUnlock?: () => Promise<void> } = {},
 ): Promise<ModeParts> {
   const paths = resolveStandalonePaths(flags);
-  let store: ObjectStore;
+  let store: Awaited<ReturnType<typeof createEmbeddedStore>>;
   try {
-    mkdirSync(dirname(paths.statePath), { recursive: true });
+    prepareStateDir(dirname(paths.statePath), log);
+    const lock = acquireLock(`${paths.statePath}.lock`);
+    // Should the process exit while a runnable is still stuck here, the lock stays behind with
+    // a dead pid, which the next start takes over (runtime/embedded/lock).
+    teardown.add('state lock', async () => {
+      await opts.beforeUnlock?.();
+      lock.release();
+    });
     store = await createEmbeddedStore({
       manifests: paths.manifests,
       statePath: paths.statePath,
       allowEmptyManifests: flags.allowEmptyManifests,
       log: log.child({ component: 'store' }),
+      lock,
+      ...(flags.installationId !== undefined ? { installationId: flags.installationId } : {}),
     });
   } catch (err) {
     throw new StartupError(errorMessage(err), { cause: err });
   }
   teardown.add('store', () => store.stop());
   log.info({ manifests: paths.manifests, state: paths.statePath }, 'standalone store ready');
-  // After the store: its lock keeps a second process from generating an id of its own.
-  let installationId = flags.installationId;
-  if (installationId === undefined) {
-    try {
-      const kept = loadOrCreateInstallationId(paths.statePath);
-      installationId = kept.id;
-      if (kept.created) log.info({ installation: kept.id, file: kept.path }, 'generated the installation id');
-    } catch (err) {
-      throw new StartupError(errorMessage(err), { cause: err });
-    }
-  }
   return {
     store,
     elector: new StandaloneElector(),
-    installationId,
+    installationId: store.installation.id,
     leaseCheckpoint: new FileCheckpoint(leaseCheckpointPath(paths.statePath)),
   };
 }

@@ -21,10 +21,14 @@ import type { LeaseStore } from './store.ts';
 import type { ProxyInfo, ProxyProblem } from './types.ts';
 
 /**
- * Provisioned reasons that wait for a person (a Secret to create or fix): the proxy stays
- * unserved, or on its old spec, however often it is reconciled.
+ * Provisioned reasons that wait for a person (a Secret to create or fix, a provider to put back
+ * in the config): the proxy stays unserved, or on its old spec, however often it is reconciled.
  */
-const NEEDS_A_PERSON = new Set<string>([PROVISIONED_REASONS.credentials, PROVISIONED_REASONS.cloudInit]);
+const NEEDS_A_PERSON = new Set<string>([
+  PROVISIONED_REASONS.credentials,
+  PROVISIONED_REASONS.cloudInit,
+  PROVISIONED_REASONS.providerNotConfigured,
+]);
 
 /** The problem a Proxy's Provisioned condition reports, when only a person can fix it. */
 export function proxyProblem(p: ProxyObject): ProxyProblem | undefined {

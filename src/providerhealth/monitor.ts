@@ -3,7 +3,9 @@
  * right now?" without waiting for a Proxy to fail: every interval it runs every provider's
  * Checker concurrently under one timeout, writes one ProviderHealth status per provider, logs
  * only transitions, and exports per-target gauges. Not wired to readiness on purpose: a dead
- * hypervisor must not make the operator unready while other providers work.
+ * hypervisor must not make the operator unready while other providers work. A provider that
+ * Proxies name but the config lacks (renamed, removed) is warned about at start and gets a
+ * not-ready ProviderHealth of its own (providerhealth/stranded).
  */
 import { type Tracer, trace } from '@opentelemetry/api';
 import type { Registry } from 'prom-client';
@@ -16,6 +18,7 @@ import type { Checker } from '../provider/contract.ts';
 import { type Clock, sleep, systemClock, timeoutSignal } from '../runtime/clock.ts';
 import { isNotFound, type ObjectStore } from '../runtime/store.ts';
 import { buildStatus, type CheckResult } from './status.ts';
+import { type StrandedProvider, strandedMessage, strandedProviders, strandedStatus } from './stranded.ts';
 
 const MIN_INTERVAL_MS = 10_000;
 
@@ -62,6 +65,8 @@ export class ProviderHealthMonitor {
   private readonly tracer: Tracer;
   private latest: ProviderResult[] = [];
   private readonly prev = new Map<string, TargetCheck>();
+  /** Missing providers whose ProviderHealth this monitor wrote. */
+  private readonly strandedWritten = new Set<string>();
 
   constructor(opts: MonitorOptions) {
     this.opts = opts;
@@ -77,7 +82,15 @@ export class ProviderHealthMonitor {
 
   /** Runnable (leader only). */
   async start(signal: AbortSignal): Promise<void> {
-    const keep = new Set(this.opts.intervalMs > 0 ? this.opts.providers.map((p) => p.name) : []);
+    const stranded = this.stranded();
+    for (const s of stranded) {
+      this.log.warn({ provider: s.provider, proxies: s.proxies.length }, `WARNING: ${strandedMessage(s)}`);
+    }
+    const keep = new Set(
+      this.opts.intervalMs > 0
+        ? [...this.opts.providers.map((p) => p.name), ...stranded.map((s) => s.provider)]
+        : [],
+    );
     await this.cleanup(keep, signal);
     if (this.opts.intervalMs === 0) {
       this.log.info('provider checks are off (--provider-check-interval=0)');
@@ -118,6 +131,7 @@ export class ProviderHealthMonitor {
             this.log.error({ provider: r.provider, err }, 'writing provider health failed');
           }
         }
+        await this.publishStranded(signal);
         span.setAttribute('providerhealth.providers', results.length);
         span.setAttribute('providerhealth.targets_not_ready', notReady);
         return results;
@@ -169,24 +183,63 @@ export class ProviderHealthMonitor {
   /** One status write per provider per round, through the uncached reader. */
   private async publish(r: ProviderResult, signal: AbortSignal): Promise<void> {
     if (!isValidObjectName(r.provider)) return;
+    await this.writeStatus(r.provider, (prev) => buildStatus(prev, r), signal);
+  }
+
+  private async writeStatus(
+    name: string,
+    next: (prev: ProviderHealth['status']) => NonNullable<ProviderHealth['status']>,
+    signal: AbortSignal,
+  ): Promise<void> {
     const client = this.opts.store.providerHealths;
     let obj: ProviderHealth;
     try {
-      obj = await client.read({ name: r.provider }, { signal });
+      obj = await client.read({ name }, { signal });
     } catch (err) {
       if (!isNotFound(err)) throw err;
       obj = await client.create(
         {
           apiVersion: API_VERSION,
           kind: PROVIDER_HEALTH_KIND,
-          metadata: { name: r.provider, labels: { [LABEL_MANAGED_BY]: MANAGED_BY_VALUE } },
+          metadata: { name, labels: { [LABEL_MANAGED_BY]: MANAGED_BY_VALUE } },
         },
         { signal },
       );
     }
-    const status = buildStatus(obj.status, r);
+    const status = next(obj.status);
     if (JSON.stringify(status) === JSON.stringify(obj.status)) return;
-    await client.patchStatus({ name: r.provider }, status as Record<string, unknown>, { signal });
+    await client.patchStatus({ name }, status as Record<string, unknown>, { signal });
+  }
+
+  private stranded(): StrandedProvider[] {
+    return strandedProviders(this.opts.store.proxies.list(), new Set(this.opts.providers.map((p) => p.name)));
+  }
+
+  /** A not-ready ProviderHealth per missing provider; removed once no Proxy names it. */
+  private async publishStranded(signal: AbortSignal): Promise<void> {
+    const now = new Date(this.clock.now());
+    const current = new Set<string>();
+    for (const s of this.stranded()) {
+      if (!isValidObjectName(s.provider)) continue;
+      current.add(s.provider);
+      try {
+        await this.writeStatus(s.provider, (prev) => strandedStatus(prev, s, now), signal);
+        this.strandedWritten.add(s.provider);
+      } catch (err) {
+        this.log.error({ provider: s.provider, err }, 'writing provider health failed');
+      }
+    }
+    for (const name of this.strandedWritten) {
+      if (current.has(name)) continue;
+      try {
+        await this.opts.store.providerHealths.delete({ name }, { signal });
+        this.strandedWritten.delete(name);
+        this.log.info({ provider: name }, 'no Proxy names the unconfigured provider any more');
+      } catch (err) {
+        if (isNotFound(err)) this.strandedWritten.delete(name);
+        else this.log.error({ provider: name, err }, 'deleting provider health failed');
+      }
+    }
   }
 
   /** Delete our objects for providers no longer configured (all of them when checks are off). */

@@ -33,8 +33,12 @@ export interface Runnable {
   start(signal: AbortSignal): Promise<void>;
 }
 
-/** A health/readiness check: resolve (or return) to pass, throw to fail with a reason. */
-export type HealthCheck = () => void | Promise<void>;
+/**
+ * A health/readiness check: resolve (or return) to pass, throw to fail with a reason. A string
+ * it returns passes with a note, shown by `?verbose`: something to fix that does not warrant
+ * taking the replica out of service.
+ */
+export type HealthCheck = () => undefined | string | Promise<undefined | string> | void | Promise<void>;
 
 export interface ManagerOptions {
   /** Caches to start and wait for before anything else runs. */
@@ -187,6 +191,14 @@ export class Manager {
       process.off('SIGTERM', onSignal);
       process.off('SIGINT', onSignal);
     }
+  }
+
+  /**
+   * Resolves once every runnable has returned, including one that outlived the grace period:
+   * whoever guards what a runnable writes or listens on (the standalone state lock) waits here.
+   */
+  async settled(): Promise<void> {
+    await Promise.allSettled([...this.running.values()]);
   }
 
   /** Graceful stop; resolves when everything is down (idempotent). */
@@ -342,7 +354,9 @@ export class Manager {
     const results = await runChecks(checks);
     const ok = results.every((r) => r.ok);
     const verbose = url.searchParams.has('verbose') || !ok;
-    const lines = results.map((r) => (r.ok ? `[+]${r.name} ok` : `[-]${r.name} failed: ${r.reason}`));
+    const lines = results.map((r) =>
+      r.ok ? `[+]${r.name} ok${r.note ? `: ${r.note}` : ''}` : `[-]${r.name} failed: ${r.reason}`,
+    );
     const body = verbose
       ? `${lines.join('\n')}\n${path.slice(1)} ${ok ? 'check passed' : 'check failed'}\n`
       : 'ok';
@@ -356,12 +370,12 @@ export class Manager {
 
 async function runChecks(
   checks: Map<string, HealthCheck>,
-): Promise<Array<{ name: string; ok: boolean; reason?: string }>> {
+): Promise<Array<{ name: string; ok: boolean; reason?: string; note?: string }>> {
   return Promise.all(
     [...checks].map(async ([name, check]) => {
       try {
-        await check();
-        return { name, ok: true };
+        const note = await check();
+        return note ? { name, ok: true, note } : { name, ok: true };
       } catch (e) {
         return { name, ok: false, reason: errorMessage(e) };
       }

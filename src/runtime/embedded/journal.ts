@@ -4,11 +4,13 @@
  * A torn last line (a kill mid-append) was never acknowledged and is ignored; an empty file, a
  * cut snapshot or a record of the wrong shape stops the start with the file and line. Opening always
  * rewrites a fresh snapshot (temp file + fsync + rename + directory fsync), which also
- * compacts the log; the store compacts again whenever the log grows.
+ * compacts the log; the store compacts again whenever the log grows. The snapshot line also
+ * carries the installation id, so every rewrite keeps it with the objects it belongs to.
  */
 import { constants } from 'node:fs';
 import { type FileHandle, open, readFile, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { installationIdProblem } from '../../provider/installation.ts';
 import type { EngineSnapshot } from '../objects/engine.ts';
 import type { StoredObject } from '../objects/types.ts';
 
@@ -25,6 +27,8 @@ export interface AppliedManifest {
 export interface PersistedState {
   engine: EngineSnapshot;
   manifests: Record<string, AppliedManifest>;
+  /** Absent only in a state file written before the id moved into it. */
+  installationId?: string;
 }
 
 /** One change: an object's new state (null: deleted), or the whole manifest bookkeeping map. */
@@ -38,6 +42,7 @@ interface Header {
   resourceVersion: number;
   objects: Record<string, StoredObject[]>;
   manifests: Record<string, AppliedManifest>;
+  installation?: string;
 }
 
 export class StateFileError extends Error {
@@ -89,6 +94,11 @@ function headerProblem(h: Record<string, unknown>): string | undefined {
   if (h.manifests !== undefined) {
     const p = manifestsProblem(h.manifests);
     if (p) return `manifests${p.startsWith('[') ? '' : ' '}${p}`;
+  }
+  if (h.installation !== undefined) {
+    if (typeof h.installation !== 'string') return 'installation must be a string';
+    const p = installationIdProblem(h.installation, 'installation');
+    if (p) return p;
   }
   return undefined;
 }
@@ -209,7 +219,9 @@ export async function readState(
     resourceVersion: rv,
     objects: Object.fromEntries([...objects].map(([r, m]) => [r, [...m.values()]])),
   };
-  return { state: { engine: snapshot, manifests }, tornTail };
+  const state: PersistedState = { engine: snapshot, manifests };
+  if (h.installation !== undefined) state.installationId = h.installation;
+  return { state, tornTail };
 }
 
 async function fsyncDir(dir: string): Promise<void> {
@@ -247,9 +259,11 @@ export class Journal {
 
   /** Atomically replaces the file with a snapshot of `state`. */
   async snapshot(state: PersistedState): Promise<void> {
+    // The id first: `head -c 200 <state>` shows it without reading the objects.
     const header: Header = {
       format: STATE_FORMAT,
       version: STATE_VERSION,
+      ...(state.installationId !== undefined ? { installation: state.installationId } : {}),
       resourceVersion: state.engine.resourceVersion,
       objects: state.engine.objects,
       manifests: state.manifests,

@@ -3,9 +3,11 @@
  * files (ManifestSync); everything the operator writes (status, finalizers, annotations,
  * generated Secrets, ProviderHealths) lives in a journaled state file (Persister) that is
  * durable before any write resolves, so a restart — even after kill -9 — resumes with the same
- * UIDs, credentials and instance IDs. A lock file keeps a second process off the state.
+ * UIDs, credentials, instance IDs and installation id. A lock file keeps a second process off
+ * the state; a caller that must outlive the store's last write (the CLI: listeners, lease
+ * checkpoint) takes the lock itself and passes it in.
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { validateProxy as defaultValidateProxy } from '../../api/validate.ts';
 import type { Logger } from '../../log/index.ts';
@@ -22,6 +24,7 @@ import {
   SECRET_RESOURCE,
 } from '../objects/types.ts';
 import type { ObjectStore } from '../store.ts';
+import { type ResolvedInstallation, resolveInstallationId, writeInstallationIdCopy } from './installation.ts';
 import { Journal, objectKey, readState } from './journal.ts';
 import { acquireLock, type Lock } from './lock.ts';
 import { ManifestSync } from './manifest-sync.ts';
@@ -49,6 +52,13 @@ export interface EmbeddedStoreOptions {
   allowEmptyManifests?: boolean;
   /** Journal records after which the state file is rewritten as a snapshot (default 5000). */
   compactAfterRecords?: number;
+  /** `--installation-id`: must agree with the id the state keeps, else is kept in it. */
+  installationId?: string;
+  /**
+   * `<statePath>.lock`, already held by the caller, who releases it after its own last write;
+   * without it the store takes the lock and releases it when it stops.
+   */
+  lock?: Lock;
 }
 
 export interface EmbeddedStore extends ObjectStore {
@@ -59,12 +69,32 @@ export interface EmbeddedStore extends ObjectStore {
   manifestErrors(): ManifestError[];
   /** Resolves when every committed change is on disk. */
   flush(): Promise<void>;
+  /** The installation id kept in the state, and where it came from at this start. */
+  readonly installation: ResolvedInstallation;
+}
+
+/**
+ * Creates the state directory private (0700). One that exists with group or other access is
+ * left as the user made it — it may be shared on purpose — but named in a warning, since the
+ * state holds proxy credentials (its files are 0600 whatever the directory).
+ */
+export function prepareStateDir(dir: string, log: Logger): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const mode = statSync(dir).mode & 0o777;
+  if (mode & 0o077) {
+    log.warn(
+      { stateDir: dir, mode: `0${mode.toString(8)}` },
+      `state directory ${dir} is open to group or others (mode 0${mode.toString(8)}); the state holds proxy credentials: chmod 700 it unless that is intended`,
+    );
+  }
 }
 
 /** Opens (or creates) the standalone state, takes the lock and applies the manifests once. */
 export async function createEmbeddedStore(opts: EmbeddedStoreOptions): Promise<EmbeddedStore> {
   const statePath = resolve(opts.statePath);
-  mkdirSync(dirname(statePath), { recursive: true, mode: 0o700 });
+  // A caller holding the lock has prepared the directory already.
+  if (opts.lock) return open(opts, statePath, opts.lock);
+  prepareStateDir(dirname(statePath), opts.log ?? silentLogger());
   const lock = acquireLock(`${statePath}.lock`);
   try {
     return await open(opts, statePath, lock);
@@ -89,11 +119,39 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
     log.info({ statePath, resourceVersion: engine.resourceVersion }, 'standalone state loaded');
   }
   const applied = loaded?.state.manifests ?? {};
-  const journal = await Journal.create(statePath, { engine: engine.snapshot(), manifests: applied });
+  const installation = resolveInstallationId({
+    statePath,
+    kept: loaded?.state.installationId,
+    flag: opts.installationId,
+    objects: Object.values(loaded?.state.engine.objects ?? {}).reduce((n, list) => n + list.length, 0),
+  });
+  const installationId = installation.id;
+  if (installation.warning) log.warn({ statePath }, installation.warning);
+  // Opening rewrites the snapshot: from here on the id is in the state file, whatever its source.
+  const journal = await Journal.create(statePath, {
+    engine: engine.snapshot(),
+    manifests: applied,
+    installationId,
+  });
+  // The copy only after the state holds the id: the state file stays the authority.
+  if (installation.copy !== installationId) {
+    try {
+      writeInstallationIdCopy(statePath, installationId);
+    } catch (err) {
+      log.warn({ err, statePath }, 'writing the copy of the installation id failed; the state file keeps it');
+    }
+  }
+  if (installation.source === 'generated')
+    log.info({ installation: installationId, statePath }, 'generated the installation id (new state)');
+  if (installation.source === 'legacy-file' || installation.source === 'flag')
+    log.info(
+      { installation: installationId, statePath, from: installation.source },
+      'installation id is now kept in the state file',
+    );
   const persister: Persister = new Persister(
     journal,
     () => ({
-      state: { engine: engine.snapshot(), manifests: sync.bookkeeping() },
+      state: { engine: engine.snapshot(), manifests: sync.bookkeeping(), installationId },
       seq: persister.sequence,
     }),
     log,
@@ -140,7 +198,7 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
     garbage.stop();
     await garbage.settled();
     await persister.close();
-    lock.release();
+    if (!opts.lock) lock.release();
   }
   return {
     ...store,
@@ -148,11 +206,13 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
     rescan: () => sync.rescan(),
     manifestErrors: () => sync.manifestErrors(),
     flush: () => persister.durable(),
-    async start(signal: AbortSignal) {
+    installation,
+    // The signal is not a stop: the manager stops the store after its runnables drained, so
+    // their last writes still reach the journal.
+    async start(_signal: AbortSignal) {
       if (started || stopped) return;
       started = true;
       sync.startWatching();
-      signal.addEventListener('abort', () => void stop(), { once: true });
     },
     stop,
   };

@@ -177,6 +177,11 @@ describe('Manager', () => {
     dbOk = true;
     expect((await probe(m, '/readyz')).status).toBe(200);
     expect((await probe(m, '/readyz?verbose')).body).toContain('[+]leases ok');
+    // A check may pass with a note: still 200, the note in the verbose output.
+    m.addReadyzCheck('providers', () => '1 Proxy(s) use unconfigured provider "old"');
+    const noted = await probe(m, '/readyz?verbose');
+    expect(noted.status).toBe(200);
+    expect(noted.body).toContain('[+]providers ok: 1 Proxy(s) use unconfigured provider "old"');
     expect((await probe(m, '/nope')).status).toBe(404);
     await m.stop();
     await run;

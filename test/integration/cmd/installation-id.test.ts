@@ -1,20 +1,20 @@
 /**
  * Where the installation id comes from: `--installation-id` (validated, naming the flag), else
- * in cluster mode the kube-system namespace UID, else in standalone mode an id generated once
- * and kept in `<state>.installation-id`.
+ * in cluster mode the kube-system namespace UID, else in standalone mode the id kept in the
+ * state file (test/unit/runtime/embedded-installation.test.ts); the CLI refuses a state that lost it.
  */
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { existsSync } from 'node:fs';
+import { readFile, unlink, writeFile } from 'node:fs/promises';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { FlagError, parseCommandLine } from '../../../src/cmd/flags.ts';
-import {
-  installationIdPath,
-  loadOrCreateInstallationId,
-} from '../../../src/runtime/embedded/installation.ts';
+import { createEmbeddedStore } from '../../../src/runtime/embedded/store.ts';
 import { createKubeClients } from '../../../src/runtime/kube/client.ts';
 import { clusterInstallationId } from '../../../src/runtime/kube/installation.ts';
+import { cleanupCli, createWorkspace, runCli, standaloneArgs } from '../../support/cli.ts';
 import { startKubeServer } from '../../support/kube-server/index.ts';
+
+vi.setConfig({ testTimeout: 60_000 });
+afterAll(cleanupCli);
 
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -44,36 +44,41 @@ describe('--installation-id', () => {
   });
 });
 
-describe('standalone installation id', () => {
-  async function stateDir(): Promise<string> {
-    const dir = await mkdtemp(join(tmpdir(), 'installation-'));
-    cleanups.push(() => rm(dir, { recursive: true, force: true }));
-    return dir;
-  }
+describe('standalone installation id (the real CLI)', () => {
+  it('refuses to start as a new installation when the state has objects but lost its id', async () => {
+    const ws = await createWorkspace();
+    // The state an older build leaves: objects in the journal, the id in a separate file.
+    const store = await createEmbeddedStore({ statePath: ws.statePath, manifests: ws.proxiesDir });
+    await store.stop();
+    const lines = (await readFile(ws.statePath, 'utf8')).split('\n');
+    const header = JSON.parse(lines[0] as string) as Record<string, unknown>;
+    delete header.installation;
+    lines[0] = JSON.stringify(header);
+    await writeFile(ws.statePath, lines.join('\n'));
+    await unlink(`${ws.statePath}.installation-id`);
+    const before = await readFile(ws.statePath, 'utf8');
 
-  it('is generated once beside the state file and kept across restarts', async () => {
-    const statePath = join(await stateDir(), 'standalone-state.json');
-    const first = loadOrCreateInstallationId(statePath);
-    expect(first.created).toBe(true);
-    expect(first.path).toBe(installationIdPath(statePath));
-    expect(first.path).toBe(`${statePath}.installation-id`);
-    expect(first.id).toMatch(/^[0-9a-f-]{36}$/);
-    expect((await readFile(first.path, 'utf8')).trim()).toBe(first.id);
-    const again = loadOrCreateInstallationId(statePath);
-    expect(again).toEqual({ id: first.id, path: first.path, created: false });
-    // Another state file is another installation.
-    const other = loadOrCreateInstallationId(join(await stateDir(), 'standalone-state.json'));
-    expect(other.id).not.toBe(first.id);
-  });
+    // ...and that separate file lost.
+    const res = await runCli(standaloneArgs(ws), ws.dir);
+    expect(res.code).toBe(2);
+    const out = res.stderr.trim().split('\n');
+    expect(out).toHaveLength(1);
+    expect(out[0]).toMatch(
+      new RegExp(
+        `^egress-proxies-operator: state file ${ws.statePath} holds \\d+ object\\(s\\) but no installation id`,
+      ),
+    );
+    expect(out[0]).toContain('--installation-id <id>');
+    expect(await readFile(ws.statePath, 'utf8')).toBe(before);
+    expect(existsSync(`${ws.statePath}.lock`)).toBe(false);
 
-  it('refuses an empty or malformed id file, naming it, instead of starting a new installation', async () => {
-    const statePath = join(await stateDir(), 'state.json');
-    for (const content of ['', '  \n', 'Not An Id\n']) {
-      await writeFile(installationIdPath(statePath), content);
-      expect(() => loadOrCreateInstallationId(statePath)).toThrow(
-        `installation id file ${installationIdPath(statePath)}`,
-      );
-    }
+    // A --installation-id that disagrees with the kept id names both.
+    await writeFile(ws.statePath, before.replace(/^\{/, '{"installation":"kept-id",'));
+    const other = await runCli(standaloneArgs(ws, ['--installation-id', 'other-id']), ws.dir);
+    expect(other.code).toBe(2);
+    expect(other.stderr).toContain(
+      `--installation-id other-id disagrees with the installation id kept-id kept in state file ${ws.statePath}`,
+    );
   });
 });
 
