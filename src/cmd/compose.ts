@@ -19,11 +19,13 @@ import { errorMessage } from '../log/errors.ts';
 import { createLogger, type Logger } from '../log/index.ts';
 import { createMetricsRegistry } from '../metrics/index.ts';
 import { DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS, readTlsFiles } from '../metrics/listener.ts';
+import { collectedGauge } from '../metrics/register.ts';
 import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
 import { validateSchedule } from '../providerhealth/monitor.ts';
 import { strandedReadiness } from '../providerhealth/stranded.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import { createCredentialsResolver } from '../runtime/credentials.ts';
+import type { StateWrites } from '../runtime/embedded/state-writes.ts';
 import { Manager } from '../runtime/manager.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 import { setupTracing, type Tracing, type TracingOptions } from '../tracing/index.ts';
@@ -217,6 +219,7 @@ async function assemble(
   // whole fleet is stranded (providerhealth/stranded).
   const configured = new Set(config.providers.map((e) => e.name));
   manager.addReadyzCheck('providers', () => strandedReadiness(store.proxies.list(), configured));
+  if (mode.stateWrites) watchStateWrites(mode.stateWrites, manager, registry);
   const discoveryUrl = addRunnables(
     manager,
     parts,
@@ -238,6 +241,21 @@ async function assemble(
       await teardown.close();
     },
   };
+}
+
+/**
+ * Standalone: a state directory that stops taking writes (full, read-only) fails readiness with
+ * the file and the error, and shows in a gauge to alert on.
+ */
+function watchStateWrites(writes: StateWrites, manager: Manager, registry: Registry): void {
+  manager.addReadyzCheck('state', () => writes.readiness());
+  collectedGauge(registry, {
+    name: 'proxy_operator_state_writes_failing',
+    help: 'Standalone state files (state journal, lease checkpoint) that cannot be written now.',
+    collect() {
+      this.set(writes.failingCount);
+    },
+  });
 }
 
 /** The manager of one process: leader election, the probe port, the shutdown grace. */

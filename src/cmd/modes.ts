@@ -22,6 +22,7 @@ import { createLocalProvider } from '../provider/local/index.ts';
 import type { ProviderFactory } from '../provider/registry.ts';
 import { FileCheckpoint, leaseCheckpointPath } from '../runtime/embedded/lease-checkpoint.ts';
 import { acquireLock } from '../runtime/embedded/lock.ts';
+import type { StateWrites } from '../runtime/embedded/state-writes.ts';
 import { createEmbeddedStore, prepareStateDir } from '../runtime/embedded/store.ts';
 import type { KubeClients } from '../runtime/kube/client.ts';
 import { type LeaderElector, StandaloneElector } from '../runtime/leader/elector.ts';
@@ -43,6 +44,11 @@ export interface ModeParts {
   installationId: string;
   /** Where the leader keeps its lease checkpoint. */
   leaseCheckpoint: CheckpointStorage;
+  /**
+   * Standalone: whether the state directory takes writes (a full or read-only disk fails
+   * readiness; the process serves on from memory meanwhile).
+   */
+  stateWrites?: StateWrites;
   /** Tells the elector where this replica's discovery API answers, once listening. */
   advertiseDiscovery?: (url: string) => void;
 }
@@ -226,7 +232,11 @@ export async function standaloneParts(
     store,
     elector: new StandaloneElector(),
     installationId: store.installation.id,
-    leaseCheckpoint: new FileCheckpoint(leaseCheckpointPath(paths.statePath)),
+    leaseCheckpoint: new FileCheckpoint(
+      leaseCheckpointPath(paths.statePath),
+      store.writes.writer('lease checkpoint', leaseCheckpointPath(paths.statePath)),
+    ),
+    stateWrites: store.writes,
   };
 }
 

@@ -35,6 +35,8 @@ export interface CheckpointerOptions {
 export class LeaseCheckpointer {
   private readonly o: Required<Omit<CheckpointerOptions, 'registry'>>;
   private savedAt = -1;
+  /** The last save failed (logged once until one succeeds). */
+  private failing = false;
   private readonly saves;
   private readonly bytes;
 
@@ -102,10 +104,18 @@ export class LeaseCheckpointer {
       this.savedAt = changes;
       this.saves?.inc({ result: 'success' });
       this.bytes?.set(Buffer.byteLength(text));
+      if (this.failing) log.info({ where: storage.where }, 'lease checkpoint saved again');
+      this.failing = false;
       return true;
     } catch (err) {
       this.saves?.inc({ result: 'error' });
-      log.warn({ err, where: storage.where }, 'saving the lease checkpoint failed; retrying next interval');
+      // Once per outage, not every interval: a full disk would otherwise log every few seconds.
+      if (!this.failing)
+        log.warn(
+          { err, where: storage.where },
+          'saving the lease checkpoint failed; retrying every interval',
+        );
+      this.failing = true;
       return false;
     }
   }

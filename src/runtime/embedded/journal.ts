@@ -236,17 +236,24 @@ async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-/** The open state file: snapshot on open/compaction, appends in between. */
+/**
+ * The state file: snapshot on open/compaction, appends in between. Each append opens the file,
+ * writes, fdatasyncs and closes it: no descriptor stays open for writing between commits, so a
+ * snapshot's rename is followed by the next append whatever happened to the old file, and an
+ * administrator can remount the state directory read-only while the process runs.
+ */
 export class Journal {
   readonly path: string;
-  private fh: FileHandle | undefined;
+  private open = true;
+  /** Bytes of complete lines in the file: where a failed append is cut back to. */
+  private size = 0;
   private recordsSinceSnapshot = 0;
 
   private constructor(path: string) {
     this.path = path;
   }
 
-  /** Writes `state` as a fresh snapshot (atomically) and opens the file for appending. */
+  /** Writes `state` as a fresh snapshot (atomically). */
   static async create(path: string, state: PersistedState): Promise<Journal> {
     const j = new Journal(path);
     await j.snapshot(state);
@@ -268,37 +275,54 @@ export class Journal {
       objects: state.engine.objects,
       manifests: state.manifests,
     };
+    const text = `${JSON.stringify(header)}\n`;
     const tmp = `${this.path}.tmp-${process.pid}`;
-    const fh = await open(tmp, 'w', 0o600);
     try {
-      await fh.writeFile(`${JSON.stringify(header)}\n`);
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    try {
+      const fh = await open(tmp, 'w', 0o600);
+      try {
+        await fh.writeFile(text);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
       await rename(tmp, this.path);
     } catch (e) {
+      // A full disk leaves a partial temporary file: remove it, or it keeps the space taken.
       await unlink(tmp).catch(() => {});
       throw e;
     }
     await fsyncDir(dirname(this.path));
-    await this.fh?.close();
-    this.fh = await open(this.path, 'a', 0o600);
+    this.size = Buffer.byteLength(text);
     this.recordsSinceSnapshot = 0;
   }
 
-  /** Appends records and waits until they are on disk. */
+  /**
+   * Appends records and waits until they are on disk. A write that fails part-way (ENOSPC,
+   * EDQUOT, EIO) is cut back to the last complete record, so no torn line stays behind for a
+   * later append to follow; the caller rewrites the file whole (snapshot) before appending again.
+   */
   async append(records: JournalRecord[]): Promise<void> {
-    if (!this.fh) throw new Error('journal is closed');
+    if (!this.open) throw new Error('journal is closed');
     if (records.length === 0) return;
-    await this.fh.write(records.map((r) => `${JSON.stringify(r)}\n`).join(''));
-    await this.fh.datasync();
+    const data = Buffer.from(records.map((r) => `${JSON.stringify(r)}\n`).join(''));
+    const fh = await open(this.path, 'a', 0o600);
+    try {
+      // One write(2) may take only part of the buffer (a disk filling up): write the rest.
+      for (let done = 0; done < data.length; ) {
+        done += (await fh.write(data, done, data.length - done)).bytesWritten;
+      }
+      await fh.datasync();
+    } catch (e) {
+      await fh.truncate(this.size).catch(() => {}); // best effort: a torn last line is ignored on read
+      throw e;
+    } finally {
+      await fh.close();
+    }
+    this.size += data.length;
     this.recordsSinceSnapshot += records.length;
   }
 
   async close(): Promise<void> {
-    await this.fh?.close();
-    this.fh = undefined;
+    this.open = false;
   }
 }

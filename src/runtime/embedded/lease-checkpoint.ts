@@ -3,11 +3,13 @@
  * beside the state file (`<state>.leases`), kept apart from the object journal because it is
  * replaced whole every few seconds rather than appended to. Written atomically (temporary file,
  * fsync, rename, fsync of the directory): a crash leaves the previous checkpoint or the new
- * one, never a mix. The state lock already keeps a second process away from it.
+ * one, never a mix, and a save cut short by a full disk leaves no temporary file behind. The
+ * state lock already keeps a second process away from it.
  */
 import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { CheckpointStorage } from '../../lease/checkpoint.ts';
+import type { WriteHealth } from './state-writes.ts';
 
 export function leaseCheckpointPath(statePath: string): string {
   return `${statePath}.leases`;
@@ -16,10 +18,13 @@ export function leaseCheckpointPath(statePath: string): string {
 export class FileCheckpoint implements CheckpointStorage {
   readonly where: string;
   private readonly path: string;
+  private readonly health: WriteHealth | undefined;
 
-  constructor(path: string) {
+  /** `health`: told about every save, so a disk that stops taking them fails readiness. */
+  constructor(path: string, health?: WriteHealth) {
     this.path = path;
     this.where = path;
+    this.health = health;
   }
 
   async load(): Promise<string | undefined> {
@@ -32,18 +37,31 @@ export class FileCheckpoint implements CheckpointStorage {
   }
 
   async save(text: string): Promise<void> {
-    const tmp = `${this.path}.tmp-${process.pid}`;
-    const fh = await open(tmp, 'w', 0o600);
     try {
-      await fh.writeFile(text, 'utf8');
-      await fh.datasync();
+      await this.write(text);
     } catch (err) {
-      await fh.close();
+      this.health?.failed(err);
+      throw err;
+    }
+    this.health?.succeeded();
+  }
+
+  private async write(text: string): Promise<void> {
+    const tmp = `${this.path}.tmp-${process.pid}`;
+    try {
+      const fh = await open(tmp, 'w', 0o600);
+      try {
+        await fh.writeFile(text, 'utf8');
+        await fh.datasync();
+      } finally {
+        await fh.close();
+      }
+      await rename(tmp, this.path);
+    } catch (err) {
+      // A full disk leaves a partial temporary file: remove it, or it keeps the space taken.
       await unlink(tmp).catch(() => {});
       throw err;
     }
-    await fh.close();
-    await rename(tmp, this.path);
     const dir = await open(dirname(this.path), 'r');
     try {
       await dir.sync();

@@ -125,7 +125,8 @@ export class ManifestSync {
       this.reacting = true;
       if (this.again) {
         this.again = false;
-        void this.rescan();
+        // Nobody awaits the rerun: a failure is logged, never an unhandled rejection.
+        this.rescanLogged();
       }
     });
     return this.scanning;

@@ -3,9 +3,11 @@
  * files (ManifestSync); everything the operator writes (status, finalizers, annotations,
  * generated Secrets, ProviderHealths) lives in a journaled state file (Persister) that is
  * durable before any write resolves, so a restart — even after kill -9 — resumes with the same
- * UIDs, credentials, instance IDs and installation id. A lock file keeps a second process off
- * the state; a caller that must outlive the store's last write (the CLI: listeners, lease
- * checkpoint) takes the lock itself and passes it in.
+ * UIDs, credentials, instance IDs and installation id. A disk that stops taking writes while
+ * running does not stop the process: it serves from memory, fails readiness and rewrites the
+ * whole state once the disk takes it again (persister, state-writes). A lock file keeps a
+ * second process off the state; a caller that must outlive the store's last write (the CLI:
+ * listeners, lease checkpoint) takes the lock itself and passes it in.
  */
 import { mkdirSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -30,6 +32,7 @@ import { acquireLock, type Lock } from './lock.ts';
 import { ManifestSync } from './manifest-sync.ts';
 import type { ManifestError, ProxyValidator } from './manifests.ts';
 import { Persister } from './persister.ts';
+import { StateWrites } from './state-writes.ts';
 
 export interface EmbeddedStoreOptions {
   /** A manifest file or a directory of them; omit to run on the state file alone. */
@@ -52,6 +55,8 @@ export interface EmbeddedStoreOptions {
   allowEmptyManifests?: boolean;
   /** Journal records after which the state file is rewritten as a snapshot (default 5000). */
   compactAfterRecords?: number;
+  /** Backoff between rewrites of a state file that cannot be written (default 500 ms to 10 s). */
+  retryMs?: { initial: number; max: number };
   /** `--installation-id`: must agree with the id the state keeps, else is kept in it. */
   installationId?: string;
   /**
@@ -71,6 +76,11 @@ export interface EmbeddedStore extends ObjectStore {
   flush(): Promise<void>;
   /** The installation id kept in the state, and where it came from at this start. */
   readonly installation: ResolvedInstallation;
+  /**
+   * Whether the state directory takes writes; files the caller writes beside the state file
+   * (the lease checkpoint) report here too, so one readiness check covers them all.
+   */
+  readonly writes: StateWrites;
 }
 
 /**
@@ -148,15 +158,19 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
       { installation: installationId, statePath, from: installation.source },
       'installation id is now kept in the state file',
     );
-  const persister: Persister = new Persister(
+  const writes = new StateWrites(log, clock);
+  const persister: Persister = new Persister({
     journal,
-    () => ({
+    snapshot: () => ({
       state: { engine: engine.snapshot(), manifests: sync.bookkeeping(), installationId },
       seq: persister.sequence,
     }),
     log,
-    opts.compactAfterRecords ?? 5000,
-  );
+    compactAfter: opts.compactAfterRecords ?? 5000,
+    health: writes.writer('state file', statePath),
+    clock,
+    ...(opts.retryMs ? { retryMs: opts.retryMs } : {}),
+  });
   const sync = new ManifestSync({
     engine,
     manifestsPath: opts.manifests ? resolve(opts.manifests) : undefined,
@@ -207,6 +221,7 @@ async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): 
     manifestErrors: () => sync.manifestErrors(),
     flush: () => persister.durable(),
     installation,
+    writes,
     // The signal is not a stop: the manager stops the store after its runnables drained, so
     // their last writes still reach the journal.
     async start(_signal: AbortSignal) {
