@@ -7,7 +7,9 @@
  * started — also when interrupted, however often (scripts/test/session.ts). Arguments after
  * `npm test --` go to vitest, and the kube and KVM suites are then left out (it says so).
  * `--tier integration` and `--tier e2e` (npm run test:integration, test:e2e) run one tier, with
- * the same machine set-up but no type-check or lint (scripts/test/tiers.ts). See docs/testing.md.
+ * the same machine set-up but no type-check or lint (scripts/test/tiers.ts). Before the tests it
+ * makes (or finds cached) the private schemathesis venv of the API fuzzing test. See
+ * docs/testing.md.
  */
 import { spawnSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
@@ -68,6 +70,8 @@ async function main(): Promise<number> {
     say(`the ${run.tier} tier only: no type-check or lint (npm test runs them)`);
   }
   for (const note of run.notes) say(note);
+  // Cached after the first run; without root too (it needs a writable cache and PyPI).
+  for (const s of run.setup) step(s.what, s.command, s.args);
 
   // From here on every process this run starts is stopped again, also on Ctrl-C (twice).
   return runSession({

@@ -4,7 +4,8 @@
  * (test/e2e/kube, its control plane built first) and the KVM suite (test/e2e/kvm, its guest
  * image built first as root); `npm run test:integration` and `npm run test:e2e` run one tier
  * (`--tier <name>`). Arguments after `--` go to vitest and leave the kube and KVM suites out.
- * See docs/testing.md.
+ * Before the tests, the schemathesis virtual environment of the integration tier's API fuzzing
+ * is made (or found cached). See docs/testing.md.
  */
 import { join } from 'node:path';
 import { GUEST_IMAGE_SCRIPT } from './prerequisites.ts';
@@ -13,6 +14,8 @@ import type { FollowUp } from './session.ts';
 export const KUBE_TIER_CONFIG = 'test/e2e/kube/vitest.config.ts';
 export const KVM_TIER_CONFIG = 'test/e2e/kvm/vitest.config.ts';
 export const CONTROL_PLANE_BUILD = 'test/e2e/kube/control-plane/build.sh';
+/** Creates (or finds cached) the private venv test/integration/discovery/openapi-fuzz.test.ts runs. */
+export const FUZZ_VENV_SCRIPT = 'scripts/ci/schemathesis/venv.sh';
 
 /** The tiers run.ts can run alone; `unit` needs no machine set-up and runs as plain vitest. */
 export const RUN_TIERS = ['integration', 'e2e'] as const;
@@ -25,12 +28,24 @@ export interface RunPlan {
   checks: boolean;
   /** libvirtd + sshd are needed (the kvm provider tests and the KVM suite are e2e). */
   daemons: boolean;
+  /**
+   * Run to their end before the tests; a failure stops the run with that step's exit code (a
+   * set-up that fails fails loudly, never a test that skips).
+   */
+  setup: SetupStep[];
   /** Arguments of the main vitest run. */
   vitestArgs: string[];
   /** After it: the kube and KVM suites, each behind its build. */
   afterwards: FollowUp[];
   /** What the run says before it starts (suites left out, and why). */
   notes: string[];
+}
+
+export interface SetupStep {
+  /** Said when it fails. */
+  what: string;
+  command: string;
+  args: string[];
 }
 
 /** Reads run.ts's arguments: an optional leading `--tier <name>` (or `--tier=<name>`), then vitest's. */
@@ -117,10 +132,16 @@ export function planRun(o: {
   } else if (withSuites) {
     afterwards = [...kubeSuite(vitest), ...kvmSuite(vitest, o.isRoot)];
   }
+  // The API fuzzing is an integration test: the e2e tier alone needs no schemathesis.
+  const setup: SetupStep[] =
+    o.tier === 'e2e'
+      ? []
+      : [{ what: 'the schemathesis virtual environment', command: 'bash', args: [FUZZ_VENV_SCRIPT] }];
   return {
     tier: o.tier,
     checks: o.tier === undefined,
     daemons: withSuites,
+    setup,
     vitestArgs: ['run', ...(o.tier ? ['--project', o.tier] : []), ...o.args],
     afterwards,
     notes,

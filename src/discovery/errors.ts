@@ -1,7 +1,7 @@
 /**
  * discovery/errors — the API's one error shape, `{error:{code,message,field?}}`, for every
- * refusal: field errors are 400s, Fastify's own refusals (content type, size, bad URL, an
- * over-long path parameter, an oversized or timed-out request head) keep their status but get
+ * refusal: field errors are 400s, Fastify's own refusals (content type or charset, size, bad URL,
+ * an over-long path parameter, an oversized or timed-out request head) keep their status but get
  * the shape, anything else is a 500 whose detail goes to the log, never to the client. A message
  * never carries more than a short prefix of what the client sent.
  */
@@ -16,10 +16,17 @@ import type {
 } from 'fastify';
 import type { Logger } from 'pino';
 import { LeaseInputError, TooManyLeasesError } from '../lease/errors.ts';
-import { FieldError } from './validation.ts';
+import { ROUTES } from './schemas.ts';
+import { FieldError, MediaTypeError } from './validation.ts';
 
-/** Longest path parameter (a lease ID) routed at all; the schema says the same. */
+/** Longest path parameter (a lease ID, a session ID, a dashboard file); the schemas say the same. */
 export const MAX_PARAM_LENGTH = 128;
+/**
+ * What the router itself lets through: it counts UTF-16 code units, the schemas count characters,
+ * and a character outside the BMP is two units. Anything longer is surely over MAX_PARAM_LENGTH;
+ * anything shorter reaches the schema, whose 400 names the field.
+ */
+export const ROUTER_MAX_PARAM_LENGTH = 2 * MAX_PARAM_LENGTH;
 const MAX_MESSAGE = 300;
 const MAX_FIELD = 100;
 
@@ -34,10 +41,43 @@ export function errorBody(code: string, message: string, field?: string) {
   };
 }
 
+function decoded(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+/**
+ * The name of the path parameter that made `path` unroutable by its length (`id`, `file`): the
+ * route whose fixed segments `path` has, at the parameter that is too long.
+ */
+export function overlongParam(path: string): string | undefined {
+  const segments = path.split('/');
+  for (const def of Object.values(ROUTES)) {
+    const pattern = def.url.split('/');
+    if (pattern.length !== segments.length) continue;
+    let name: string | undefined;
+    const fits = pattern.every((p, i) => {
+      const seg = segments[i] ?? '';
+      if (!p.startsWith(':')) return p === seg;
+      if (decoded(seg).length > ROUTER_MAX_PARAM_LENGTH) name ??= p.slice(1);
+      return true;
+    });
+    if (fits && name) return name;
+  }
+  return undefined;
+}
+
 /** Fastify answers these before any route or hook runs; they get the documented shape too. */
-function frameworkError(err: FastifyError, _req: FastifyRequest, reply: FastifyReply): void {
+function frameworkError(err: FastifyError, req: FastifyRequest, reply: FastifyReply): void {
   if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') {
-    reply.code(400).send(errorBody('bad_request', `id is longer than ${MAX_PARAM_LENGTH} characters`, 'id'));
+    const name = overlongParam(req.url.split('?')[0] ?? '');
+    const what = name ?? 'a path parameter';
+    reply
+      .code(400)
+      .send(errorBody('bad_request', `${what} is longer than ${MAX_PARAM_LENGTH} characters`, name));
     return;
   }
   if (err.code === 'FST_ERR_BAD_URL') {
@@ -101,6 +141,9 @@ export interface Refusal {
 export function refusalOf(err: unknown, bodyLimit: number): Refusal | undefined {
   if (err instanceof FieldError || err instanceof LeaseInputError) {
     return { status: 400, body: errorBody('bad_request', err.message, err.field) };
+  }
+  if (err instanceof MediaTypeError) {
+    return { status: 415, body: errorBody('unsupported_media_type', err.message) };
   }
   if (err instanceof TooManyLeasesError) {
     return { status: 503, retryAfter: '1', body: errorBody('too_many_leases', err.message) };

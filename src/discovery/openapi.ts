@@ -54,7 +54,13 @@ function operation(operationId: OperationId, route: RouteDef): Json {
   const params = parameters(route);
   if (params.length > 0) op.parameters = params;
   if (route.schema.body) {
-    op.requestBody = { required: false, content: { 'application/json': { schema: ref(route.schema.body) } } };
+    // A missing body is read as `{}`: optional only where `{}` is a valid body (a lease with every
+    // default), required where the body has required fields (a report needs `result`).
+    const needed = ((route.schema.body as { required?: string[] }).required ?? []).length > 0;
+    op.requestBody = {
+      required: needed,
+      content: { 'application/json': { schema: ref(route.schema.body) } },
+    };
   }
   op.security = route.auth ? [{ bearer: [] }] : [];
   return op;

@@ -329,7 +329,15 @@ export type RouteHandler<S extends RouteSchema> = (
 
 const common = {
   401: 'Missing or wrong bearer token.',
-  400: 'Malformed request; `error.field` names the field.',
+  400: 'Malformed request (a field out of its schema, a body that is not JSON or gives a key twice); `error.field` names the field.',
+};
+
+/** Refusals a route can meet by its shape alone (see the loop after the table). */
+const byShape = {
+  400: common[400],
+  413: 'Body larger than 16 KiB.',
+  415: 'Content type is not application/json, or its charset is not UTF-8.',
+  431: 'Request line and headers larger than the server reads (a long query string).',
 };
 
 /** Keeps each route's own schema types, so its handler is typed by them. */
@@ -380,8 +388,6 @@ export const ROUTES = {
       201: 'Granted.',
       409: 'Nothing leasable; the body explains why and `retryAt` says when to ask again (also as `Retry-After`).',
       ...common,
-      413: 'Body larger than 16 KiB.',
-      415: 'Content type is not application/json.',
     },
     schema: {
       body: LeaseRequestBody,
@@ -509,10 +515,14 @@ export const ROUTES = {
     summary:
       "A gateway replica's sync with the leader's hub (docs/gateway.md): its share of each upstream's capacity, reports, and the cooldowns it has not seen. Internal: gateway replicas call it.",
     auth: true,
-    statuses: { 200: 'The hub’s answer (at most `waitMs` later when a watch has no news).', ...common },
+    statuses: {
+      200: 'The hub’s answer (at most `waitMs` later when a watch has no news).',
+      404: "Not served here: this process's gateway does not run in cluster mode.",
+      ...common,
+    },
     schema: {
       body: SyncRequestBody,
-      response: { 200: SyncAnswerBody, 400: ErrorBody, 401: ErrorBody },
+      response: { 200: SyncAnswerBody, 404: ErrorBody, 400: ErrorBody, 401: ErrorBody },
     },
   }),
 };
@@ -529,6 +539,25 @@ type Served<D> =
 
 /** The handler of every route, each typed by its route's schemas. */
 export type Handlers = { [K in OperationId]: RouteHandler<Served<(typeof ROUTES)[K]>> };
+
+/** Adds a refusal to a route's statuses and responses unless it declares that status itself. */
+function declare(def: RouteDef, status: keyof typeof byShape): void {
+  def.statuses[status] ??= byShape[status];
+  def.schema.response[status] ??= ErrorBody;
+}
+
+// What any route can meet by its shape, declared once here so no route's list misses one:
+// anything with a parameter, query or body a 400; a body 413 and 415; a query string that can
+// outgrow the request head (a selector of 4096 characters, percent-encoded) 431.
+for (const def of Object.values(ROUTES) as RouteDef[]) {
+  const { params, querystring, body } = def.schema;
+  if (params || querystring || body) declare(def, 400);
+  if (body) {
+    declare(def, 413);
+    declare(def, 415);
+  }
+  if (querystring) declare(def, 431);
+}
 
 // Every /v1 route can meet a replica without a leader; a grant can also meet the lease cap.
 for (const [operationId, def] of Object.entries(ROUTES) as [OperationId, RouteDef][]) {

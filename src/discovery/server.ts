@@ -21,7 +21,7 @@ import {
 } from '../metrics/listener.ts';
 import { bearerGuard, expectedToken } from './auth.ts';
 import { installAuthority, type LeaseAuthority } from './authority.ts';
-import { errorOptions, installErrorHandling, MAX_PARAM_LENGTH } from './errors.ts';
+import { errorOptions, installErrorHandling, ROUTER_MAX_PARAM_LENGTH } from './errors.ts';
 import { hostAdmitter, hostGuard } from './host.ts';
 import { type ApiOperation, apiHandlers, registerRoutes } from './routes.ts';
 import type { Handlers } from './schemas.ts';
@@ -102,7 +102,7 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
     logger: false,
     bodyLimit: BODY_LIMIT_BYTES,
     return503OnClosing: true,
-    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    routerOptions: { maxParamLength: ROUTER_MAX_PARAM_LENGTH },
     serverFactory: (handler) => createListener(handler, limits, opts.tls),
     ...errorOptions(),
   });

@@ -1,12 +1,12 @@
 /**
- * discovery/validation — turns malformed requests into precise 400s: a JSON-only body parser and
- * a TypeBox validator whose errors name the one field at fault (see docs/lease-api.md).
+ * discovery/validation — turns malformed requests into precise 400s: a JSON-only body parser
+ * (UTF-8 only, every object key once) and a TypeBox validator whose errors name the one field at
+ * fault (see docs/lease-api.md).
  */
 import type { FastifyInstance, FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify';
 import type { TSchema } from 'typebox';
 import { Compile } from 'typebox/compile';
-import { Value } from 'typebox/value';
-import { childPath, formatPath, pointerSegments } from '../api/schema-errors.ts';
+import { childPath, formatPath, type PathSegment, pointerSegments } from '../api/schema-errors.ts';
 import { UPSTREAM_KEY_PATTERN } from '../gateway/share.ts';
 import { NAMESPACE_PATTERN, NAMESPACE_RULE } from '../lease/input.ts';
 
@@ -24,6 +24,15 @@ export class FieldError extends Error {
     super(message);
     this.name = 'FieldError';
     this.field = field;
+  }
+}
+
+/** A 415: the body is JSON in a charset the API does not read (it reads UTF-8 only). */
+export class MediaTypeError extends Error {
+  readonly statusCode = 415;
+  constructor(message: string) {
+    super(message);
+    this.name = 'MediaTypeError';
   }
 }
 
@@ -81,12 +90,38 @@ export function toFieldError(
 
 /**
  * Whether values of a path or query schema need converting from the strings a URL carries: only
- * when some property is not a string. Converting clones the value, on every request.
+ * when some property is not a string. Converting copies the value, on every request.
  */
 function needsConversion(schema: TSchema): boolean {
   const properties = (schema as { properties?: Record<string, { type?: unknown }> }).properties;
   if (!properties) return true;
   return Object.values(properties).some((p) => p.type !== 'string');
+}
+
+const URL_INTEGER = /^-?(?:0|[1-9][0-9]*)$/;
+const URL_NUMBER = /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$/;
+
+/**
+ * The strings of a query or path object converted to the types its schema declares — only those
+ * written as such: `after=5` is 5, but `after=true`, `after=`, `after=0x10` and `after= 5` stay
+ * strings and so fail the schema. (TypeBox's Value.Convert reads `true` as 1 and `""` as 0.)
+ */
+export function convertUrlValues(schema: TSchema, value: unknown): unknown {
+  if (typeof value !== 'object' || value === null) return value;
+  const properties = (schema as { properties?: Record<string, { type?: unknown }> }).properties ?? {};
+  let out: Record<string, unknown> | undefined;
+  for (const [key, v] of Object.entries(value)) {
+    if (typeof v !== 'string') continue;
+    const type = properties[key]?.type;
+    let converted: unknown;
+    if (type === 'integer' && URL_INTEGER.test(v)) converted = Number(v);
+    else if (type === 'number' && URL_NUMBER.test(v)) converted = Number(v);
+    else if (type === 'boolean' && (v === 'true' || v === 'false')) converted = v === 'true';
+    else continue;
+    out ??= { ...value };
+    out[key] = converted;
+  }
+  return out ?? value;
 }
 
 /** A checked value, or the 400 that names the field at fault. */
@@ -101,7 +136,7 @@ export function requestValidator(schema: TSchema, httpPart: string | undefined):
     // A POST without a body means "all defaults", not "body must be object" (a JSON `null`
     // never gets here: the body parser refuses it).
     let input = httpPart === 'body' && (value === null || value === undefined) ? {} : value;
-    if (convert) input = Value.Convert(schema, input);
+    if (convert) input = convertUrlValues(schema, input);
     if (check.Check(input)) return { value: input };
     const errors = [...check.Errors(input)] as unknown as FastifySchemaValidationError[];
     return { error: toFieldError(part, errors, input) };
@@ -112,8 +147,54 @@ const validatorCompiler: FastifySchemaCompiler<TSchema> = (route) =>
   requestValidator(route.schema, route.httpPart);
 
 /**
- * A request body as the API reads it: JSON only, blank text is no body (undefined), and `null`
- * is refused — it is a value the client wrote, not an absent body.
+ * The path of the first object key that `text` (valid JSON) holds twice, or undefined. JSON.parse
+ * keeps the last of them silently, so `{"ttlSeconds":60,"ttlSeconds":3600}` would mean whatever
+ * the client's serialiser happened to put last. Keys compare as decoded (`"a"` = `"\u0061"`).
+ */
+export function duplicateKey(text: string): PathSegment[] | undefined {
+  // One frame per open container: an object's keys so far (and the one being read), or an
+  // array's current index; together they are the path to where the scan is.
+  type Frame = { keys: Set<string>; key: string } | { index: number };
+  const stack: Frame[] = [];
+  let keyNext = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      let end = i + 1;
+      while (text.charCodeAt(end) !== 0x22) end += text.charCodeAt(end) === 0x5c ? 2 : 1;
+      const top = stack.at(-1);
+      if (keyNext && top && 'keys' in top) {
+        const raw = text.slice(i, end + 1);
+        const key = raw.includes('\\') ? (JSON.parse(raw) as string) : raw.slice(1, -1);
+        if (top.keys.has(key)) {
+          const path = stack.slice(0, -1).map((f) => ('keys' in f ? f.key : f.index));
+          return [...path, key];
+        }
+        top.keys.add(key);
+        top.key = key;
+        keyNext = false;
+      }
+      i = end;
+    } else if (c === 0x7b) {
+      stack.push({ keys: new Set(), key: '' });
+      keyNext = true;
+    } else if (c === 0x5b) {
+      stack.push({ index: 0 });
+    } else if (c === 0x7d || c === 0x5d) {
+      stack.pop();
+      keyNext = false;
+    } else if (c === 0x2c) {
+      const top = stack.at(-1);
+      if (top && 'keys' in top) keyNext = true;
+      else if (top) top.index++;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * A request body as the API reads it: JSON only, blank text is no body (undefined), `null` is
+ * refused — it is a value the client wrote, not an absent body — and so is a key given twice.
  */
 export function parseJsonBody(text: string): Checked {
   if (text.trim() === '') return { value: undefined };
@@ -124,15 +205,71 @@ export function parseJsonBody(text: string): Checked {
     return { error: new FieldError('body', `body is not valid JSON: ${(err as Error).message}`) };
   }
   if (parsed === null) return { error: new FieldError('body', 'body must be a JSON object, not null') };
+  // Only objects have keys to repeat.
+  if (typeof parsed === 'object') {
+    const dup = duplicateKey(text);
+    if (dup) {
+      const field = formatPath(dup.map((s) => (typeof s === 'string' ? shorten(s) : s)));
+      return {
+        error: new FieldError(field, `${field} appears more than once in body; each key may be given once`),
+      };
+    }
+  }
   return { value: parsed };
 }
 
-/** Installs the validator and the body parser: only JSON bodies (else 415), empty JSON = no body. */
+/** The charset parameter of a Content-Type header, lowercased and unquoted; undefined without one. */
+export function charsetOf(contentType: string | undefined): string | undefined {
+  if (!contentType) return undefined;
+  for (const param of contentType.split(';').slice(1)) {
+    const eq = param.indexOf('=');
+    if (eq < 0 || param.slice(0, eq).trim().toLowerCase() !== 'charset') continue;
+    return param
+      .slice(eq + 1)
+      .trim()
+      .replace(/^"(.*)"$/, '$1')
+      .toLowerCase();
+  }
+  return undefined;
+}
+
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * The body's bytes as JSON text: JSON is UTF-8 (RFC 8259), so a body in another charset is a 415
+ * that names it (never read as UTF-8, which would turn UTF-16 into garbage that may still parse),
+ * and bytes that are not UTF-8 are a 400. A leading byte-order mark is dropped.
+ */
+export function decodeJsonBody(
+  bytes: Uint8Array,
+  contentType: string | undefined,
+): { text: string; error?: undefined } | { error: FieldError | MediaTypeError } {
+  const charset = charsetOf(contentType);
+  if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+    return {
+      error: new MediaTypeError(
+        `charset "${shorten(charset)}" is not supported: send the body as UTF-8 (application/json, or application/json; charset=utf-8)`,
+      ),
+    };
+  }
+  try {
+    return { text: UTF8.decode(bytes) };
+  } catch {
+    return { error: new FieldError('body', 'body is not valid UTF-8') };
+  }
+}
+
+/**
+ * Installs the validator and the body parser: only JSON bodies (else 415), in UTF-8 (else 415),
+ * empty JSON = no body.
+ */
 export function installValidation(app: FastifyInstance): void {
   app.setValidatorCompiler(validatorCompiler);
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
-    const parsed = parseJsonBody(body as string);
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
+    const decoded = decodeJsonBody(body as Buffer, req.headers['content-type']);
+    if (decoded.error) return done(decoded.error, undefined);
+    const parsed = parseJsonBody(decoded.text);
     if (parsed.error) done(parsed.error, undefined);
     else done(null, parsed.value);
   });

@@ -1,13 +1,14 @@
 /**
  * scripts/test/tiers — what `npm test`, `npm run test:integration` and `npm run test:e2e` run: the
- * vitest projects, the kube and KVM suites after them (each behind its build, the guest image
- * built only as root), and what arguments after `--` leave out; and that every test file is in
+ * set-up before the tests (the schemathesis venv), the vitest projects, the kube and KVM suites
+ * after them (each behind its build, the guest image built only as root), and what arguments
+ * after `--` leave out; and that every test file is in
  * the directory of a tier, which is what puts it in a vitest project.
  */
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseRunArgs, planRun } from '../../../scripts/test/tiers.ts';
+import { FUZZ_VENV_SCRIPT, parseRunArgs, planRun } from '../../../scripts/test/tiers.ts';
 
 const BIN = '/repo/node_modules/.bin';
 const plan = (argv: string[], isRoot = true) => {
@@ -31,6 +32,16 @@ describe('npm test', () => {
       ['kvm', false, `${BIN}/vitest`, 'run', '--config', 'test/e2e/kvm/vitest.config.ts'],
     ]);
     expect(p.notes).toEqual([]);
+  });
+
+  it('makes the schemathesis venv of the API fuzzing first, unless only the e2e tier runs', () => {
+    const venv = [
+      { what: 'the schemathesis virtual environment', command: 'bash', args: [FUZZ_VENV_SCRIPT] },
+    ];
+    expect(plan([]).setup).toEqual(venv);
+    expect(plan(['test/unit/lease']).setup).toEqual(venv);
+    expect(plan(['--tier', 'integration']).setup).toEqual(venv);
+    expect(plan(['--tier', 'e2e']).setup).toEqual([]);
   });
 
   it('builds no guest image when not root (the KVM test then names the command)', () => {
