@@ -5,9 +5,10 @@
  * Teardown at once, so a later start-up failure closes it.
  */
 import { existsSync, statSync } from 'node:fs';
-import { hostname } from 'node:os';
+import { hostname, networkInterfaces } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
+import { canonicalAddressText, type OperatorEndpoints } from '../config/egress.ts';
 import type { CheckpointStorage } from '../lease/checkpoint.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
@@ -133,6 +134,40 @@ export function operatorPorts(
 }
 
 /**
+ * The operator's own listeners as Squid proxies elsewhere must keep them closed (provider/squid
+ * config): its ports (operatorPorts) on every address this process has, read when the providers
+ * are built. That is this machine's interface addresses in standalone mode, and the Pod's in a
+ * cluster, where `POD_IP`/`POD_IPS` (downward API) add the Pod IPs should the interfaces not
+ * show them (a sidecar network namespace). Loopback is left out: from a Pod or a VM it is that
+ * proxy itself, and the default policy denies it. Service cluster IPs are not known here (the
+ * operator reads no Services); they are private and stay denied unless allowCIDRs opens them.
+ */
+export function operatorEndpoints(
+  flags: Parameters<typeof operatorPorts>[0],
+  env: NodeJS.ProcessEnv = process.env,
+  interfaces: ReturnType<typeof networkInterfaces> = networkInterfaces(),
+): OperatorEndpoints {
+  const seen = new Set<string>();
+  const raw = [
+    ...Object.values(interfaces).flatMap((list) =>
+      (list ?? []).filter((i) => !i.internal).map((i) => i.address),
+    ),
+    ...[env.POD_IP, ...(env.POD_IPS ?? '').split(',')].map((a) => a?.trim() ?? ''),
+  ];
+  for (const a of raw) {
+    // A link-local address carries its interface (fe80::1%eth0); the address alone is what a peer dials.
+    const c = canonicalAddressText(a.split('%')[0] as string);
+    if (c !== undefined && !c.startsWith('127.') && c !== '::1') seen.add(c);
+  }
+  const { ports, probePort } = operatorPorts(flags);
+  return {
+    addresses: [...seen].sort(),
+    ports: [...new Set(ports)].sort((a, b) => a - b),
+    ...(probePort === undefined ? {} : { probePort }),
+  };
+}
+
+/**
  * The source addresses the Proxies of a provider hold in status, read from the object store's
  * cache when a local proxy is created (creates are rare; a list is cheap enough).
  */
@@ -183,11 +218,17 @@ export function providerFactories(
         config: entry.gcp,
         log: deps.log,
         wireLog: flags.gcpWireFullPayloads,
+        operator: operatorEndpoints(flags),
       });
     },
     kvm: (entry, deps) => {
       if (!entry.kvm) throw new Error('the kvm block is required for a provider of type kvm');
-      return createKvmProvider({ name: entry.name, config: entry.kvm, log: deps.log });
+      return createKvmProvider({
+        name: entry.name,
+        config: entry.kvm,
+        log: deps.log,
+        operator: operatorEndpoints(flags),
+      });
     },
   };
 }
@@ -311,6 +352,7 @@ export async function operatorParts(
       core: kube.core,
       apiHost: kc.getCurrentCluster()?.server ?? '',
       log: deps.log,
+      operator: operatorEndpoints(flags),
     });
   return {
     store,

@@ -3,6 +3,8 @@
  * model"): the default deny list, the effective deny list once a provider's `allowCIDRs` and
  * `denyCIDRs` are applied, and the address matcher the local proxy checks resolved addresses
  * with. Squid gets the same effective list as `dst` ACLs, so both kinds of proxy decide alike.
+ * IPv6 addresses that stand for an IPv4 one are decided by that IPv4 address: IPv4-mapped ones
+ * here (canonicalAddress), NAT64 and 6to4 ones through their images in the effective list.
  */
 import { isIP } from 'node:net';
 
@@ -17,7 +19,11 @@ export interface EgressPolicyConfig {
  * What a lease holder must never reach through a proxy: this host and its loopback services,
  * link-local (cloud metadata at 169.254.169.254), private and carrier-grade NAT ranges (the
  * cluster's Pods and Services, the VPC, the home LAN), and the unspecified addresses, which
- * Linux connects to loopback.
+ * Linux connects to loopback. Also the ranges no public site lives in and that reach something
+ * local instead: IETF protocol assignments (192.0.0.0/24: DS-Lite and NAT64 translator
+ * endpoints), multicast (224.0.0.0/4, ff00::/8), the reserved 240.0.0.0/4 with the broadcast
+ * address, and the local-use NAT64 prefix (64:ff9b:1::/48, a translator of this network).
+ * Documentation ranges (192.0.2.0/24, 2001:db8::/32 …) are not listed: they route nowhere.
  */
 export const DEFAULT_DENY_CIDRS: readonly string[] = [
   '0.0.0.0/8',
@@ -26,16 +32,46 @@ export const DEFAULT_DENY_CIDRS: readonly string[] = [
   '127.0.0.0/8',
   '169.254.0.0/16',
   '172.16.0.0/12',
+  '192.0.0.0/24',
   '192.168.0.0/16',
+  '224.0.0.0/4',
+  '240.0.0.0/4',
   '::/128',
   '::1/128',
+  '64:ff9b:1::/48',
   'fc00::/7',
   'fe80::/10',
+  'ff00::/8',
+];
+
+/**
+ * IPv6 prefixes whose addresses carry an IPv4 address a translator or relay forwards to: the
+ * well-known NAT64 prefix (RFC 6052: the IPv4 address in the last 32 bits) and 6to4 (RFC 3056:
+ * in the 32 bits after 2002::/16). A denied IPv4 range is denied inside both too.
+ */
+const IPV4_EMBEDDING: readonly { prefix: bigint; shift: bigint }[] = [
+  { prefix: 0x64ff9bn << 96n, shift: 0n },
+  { prefix: 0x2002n << 112n, shift: 80n },
 ];
 /** CONNECT tunnels go to HTTPS only unless a provider says otherwise. */
 export const DEFAULT_CONNECT_PORTS: readonly number[] = [443];
 /** Absolute-form `http://` requests may use port 80 and every CONNECT port. */
 export const HTTP_PORT = 80;
+
+/**
+ * The operator's own listeners as seen from a proxy it runs elsewhere (a Pod, a VM): the
+ * addresses it is reachable at and the ports it listens on. Squid denies (one of these
+ * addresses AND one of these ports) before any other rule, whatever `allowCIDRs` opens; the
+ * local proxies apply the same rule to this host (provider/local/egress).
+ */
+export interface OperatorEndpoints {
+  /** IP addresses in canonical text form (canonicalAddressText), sorted, no duplicates. */
+  addresses: string[];
+  /** Discovery API, metrics, health probes, gateway; sorted, no duplicates. */
+  ports: number[];
+  /** The discovery API's port: `GET`/`HEAD /generate_204` there stays open (the public probe). */
+  probePort?: number;
+}
 
 /** A policy with every default applied and the deny list resolved. */
 export interface EgressPolicy {
@@ -57,7 +93,8 @@ const BITS = { 4: 32n, 6: 128n } as const;
 
 /** The address as an integer, or undefined when it is not an IP address. */
 export function ipToBigInt(address: string): { family: 4 | 6; value: bigint } | undefined {
-  const family = isIP(address);
+  // isIP accepts a zone index (fe80::1%eth0); it names an interface, not an address.
+  const family = address.includes('%') ? 0 : isIP(address);
   if (family === 4) {
     const v = address.split('.').reduce((acc, o) => (acc << 8n) | BigInt(Number(o)), 0n);
     return { family: 4, value: v };
@@ -85,6 +122,16 @@ export function canonicalAddress(address: string): { family: 4 | 6; value: bigin
   const ip = ipToBigInt(address);
   if (ip?.family === 6 && ip.value >> 32n === 0xffffn) return { family: 4, value: ip.value & 0xffffffffn };
   return ip;
+}
+
+/**
+ * canonicalAddress as text: IPv4 dotted-decimal, IPv6 in RFC 5952 form without brackets;
+ * undefined when `address` is not an IP address. The one spelling sites, egress checks and
+ * dialled addresses use, so `::ffff:1.2.3.4` and `1.2.3.4` are one destination.
+ */
+export function canonicalAddressText(address: string): string | undefined {
+  const ip = canonicalAddress(address);
+  return ip && formatAddress(ip.family, ip.value);
 }
 
 /** Why `s` is not a usable CIDR range, or undefined when it is one. */
@@ -145,6 +192,16 @@ function subtract(ranges: Range[], hole: Range): Range[] {
   });
 }
 
+/** Where the addresses of an IPv4 range appear inside each IPv4-embedding IPv6 prefix. */
+function embeddedImages(r: Range): Range[] {
+  if (r.family !== 4) return [];
+  return IPV4_EMBEDDING.map(({ prefix, shift }) => ({
+    family: 6 as const,
+    start: prefix | (r.start << shift),
+    end: prefix | (r.end << shift) | ((1n << shift) - 1n),
+  }));
+}
+
 /** The fewest CIDR blocks covering exactly the range. */
 function rangeToCidrs(r: Range): string[] {
   const out: string[] = [];
@@ -186,18 +243,26 @@ export function formatAddress(family: 4 | 6, value: bigint): string {
 /**
  * Applies the defaults: `allowCIDRs` punches holes in the default deny list only, and
  * `denyCIDRs` always win, so an operator can open a lab subnet and still close one host in it.
- * Throws on a CIDR the validator would have refused.
+ * Every IPv4 range denied in the end is then denied at its NAT64 and 6to4 images as well
+ * (10.0.0.0/8 adds 64:ff9b::a00:0/104 and 2002:a00::/24): the same list serves the local
+ * matcher and Squid's `dst` ACLs, and NAT64 to a public address (DNS64 in an IPv6-only
+ * cluster) keeps working. An IPv6 `allowCIDRs` entry does not open an image; allowing the IPv4
+ * range does. Throws on a CIDR the validator would have refused.
  */
 export function resolveEgressPolicy(cfg: EgressPolicyConfig = {}): EgressPolicy {
   let denied = merge(DEFAULT_DENY_CIDRS.map(parseCidr));
   for (const hole of (cfg.allowCIDRs ?? []).map(parseCidr)) denied = subtract(denied, hole);
   denied = merge([...denied, ...(cfg.denyCIDRs ?? []).map(parseCidr)]);
+  denied = merge([...denied, ...denied.flatMap(embeddedImages)]);
   const connectPorts = [...new Set(cfg.connectPorts ?? DEFAULT_CONNECT_PORTS)].sort((a, b) => a - b);
   const httpPorts = [...new Set([HTTP_PORT, ...connectPorts])].sort((a, b) => a - b);
   return { deniedCIDRs: denied.flatMap(rangeToCidrs), connectPorts, httpPorts };
 }
 
-/** Answers whether an address falls in a policy's deny list (IPv4-mapped IPv6 counts as IPv4). */
+/**
+ * Answers whether an address falls in a policy's deny list (IPv4-mapped IPv6 counts as IPv4;
+ * NAT64 and 6to4 addresses are in the list as images of the denied IPv4 ranges).
+ */
 export function deniedAddressMatcher(policy: EgressPolicy): (address: string) => boolean {
   const ranges = merge(policy.deniedCIDRs.map(parseCidr));
   return (address) => {

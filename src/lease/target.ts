@@ -1,12 +1,15 @@
 /**
  * lease/target — what "target" means for cooldowns: a host name. Clients may send a host, a
  * host:port or a whole URL; all of them collapse to the lowercase host so that a block on
- * `https://Shop.example/x` also cools the proxy for `shop.example:443`.
+ * `https://Shop.example/x` also cools the proxy for `shop.example:443`. An IP literal is a site
+ * in the one spelling config/egress gives addresses, so `[::ffff:1.2.3.4]` and `1.2.3.4` are
+ * one site.
  */
+import { isIP } from 'node:net';
+import { canonicalAddressText } from '../config/egress.ts';
 import { LeaseInputError } from './errors.ts';
 
 const HOST = /^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$/;
-const IPV6 = /^[0-9a-f:.]+$/;
 /** Characters that make a bare target more than an authority (path, query, userinfo, spaces). */
 const NOT_AUTHORITY = /[/?#@\\\s]/;
 
@@ -30,9 +33,12 @@ function hostOfAuthority(authority: string, text: string): string {
 
 /**
  * Normalises a target to its host: lowercase, scheme/path/port/userinfo stripped, trailing dot
- * dropped, IPv4 in dotted-decimal, IPv6 kept in brackets. A bare host or host:port goes through
- * the same URL parser as the URL form, so both normalise one way. Empty or absent → undefined
- * (no target). Throws LeaseInputError(field 'target') for anything that is not a host.
+ * dropped, IPv4 in dotted-decimal, IPv6 in brackets in RFC 5952 form (`[2001:db8::1]`), an
+ * IPv4-mapped IPv6 address as its IPv4 address. A bare host or host:port goes through the same
+ * URL parser as the URL form, so both normalise one way; a bare IPv6 address (`2001:db8::1`,
+ * what a CONNECT authority holds once its brackets are off) is read as the address, never as
+ * host:port. Empty or absent → undefined (no target). Throws LeaseInputError(field 'target')
+ * for anything that is not a host.
  */
 export function normalizeTarget(raw: string | undefined): string | undefined {
   if (raw === undefined) return undefined;
@@ -69,11 +75,21 @@ function normalizeFresh(raw: string): string | undefined {
     if (NOT_AUTHORITY.test(text)) {
       throw new LeaseInputError('target', `target ${shown(text)} is not a host name, host:port or URL`);
     }
-    host = hostOfAuthority(text, text);
+    if (text.includes('%') && isIP(text) === 6) {
+      throw new LeaseInputError('target', `target ${shown(text)} has a zone index, which names no site`);
+    }
+    host = hostOfAuthority(isIP(text) === 6 ? `[${text}]` : text, text);
   }
   host = host.toLowerCase();
   if (host.endsWith('.')) host = hostOfAuthority(host.slice(0, -1), text);
-  if (host.startsWith('[') && host.endsWith(']') && IPV6.test(host.slice(1, -1))) return host;
+  if (host.startsWith('[') && host.endsWith(']')) {
+    // The URL parser has validated and compressed it; the mapped form becomes the IPv4 site.
+    const address = canonicalAddressText(host.slice(1, -1));
+    if (address === undefined) {
+      throw new LeaseInputError('target', `target ${shown(text)} is not a host name, host:port or URL`);
+    }
+    return isIP(address) === 6 ? `[${address}]` : address;
+  }
   if (host.length === 0 || host.length > 253 || !HOST.test(host)) {
     throw new LeaseInputError('target', `target ${shown(text)} is not a host name, host:port or URL`);
   }

@@ -14,7 +14,7 @@ import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { INSTANCE_LABEL_INSTALLATION } from '../../api/constants.ts';
 import type { TargetCheck } from '../../api/providerhealth.ts';
-import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
+import { type EgressPolicy, type OperatorEndpoints, resolveEgressPolicy } from '../../config/egress.ts';
 import type { GcpProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import { systemClock } from '../../runtime/clock.ts';
@@ -74,6 +74,8 @@ export interface GcpProviderOptions {
    * bodies included with cloud-init and secret-like fields redacted. Off: no body is ever logged.
    */
   wireLog?: boolean;
+  /** The operator's own listeners, denied in the default cloud-init (cmd/modes operatorEndpoints). */
+  operator?: OperatorEndpoints;
 }
 
 export type GcpProvider = Provider &
@@ -94,6 +96,8 @@ class GceProvider implements Provider, Checker {
   private readonly settings: GcpSettings;
   /** Written into the default cloud-init's squid.conf. */
   private readonly egress: EgressPolicy;
+  /** The operator's own listeners, denied in the default cloud-init's squid.conf. */
+  private readonly operator: OperatorEndpoints | undefined;
   private readonly log: Logger;
   private readonly clientOptions: GcpClientOptions;
   private readonly timeout: number;
@@ -109,6 +113,7 @@ class GceProvider implements Provider, Checker {
     this.config = opts.config;
     this.settings = gcpSettings(opts.config);
     this.egress = resolveEgressPolicy(opts.config.egressPolicy);
+    this.operator = opts.operator;
     this.log = opts.log ?? silentLogger();
     this.timeout = opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.pageSize = opts.listPageSize ?? LIST_PAGE_SIZE;
@@ -157,7 +162,7 @@ class GceProvider implements Provider, Checker {
     if (problems.length > 0) {
       throw permanent(`${this.name} create ${req.name}: ${problems.join('; ')}`, this.where('create', id));
     }
-    const userData = req.cloudInit ?? defaultCloudInit(req, { egress: this.egress });
+    const userData = req.cloudInit ?? defaultCloudInit(req, { egress: this.egress, operator: this.operator });
     let resource: ReturnType<typeof buildInsertResource>;
     try {
       resource = buildInsertResource({ ...req, zone }, this.settings, userData);

@@ -8,6 +8,7 @@ import type { CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { INSTANCE_LABEL_INSTALLATION, INSTANCE_LABEL_UID } from '../../api/constants.ts';
 import type { TargetCheck } from '../../api/providerhealth.ts';
+import type { OperatorEndpoints } from '../../config/egress.ts';
 import type { KubernetesProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import { callOptions } from '../../runtime/kube/client.ts';
@@ -43,6 +44,8 @@ export interface KubernetesProviderOptions {
   log?: Logger;
   /** Pods per list page in listByTag (default 500). */
   listPageSize?: number;
+  /** The operator's own listeners, denied in every Pod's squid.conf (cmd/modes operatorEndpoints). */
+  operator?: OperatorEndpoints;
 }
 
 export type KubernetesProvider = Provider & Checker & { adopt: NonNullable<Provider['adopt']> };
@@ -79,7 +82,11 @@ class PodProvider implements Provider, Checker {
     this.apiHost = opts.apiHost;
     // buildProviders hands every provider a logger already bound to its name.
     this.log = opts.log ?? silentLogger();
-    this.settings = podSettings(opts.config ?? {}, opts.defaultNamespace ?? operatorNamespace());
+    this.settings = podSettings(
+      opts.config ?? {},
+      opts.defaultNamespace ?? operatorNamespace(),
+      opts.operator,
+    );
   }
 
   async create(ctx: CallContext, req: CreateRequest): Promise<Instance> {

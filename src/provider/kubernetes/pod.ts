@@ -13,7 +13,7 @@ import {
   LABEL_MANAGED_BY,
   MANAGED_BY_VALUE,
 } from '../../api/constants.ts';
-import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
+import { type EgressPolicy, type OperatorEndpoints, resolveEgressPolicy } from '../../config/egress.ts';
 import type { KubernetesProviderConfig } from '../../config/schema.ts';
 import type { CreateRequest, Instance, InstanceState } from '../contract.ts';
 import { permanent } from '../errors.ts';
@@ -52,10 +52,17 @@ export interface PodSettings {
   resourceProfiles: NonNullable<KubernetesProviderConfig['resourceProfiles']>;
   /** What lease holders may reach through the Pods' Squid. */
   egress: EgressPolicy;
+  /** The operator's own listeners, closed to lease holders whatever `egress` allows. */
+  operator?: OperatorEndpoints;
 }
 
-export function podSettings(cfg: KubernetesProviderConfig, namespace: string): PodSettings {
+export function podSettings(
+  cfg: KubernetesProviderConfig,
+  namespace: string,
+  operator?: OperatorEndpoints,
+): PodSettings {
   return {
+    ...(operator ? { operator } : {}),
     namespace: cfg.namespace ?? namespace,
     image: cfg.image ?? DEFAULT_SQUID_IMAGE,
     ...(cfg.imagePullPolicy ? { imagePullPolicy: cfg.imagePullPolicy } : {}),
@@ -236,6 +243,7 @@ export function buildSecret(
     port: req.port,
     maxFileDescriptors: s.maxFileDescriptors,
     egress: s.egress,
+    ...(s.operator ? { operator: s.operator } : {}),
   });
   const b64 = (x: string) => Buffer.from(x, 'utf8').toString('base64');
   return {

@@ -9,7 +9,7 @@
 import type { Logger } from 'pino';
 import type { TargetCheck } from '../../api/providerhealth.ts';
 import { kvmWithDefaults } from '../../config/defaults.ts';
-import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
+import { type EgressPolicy, type OperatorEndpoints, resolveEgressPolicy } from '../../config/egress.ts';
 import type { KvmProviderConfig } from '../../config/schema.ts';
 import { silentLogger } from '../../log/index.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
@@ -66,6 +66,8 @@ export interface KvmProviderOptions {
   keepalive?: KeepaliveOptions | false;
   /** Image downloads (tests may inject). Default global fetch. */
   fetch?: typeof fetch;
+  /** The operator's own listeners, denied in the default cloud-init (cmd/modes operatorEndpoints). */
+  operator?: OperatorEndpoints;
 }
 
 export type KvmProvider = Provider & Checker & { close(): Promise<void> };
@@ -80,6 +82,8 @@ class LibvirtProvider implements Provider, Checker {
   private readonly settings: Settings;
   /** Written into the default cloud-init's squid.conf. */
   private readonly egress: EgressPolicy;
+  /** The operator's own listeners, denied in the default cloud-init's squid.conf. */
+  private readonly operator: OperatorEndpoints | undefined;
   private readonly log: Logger;
   private readonly pool: HostPool;
   private readonly images: ImageCache;
@@ -91,6 +95,7 @@ class LibvirtProvider implements Provider, Checker {
     this.name = opts.name;
     this.settings = kvmWithDefaults(opts.config);
     this.egress = resolveEgressPolicy(opts.config.egressPolicy);
+    this.operator = opts.operator;
     this.log = opts.log ?? silentLogger();
     this.interfaceXml = opts.interfaceXml;
     this.pool = new HostPool({
@@ -221,7 +226,7 @@ class LibvirtProvider implements Provider, Checker {
    */
   private async ensureSeed(conn: LibvirtConnection, pool: PoolRef, req: CreateRequest, signal: AbortSignal) {
     const o = { signal };
-    const userData = req.cloudInit ?? defaultCloudInit(req, { egress: this.egress });
+    const userData = req.cloudInit ?? defaultCloudInit(req, { egress: this.egress, operator: this.operator });
     const seed = buildSeed({
       instanceId: req.name,
       hostname: req.name.toLowerCase().replace(/[^a-z0-9-]/g, '-'),

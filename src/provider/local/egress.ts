@@ -9,10 +9,9 @@ import { lookup as dnsLookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import {
-  canonicalAddress,
+  canonicalAddressText,
   deniedAddressMatcher,
   type EgressPolicy,
-  formatAddress,
   resolveEgressPolicy,
 } from '../../config/egress.ts';
 
@@ -60,14 +59,10 @@ const LOOPBACK_OR_UNSPECIFIED = deniedAddressMatcher({
 /** Whether an address reaches this machine: loopback, unspecified, or one of its interfaces. */
 export function isThisHost(address: string): boolean {
   if (LOOPBACK_OR_UNSPECIFIED(address)) return true;
-  const ip = canonicalAddress(address);
-  if (!ip) return false;
-  const own = formatAddress(ip.family, ip.value);
+  const own = canonicalAddressText(address);
+  if (own === undefined) return false;
   return Object.values(networkInterfaces()).some((list) =>
-    (list ?? []).some((i) => {
-      const c = canonicalAddress(i.address.split('%')[0] as string);
-      return c !== undefined && formatAddress(c.family, c.value) === own;
-    }),
+    (list ?? []).some((i) => canonicalAddressText(i.address.split('%')[0] as string) === own),
   );
 }
 
@@ -109,6 +104,9 @@ export class EgressGuard {
     } catch (error) {
       return { allowed: false, reason: 'unresolvable', error };
     }
+    // Checked and dialled as the address a socket reaches: `::ffff:1.2.3.4` is 1.2.3.4, and a
+    // proxy bound to an IPv4 source takes it. What is no address at all stays, to be denied.
+    addresses = addresses.map((a) => canonicalAddressText(a) ?? a);
     if (addresses.length === 0) return { allowed: false, reason: 'unresolvable', error: undefined };
     // Every address is checked: the client cannot choose which one gets connected.
     const local = addresses.map(isThisHost);

@@ -6,7 +6,7 @@
  */
 import { stringify } from 'yaml';
 import { MANAGED_BY_VALUE } from '../../api/constants.ts';
-import type { EgressPolicy } from '../../config/egress.ts';
+import type { EgressPolicy, OperatorEndpoints } from '../../config/egress.ts';
 import type { CreateRequest } from '../contract.ts';
 import { squidConfig, VM_HTPASSWD, VM_SQUID_CONF } from './config.ts';
 import { htpasswdLine } from './htpasswd.ts';
@@ -15,6 +15,8 @@ export interface DefaultCloudInitOptions {
   maxFileDescriptors?: number;
   /** What lease holders may reach; default: the default policy. */
   egress?: EgressPolicy;
+  /** The operator's own listeners, closed to lease holders whatever `egress` allows. */
+  operator?: OperatorEndpoints;
   /** Salt of the htpasswd hash; random unless given (tests). */
   salt?: string;
 }
@@ -44,6 +46,7 @@ export function defaultCloudInit(
           port: req.port,
           maxFileDescriptors: opts.maxFileDescriptors,
           egress: opts.egress,
+          ...(opts.operator ? { operator: opts.operator } : {}),
         }),
       },
       {

@@ -6,7 +6,12 @@
  * nothing announced to origins, an explicit file descriptor limit; only where files and logs live
  * differs.
  */
-import { type EgressPolicy, resolveEgressPolicy } from '../../config/egress.ts';
+import {
+  canonicalAddressText,
+  type EgressPolicy,
+  type OperatorEndpoints,
+  resolveEgressPolicy,
+} from '../../config/egress.ts';
 
 export type SquidProfile = 'pod' | 'vm';
 
@@ -83,6 +88,45 @@ export interface SquidConfigOptions {
   authHelper?: string;
   /** What lease holders may reach; default: the default policy (resolveEgressPolicy()). */
   egress?: EgressPolicy;
+  /** The operator's own listeners, denied whatever `egress` allows; default: none known. */
+  operator?: OperatorEndpoints;
+}
+
+/**
+ * The operator's own listeners as http_access rules, before every other deny and the allow:
+ * (operator address AND operator port) is refused even where allowCIDRs opened the address,
+ * except `GET`/`HEAD /generate_204` on the discovery port, which the rest of the policy then
+ * decides as for any destination. Nothing is rendered when no address or no port is known, so
+ * the file stays byte-identical for proxies that were given none.
+ */
+function operatorLines(op: OperatorEndpoints | undefined): string[] {
+  if (!op || op.addresses.length === 0 || op.ports.length === 0) return [];
+  const ports = op.probePort === undefined ? op.ports : [...op.ports, op.probePort];
+  const bad = ports.find((port) => !Number.isInteger(port) || port < 1 || port > 65535);
+  if (bad !== undefined) throw new Error(`operator.ports: ${JSON.stringify(bad)} is not a port (1-65535)`);
+  const cidrs = op.addresses.map((a) => {
+    const c = canonicalAddressText(a);
+    if (c === undefined) throw new Error(`operator.addresses: ${JSON.stringify(a)} is not an IP address`);
+    return `${c}/${c.includes(':') ? 128 : 32}`;
+  });
+  const lines = [
+    "# The operator's own listeners stay closed whatever allowCIDRs opens (docs/operations.md).",
+  ];
+  for (let i = 0; i < cidrs.length; i += 8)
+    lines.push(`acl operator_dst dst ${cidrs.slice(i, i + 8).join(' ')}`);
+  lines.push(`acl operator_ports port ${op.ports.join(' ')}`);
+  if (op.probePort === undefined) {
+    lines.push('http_access deny operator_dst operator_ports');
+    return lines;
+  }
+  lines.push(
+    `acl operator_probe_port port ${op.probePort}`,
+    'acl operator_probe_method method GET HEAD',
+    'acl operator_probe_path urlpath_regex ^/generate_204$',
+    'acl operator_probe all-of operator_probe_port operator_probe_method operator_probe_path',
+    'http_access deny operator_dst operator_ports !operator_probe',
+  );
+  return lines;
 }
 
 /**
@@ -92,7 +136,7 @@ export interface SquidConfigOptions {
  * addresses, so a name pointing at a denied address is refused. Each deny line ends in a
  * non-auth ACL, so Squid answers 403, not a fresh 407 challenge.
  */
-function egressLines(p: EgressPolicy): string[] {
+function egressLines(p: EgressPolicy, operator: string[]): string[] {
   for (const [field, ports] of [
     ['egress.httpPorts', p.httpPorts],
     ['egress.connectPorts', p.connectPorts],
@@ -116,6 +160,7 @@ function egressLines(p: EgressPolicy): string[] {
   }
   lines.push(
     'http_access deny !authed',
+    ...operator,
     p.connectPorts.length > 0 ? 'http_access deny CONNECT !egress_connect_ports' : 'http_access deny CONNECT',
     'http_access deny !CONNECT !egress_http',
     'http_access deny !CONNECT !egress_http_ports',
@@ -160,7 +205,7 @@ export function squidConfig(opts: SquidConfigOptions): string {
     `auth_param basic realm ${SQUID_AUTH_REALM}`,
     'auth_param basic credentialsttl 1 hour',
     'acl authed proxy_auth REQUIRED',
-    ...egressLines(opts.egress ?? resolveEgressPolicy()),
+    ...egressLines(opts.egress ?? resolveEgressPolicy(), operatorLines(opts.operator)),
     'http_access allow authed',
     'http_access deny all',
     '',

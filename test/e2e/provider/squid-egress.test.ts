@@ -5,18 +5,25 @@
  * what it names. Only loopback destinations ever receive traffic: the private-range cases are
  * refused by the policy before any connect (HIER_NONE in the access log), and a test-only
  * never_direct rule makes any non-loopback forward fail without connecting even if the policy
- * were broken.
+ * were broken. IPv6 spellings of denied IPv4 addresses (IPv4-mapped, NAT64, 6to4) and the special
+ * ranges are refused like the rest; the operator's own listeners stay closed even where
+ * allowCIDRs opens their address, except `GET`/`HEAD /generate_204` on the discovery port.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { chmodSync, chownSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fetch, ProxyAgent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type EgressPolicyConfig, resolveEgressPolicy } from '../../../src/config/egress.ts';
+import {
+  type EgressPolicyConfig,
+  type OperatorEndpoints,
+  resolveEgressPolicy,
+} from '../../../src/config/egress.ts';
 import { squidConfig } from '../../../src/provider/squid/config.ts';
 import { htpasswdLine } from '../../../src/provider/squid/htpasswd.ts';
 import { closedPort, type Origin, startHttpOrigin, startTlsOrigin, testPki } from '../../support/origins.ts';
@@ -32,7 +39,7 @@ interface RunningSquid {
 }
 
 /** The pod-profile squid.conf with `policy`, run as the `proxy` user like in the Pod. */
-async function runSquid(policy: EgressPolicyConfig): Promise<RunningSquid> {
+async function runSquid(policy: EgressPolicyConfig, operator?: OperatorEndpoints): Promise<RunningSquid> {
   const dir = mkdtempSync(join(tmpdir(), 'squid-egress-'));
   const port = await closedPort();
   const service = `sqe${process.pid}${randomBytes(3).toString('hex')}`;
@@ -42,6 +49,7 @@ async function runSquid(policy: EgressPolicyConfig): Promise<RunningSquid> {
     listenAddress: '127.0.0.1',
     htpasswdPath: join(dir, 'htpasswd'),
     egress: resolveEgressPolicy(policy),
+    ...(operator ? { operator } : {}),
   });
   // Safety net of the test only: whatever the policy says, Squid may open connections to
   // loopback alone (anything else fails with 503, never with the 403 the tests expect).
@@ -76,6 +84,21 @@ async function connectStatus(port: number, target: string, withAuth = true): Pro
   while (!buf.includes('\r\n')) buf += ((await once(s, 'data')) as [Buffer])[0].toString('latin1');
   s.destroy();
   return Number(buf.split(' ')[1]);
+}
+
+/** Status of a plain-HTTP request with `method` through the proxy. */
+function methodStatusVia(port: number, url: string, method: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const r = httpRequest(
+      { host: '127.0.0.1', port, method, path: url, headers: { 'Proxy-Authorization': auth }, agent: false },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      },
+    );
+    r.on('error', reject);
+    r.end();
+  });
 }
 
 /** Status and X-Proxy-Error of a plain-HTTP request through the proxy. */
@@ -175,5 +198,78 @@ describe('generated Squid config: egress policy, run for real', () => {
     expect(await connectStatus(lab.port, `127.0.0.1:${dead}`)).toBeGreaterThanOrEqual(502);
     // What the origin itself answers is passed on unmarked.
     expect(await proxyErrorVia(lab.port, `${http.baseUrl}/status/403`)).toEqual([403, undefined]);
+  });
+
+  it('refuses IPv6 spellings of denied IPv4 addresses and the special ranges', async () => {
+    const before = tls.requests;
+    for (const target of [
+      `[::ffff:127.0.0.1]:${tls.port}`,
+      `[::ffff:7f00:1]:${tls.port}`,
+      `[64:ff9b::127.0.0.1]:${tls.port}`,
+      `[64:ff9b::a00:1]:${tls.port}`,
+      `[2002:7f00:1::1]:${tls.port}`,
+      `[2002:a9fe:a9fe::1]:${tls.port}`,
+      `192.0.0.8:${tls.port}`,
+      `224.0.0.1:${tls.port}`,
+      `255.255.255.255:${tls.port}`,
+      `[ff02::1]:${tls.port}`,
+    ]) {
+      expect(await connectStatus(byDefault.port, target), target).toBe(403);
+    }
+    expect(await statusViaProxy(byDefault.port, `http://[64:ff9b::7f00:1]:${http.port}/`, auth)).toBe(403);
+    expect(tls.requests).toBe(before);
+  });
+});
+
+describe("generated Squid config: the operator's own listeners, run for real", () => {
+  /** Stand in for the operator's discovery API (the probe port) and its metrics listener. */
+  let discovery: Origin;
+  let metrics: Origin;
+  let tls: Origin;
+  let lab: RunningSquid;
+
+  beforeAll(async () => {
+    [discovery, metrics, tls] = await Promise.all([
+      startHttpOrigin({ defaultStatus: 204 }),
+      startHttpOrigin({ defaultStatus: 200 }),
+      startTlsOrigin({ defaultStatus: 204 }),
+    ]);
+    // allowCIDRs opens the operator's address and connectPorts its ports: only the operator
+    // rule stands between a lease holder and them. (Loopback stands in for the Pod IP.)
+    lab = await runSquid(
+      { allowCIDRs: ['127.0.0.0/8'], connectPorts: [tls.port, discovery.port, metrics.port] },
+      { addresses: ['127.0.0.1'], ports: [discovery.port, metrics.port], probePort: discovery.port },
+    );
+  });
+  afterAll(async () => {
+    await Promise.all([lab?.stop(), discovery?.close(), metrics?.close(), tls?.close()]);
+  });
+
+  it('denies (operator address AND operator port) whatever allowCIDRs and connectPorts say', async () => {
+    const seen = [discovery.requests, metrics.requests];
+    expect(await connectStatus(lab.port, `127.0.0.1:${metrics.port}`)).toBe(403);
+    expect(await connectStatus(lab.port, `127.0.0.1:${discovery.port}`)).toBe(403);
+    expect(await connectStatus(lab.port, `[::ffff:127.0.0.1]:${discovery.port}`)).toBe(403);
+    expect(await statusViaProxy(lab.port, `http://127.0.0.1:${metrics.port}/metrics`, auth)).toBe(403);
+    expect(await statusViaProxy(lab.port, `http://127.0.0.1:${discovery.port}/v1/proxies`, auth)).toBe(403);
+    expect(await statusViaProxy(lab.port, `http://localhost:${discovery.port}/v1/proxies`, auth)).toBe(403);
+    expect(await methodStatusVia(lab.port, `http://127.0.0.1:${discovery.port}/generate_204`, 'POST')).toBe(
+      403,
+    );
+    expect(await statusViaProxy(lab.port, `http://127.0.0.1:${discovery.port}/generate_204x`, auth)).toBe(
+      403,
+    );
+    expect([discovery.requests, metrics.requests]).toEqual(seen);
+    await expect
+      .poll(() => lab.stdout())
+      .toMatch(new RegExp(`TCP_DENIED/403 .*127\\.0\\.0\\.1:${metrics.port}`));
+  });
+
+  it('leaves the probe route and the same address on other ports to the rest of the policy', async () => {
+    expect(await statusViaProxy(lab.port, `http://127.0.0.1:${discovery.port}/generate_204`, auth)).toBe(204);
+    expect(await methodStatusVia(lab.port, `http://127.0.0.1:${discovery.port}/generate_204`, 'HEAD')).toBe(
+      204,
+    );
+    expect(await fetchVia(lab.port, `${tls.baseUrl}/status/204`)).toBe(204);
   });
 });

@@ -340,12 +340,41 @@ describe('normalizeTarget', () => {
     ['http://[2001:DB8::1]/', '[2001:db8::1]'],
     ['192.0.2.1:80', '192.0.2.1'],
     ['', undefined],
+    // IPv6 literals: with or without brackets (a CONNECT authority once its brackets are off),
+    // one RFC 5952 spelling in brackets; IPv4-mapped ones are the IPv4 site.
+    ['2001:db8::1', '[2001:db8::1]'],
+    ['2001:DB8:0:0:0:0:0:1', '[2001:db8::1]'],
+    ['[2001:db8:0::1]', '[2001:db8::1]'],
+    ['::1', '[::1]'],
+    ['::ffff:1.2.3.4', '1.2.3.4'],
+    ['[::ffff:1.2.3.4]:443', '1.2.3.4'],
+    ['https://[::FFFF:102:304]/x', '1.2.3.4'],
+    ['64:ff9b::1.2.3.4', '[64:ff9b::102:304]'],
   ])('%s → %s', (raw, want) => {
     expect(normalizeTarget(raw)).toBe(want);
   });
 
-  it.each(['a b', 'http://', 'exa/mple', '-bad-.com'])('rejects %s', (raw) => {
-    expect(() => normalizeTarget(raw)).toThrow(LeaseInputError);
+  it.each(['a b', 'http://', 'exa/mple', '-bad-.com', '[2001:db8::g]', '2001:db8:::1', '[::1'])(
+    'rejects %s',
+    (raw) => {
+      expect(() => normalizeTarget(raw)).toThrow(LeaseInputError);
+    },
+  );
+
+  it('an IPv6 address with a zone index names no site, and the error says so', () => {
+    expect(() => normalizeTarget('fe80::1%eth0')).toThrow(/^target "fe80::1%eth0" has a zone index/);
+    expect(() => normalizeTarget('[fe80::1%25eth0]:443')).toThrow(LeaseInputError);
+  });
+
+  it('a cooldown for the IPv4-mapped spelling of a site cools the IPv4 site', () => {
+    const { store } = setup();
+    store.upsertProxy(info('a'));
+    const g = grant(store, { target: '[::ffff:1.2.3.4]' });
+    expect(g.target).toBe('1.2.3.4');
+    store.report(g.id, { result: 'blocked', cooldownSeconds: 60 });
+    refused(store, { target: '1.2.3.4' });
+    refused(store, { target: '::ffff:102:304' });
+    expect(grant(store, { target: '5.6.7.8' }).proxy.name).toBe('a');
   });
 
   it('answers a repeated target the same way, valid or not (results are remembered, errors are not)', () => {

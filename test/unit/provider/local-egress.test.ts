@@ -168,6 +168,27 @@ describe('local provider egress policy', () => {
     expect(lines.map((l) => l.target)).toContain('169.254.169.254:443');
   });
 
+  it('decides IPv6 spellings of IPv4 addresses by the IPv4 address, and dials that address', async () => {
+    const { port } = await make();
+    for (const target of [
+      '[64:ff9b::a00:1]:443',
+      '[64:ff9b::127.0.0.1]:443',
+      '[2002:a9fe:a9fe::1]:443',
+      '[::ffff:10.0.0.1]:443',
+      '192.0.0.8:443',
+      '224.0.0.1:443',
+      '255.255.255.255:443',
+      '[ff02::1]:443',
+    ]) {
+      expect(await connectStatus(port, target), target).toBe(403);
+    }
+    expect(dialed).toEqual([]);
+    // An IPv4-mapped destination is checked and dialled as the IPv4 address it stands for.
+    const lab = await make({ allowCIDRs: ['127.0.0.0/8'], connectPorts: [tls.port] });
+    expect(await connectStatus(lab.port, `[::ffff:127.0.0.1]:${tls.port}`)).toBe(200);
+    expect(dialed).toEqual([`127.0.0.1:${tls.port}`]);
+  });
+
   it("keeps the operator's own ports closed, except GET /generate_204 of its probe target", async () => {
     // Even a policy that opens all of loopback on the discovery port keeps the API closed.
     const lab = await make({ allowCIDRs: ['127.0.0.0/8'], connectPorts: [discovery.port] });
