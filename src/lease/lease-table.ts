@@ -13,7 +13,7 @@ import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
 import { issueLeaseCredentials, leaseIdOfUser, passwordMatches } from './lease-credentials.ts';
 import { IndexedHeap } from './ordered.ts';
 import type { Selection } from './selection.ts';
-import type { LeaseGrant, LeaseVia, LiveLeases } from './types.ts';
+import type { LeaseGrant, LeaseVia, LiveLease, LiveLeases } from './types.ts';
 
 export interface LeaseTableOptions {
   defaultTtlSeconds: number;
@@ -90,7 +90,7 @@ export class LeaseTable {
       next = (next + 1) % limit;
     }
     // The ring's oldest is at `next` once it has wrapped; read it backwards from the newest.
-    const newest = [];
+    const newest: LiveLease[] = [];
     for (let i = 1; i <= ring.length; i++) {
       const lease = ring[(next - i + ring.length) % ring.length] as Lease;
       newest.push({
