@@ -10,14 +10,15 @@ import type { ObjectStore } from '../runtime/store.ts';
 import { DEFAULT_EVENT_CAPACITY, EventRing } from './events.ts';
 import { fleetRows, fleetTotals } from './fleet.ts';
 import { DEFAULT_HISTORY_STEP_MS, DEFAULT_HISTORY_STEPS, LatencyHistory } from './history.ts';
+import { leaseHolders, MAX_LEASE_HOLDERS } from './lease-holders.ts';
 import { objectEvents } from './object-events.ts';
 import { type PoolLister, poolEvents, storePools } from './pools.ts';
 import { providerSummaries } from './providers.ts';
-import { type DerivedEvent, type Observed, observe, snapshotEvents } from './snapshot-events.ts';
+import { type DerivedEvent, fleetEvents, type Observed } from './snapshot-events.ts';
 import type { DashboardState } from './web/types.ts';
 
 export interface DashboardOptions {
-  leases: Pick<LeaseStore, 'snapshot'>;
+  leases: Pick<LeaseStore, 'snapshot' | 'liveLeases' | 'cooldownOrigins'>;
   store: Pick<ObjectStore, 'proxies' | 'proxyPools' | 'providerHealths'>;
   clock: Clock;
   /** Sampling period while nobody looks (events and history keep coming); default 5 s. */
@@ -111,16 +112,13 @@ export class Dashboard {
   /** One look at both stores: rows, events from the differences, history, cached JSON. */
   private sample(): void {
     const now = this.deps.clock.now();
-    const snapshots = this.deps.leases.snapshot();
-    const rows = fleetRows(snapshots, this.deps.store.proxies.list());
-    const observed = new Map<string, Observed>();
-    for (const s of snapshots) {
-      const key = `${s.namespace}/${s.name}`;
-      const seen = observe(s);
-      observed.set(key, seen);
-      this.addAll(snapshotEvents(key, this.observed.get(key), seen, s.latencyMillis, now));
-    }
-    this.observed = observed;
+    const { leases } = this.deps;
+    const snapshots = leases.snapshot();
+    const origins = leases.cooldownOrigins();
+    const rows = fleetRows(snapshots, this.deps.store.proxies.list(), origins);
+    const found = fleetEvents(this.observed, snapshots, origins, now);
+    this.addAll(found.events);
+    this.observed = found.observed;
     for (const r of rows) this.history.record(r.key, r.healthy ? r.latencyMillis : null, now);
     this.history.retain(new Set(rows.map((r) => r.key)));
     const state: Omit<DashboardState, 'events' | 'lastEvent'> = {
@@ -128,6 +126,7 @@ export class Dashboard {
       totals: fleetTotals(rows, now),
       proxies: rows,
       pools: this.o.pools(rows),
+      leases: leaseHolders(leases.liveLeases(MAX_LEASE_HOLDERS)),
       providers: providerSummaries(this.deps.store.providerHealths.list()),
     };
     this.fleetJson = JSON.stringify(state).slice(0, -1);

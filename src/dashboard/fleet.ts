@@ -1,14 +1,33 @@
 /**
  * dashboard/fleet — the fleet as the dashboard shows it: each lease-store snapshot joined with
- * its Proxy (pool label, provider, egress IP), Proxies the lease store has not seen yet, and the
- * totals (the pools are dashboard/pools). Fields are picked one by one, so nothing secret can ride along.
+ * its Proxy (pool, provider, egress IP) and with where its shared cooldowns came from, Proxies
+ * the lease store has not seen yet, and the totals (the pools are dashboard/pools). Fields are
+ * picked one by one, so nothing secret can ride along.
  */
 import { isConditionTrue } from '../api/conditions.ts';
 import type { ProxyObject } from '../api/proxy.ts';
-import type { ProxySnapshot } from '../lease/types.ts';
+import type { CooldownOrigin, CooldownOrigins, ProxySnapshot } from '../lease/types.ts';
 import { providerOf } from './object-events.ts';
-import { POOL_LABEL } from './pools.ts';
-import type { FleetRow, FleetTotals } from './web/types.ts';
+import { poolOf } from './pools.ts';
+import type { FleetRow, FleetTotals, TargetCooldownRow } from './web/types.ts';
+
+const NO_ORIGINS: ReadonlyMap<string, CooldownOrigin> = new Map();
+
+function targetCooldowns(
+  snapshot: ProxySnapshot,
+  origins: ReadonlyMap<string, CooldownOrigin>,
+): TargetCooldownRow[] {
+  return snapshot.targetCooldowns
+    .map((c): TargetCooldownRow => {
+      const from = origins.get(c.target);
+      return {
+        target: c.target,
+        until: c.until,
+        sharedFrom: from ? { proxy: from.proxy, address: from.address } : null,
+      };
+    })
+    .sort((a, b) => (a.until < b.until ? -1 : 1));
+}
 
 function address(host: string | null | undefined, port: number | null | undefined): string | null {
   if (!host) return null;
@@ -18,15 +37,18 @@ function address(host: string | null | undefined, port: number | null | undefine
 export function fleetRow(
   snapshot: ProxySnapshot | undefined,
   proxy: ProxyObject | undefined,
+  origins: ReadonlyMap<string, CooldownOrigin> = NO_ORIGINS,
 ): FleetRow | undefined {
   const namespace = snapshot?.namespace ?? proxy?.metadata.namespace;
   const name = snapshot?.name ?? proxy?.metadata.name;
   if (namespace === undefined || name === undefined) return undefined;
+  const pool = poolOf(proxy?.metadata.labels);
   return {
     key: `${namespace}/${name}`,
     namespace,
     name,
-    pool: proxy?.metadata.labels?.[POOL_LABEL] ?? null,
+    pool: pool?.name ?? null,
+    poolLabel: pool?.label ?? null,
     provider: proxy ? providerOf(proxy) : null,
     phase: snapshot?.phase ?? proxy?.status?.phase ?? 'Pending',
     healthy: snapshot ? snapshot.healthy : isConditionTrue(proxy?.status?.conditions, 'Healthy'),
@@ -38,9 +60,7 @@ export function fleetRow(
     activeLeases: snapshot?.activeLeases ?? 0,
     maxLeases: snapshot?.maxLeases ?? proxy?.spec.maxLeases ?? 0,
     cooldownUntil: snapshot?.cooldownUntil ?? null,
-    targetCooldowns: snapshot
-      ? [...snapshot.targetCooldowns].sort((a, b) => (a.until < b.until ? -1 : 1))
-      : [],
+    targetCooldowns: snapshot ? targetCooldowns(snapshot, origins) : [],
     egressIP: proxy?.status?.egressIP ?? null,
     address: snapshot
       ? address(snapshot.host, snapshot.port)
@@ -50,13 +70,17 @@ export function fleetRow(
 }
 
 /** Rows for every proxy either side knows, sorted by namespace/name. */
-export function fleetRows(snapshots: readonly ProxySnapshot[], proxies: readonly ProxyObject[]): FleetRow[] {
+export function fleetRows(
+  snapshots: readonly ProxySnapshot[],
+  proxies: readonly ProxyObject[],
+  origins: CooldownOrigins = new Map(),
+): FleetRow[] {
   const byKey = new Map<string, ProxyObject>();
   for (const p of proxies) byKey.set(`${p.metadata.namespace ?? ''}/${p.metadata.name}`, p);
   const rows: FleetRow[] = [];
   for (const s of snapshots) {
     const key = `${s.namespace}/${s.name}`;
-    const row = fleetRow(s, byKey.get(key));
+    const row = fleetRow(s, byKey.get(key), origins.get(key));
     byKey.delete(key);
     if (row) rows.push(row);
   }

@@ -42,7 +42,7 @@ export function pageHtml(entry: string): string {
         <th data-sort="provider"><button type="button">Provider</button></th>
         <th data-sort="phase"><button type="button">Phase</button></th>
         <th data-sort="latency"><button type="button">Health · latency, 15 min</button></th>
-        <th data-sort="leases"><button type="button">Leases</button></th>
+        <th data-sort="leases" class="num"><button type="button">Leases</button></th>
         <th data-sort="cooldowns"><button type="button">Cooldowns (time left)</button></th>
         <th data-sort="egressIP"><button type="button">Egress IP</button></th>
         <th data-sort="address"><button type="button">Address</button></th>
@@ -54,7 +54,17 @@ export function pageHtml(entry: string): string {
     <section class="pools">
       <h2>Pools</h2>
       <table id="pools">
-        <thead><tr><th>Pool</th><th title="spec.replicas">Desired</th><th title="status.replicas: not draining">Proxies</th><th>Ready</th><th>Healthy</th><th>Leasable</th><th>Leases</th><th>Conditions</th></tr></thead>
+        <thead><tr><th>Pool</th><th class="num" title="spec.replicas">Desired</th><th class="num" title="status.replicas: not draining">Proxies</th><th class="num">Ready</th><th class="num">Healthy</th><th class="num">Leasable</th><th class="num">Leases</th><th>Conditions</th></tr></thead>
+        <tbody></tbody>
+      </table>
+    </section>
+    <section class="leases">
+      <div class="toolbar">
+        <h2>Leases</h2>
+        <span id="lease-summary" class="muted"></span>
+      </div>
+      <table id="leases">
+        <thead><tr><th>Lease</th><th>Proxy</th><th>Target</th><th>Via</th><th class="num">Age</th><th class="num">Expires in</th></tr></thead>
         <tbody></tbody>
       </table>
     </section>
@@ -108,7 +118,7 @@ th button { all: unset; cursor: pointer; }
 th button:focus-visible { outline: 2px solid var(--accent); }
 th[aria-sort="ascending"] button::after { content: " ▲"; font-size: .7em; }
 th[aria-sort="descending"] button::after { content: " ▼"; font-size: .7em; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th.num, td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .mono { font-family: ui-monospace, "SFMono-Regular", Menlo, monospace; font-size: .85rem; }
 .ns, .muted { color: var(--muted); }
 tr.down td { background: color-mix(in srgb, var(--bad) 6%, transparent); }
@@ -127,15 +137,17 @@ tr.down td { background: color-mix(in srgb, var(--bad) 6%, transparent); }
 .why { color: var(--muted); font-size: .8rem; white-space: normal; }
 .cooldowns ul, .provider ul { list-style: none; margin: 0; padding: 0; }
 .cooldowns .left { color: var(--warn); font-variant-numeric: tabular-nums; }
+.cooldowns .shared { color: var(--muted); font-size: .8rem; }
 .panels { display: grid; gap: 1rem; grid-template-columns: repeat(auto-fit, minmax(20rem, 1fr)); align-items: start; }
-.pools { grid-column: 1 / -1; overflow-x: auto; }
+.pools, .leases { grid-column: 1 / -1; overflow-x: auto; }
 .provider { margin-bottom: .5rem; }
 .events ol { list-style: none; margin: 0; padding: 0; max-height: 24rem; overflow-y: auto; }
-.event { display: grid; grid-template-columns: 4.5rem 5.5rem minmax(0, 1fr); column-gap: .5rem; padding: .15rem 0; border-bottom: 1px solid var(--line); font-size: .85rem; }
+.event { display: grid; grid-template-columns: 4.5rem 6.5rem minmax(0, 1fr); column-gap: .5rem; padding: .15rem 0; border-bottom: 1px solid var(--line); font-size: .85rem; }
 .event time { color: var(--muted); font-variant-numeric: tabular-nums; }
 .event .kind { font-weight: 600; }
 .event .proxy { grid-column: 3; }
 .event .message { grid-column: 3; color: var(--muted); }
+.event-shared-block .kind { color: var(--warn); }
 .event-blocked .kind, .event-failed .kind, .event-unhealthy .kind, .event-deleted .kind { color: var(--bad); }
 .event-healthy .kind, .event-added .kind { color: var(--ok); }
 .event-pool .kind { color: var(--accent); }

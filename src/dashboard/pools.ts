@@ -1,11 +1,12 @@
 /**
- * dashboard/pools — the pools as the dashboard shows them: every ProxyPool object the store holds
- * (the embedded standalone store or the cluster's informer cache), with its desired count from
- * `spec.replicas`, the counts and conditions its controller wrote to `status`, and the active
- * leases of its Proxies. Proxies that carry a pool label naming no ProxyPool in their namespace
- * (labelled by hand, or left by a pool being deleted) are listed too, counted from the fleet and
- * marked as such. Fields are picked one by one: nothing of the template (which may name Secrets)
- * reaches the page. Pool events (added, scaled, availability, deleted) come from watch events.
+ * dashboard/pools — which pool a proxy is in, and the pools as the dashboard shows them: every
+ * ProxyPool object the store holds (the embedded standalone store or the cluster's informer
+ * cache), with its desired count from `spec.replicas`, the counts and conditions its controller
+ * wrote to `status`, and the active leases of its Proxies. Proxies whose pool names no ProxyPool
+ * in their namespace (the `pool` label users select on, a pool label set by hand, or one left
+ * by a pool being deleted) are listed too, counted from the fleet and marked as such. Fields are
+ * picked one by one: nothing of the template (which may name Secrets) reaches the page. Pool
+ * events (added, scaled, availability, deleted) come from watch events.
  */
 import { LABEL_POOL } from '../api/constants.ts';
 import { desiredReplicas, type ProxyPool } from '../api/proxypool.ts';
@@ -13,8 +14,26 @@ import type { ObjectStore, WatchEvent } from '../runtime/store.ts';
 import type { DerivedEvent } from './snapshot-events.ts';
 import type { FleetRow, PoolCondition, PoolSummary } from './web/types.ts';
 
-/** The label that names a proxy's pool (ProxyPools set it on the Proxies they own). */
-export const POOL_LABEL = LABEL_POOL;
+/**
+ * The label users group proxies by and select on: the examples' `pool: eu`, a lease request's
+ * `selector=pool=eu`, the gateway's `pool-eu` user-name option.
+ */
+export const USER_POOL_LABEL = 'pool';
+
+/**
+ * A proxy's pool: the ProxyPool that owns it (the label ProxyPools set on their Proxies), else
+ * the `pool` label; undefined without either. One rule, so the Pool column, the Pools panel and
+ * the selectors users write agree.
+ */
+export function poolOf(
+  labels: Readonly<Record<string, string>> | undefined,
+): { name: string; label: string } | undefined {
+  for (const label of [LABEL_POOL, USER_POOL_LABEL]) {
+    const name = labels?.[label];
+    if (name) return { name, label };
+  }
+  return undefined;
+}
 
 /** Where the pools come from, given the fleet rows (for the leases and the label-only pools). */
 export type PoolLister = (rows: readonly FleetRow[]) => PoolSummary[];
@@ -68,6 +87,7 @@ export function poolSummaries(pools: readonly ProxyPool[], rows: readonly FleetR
       namespace,
       name: p.metadata.name,
       object: true,
+      selectors: [`${LABEL_POOL}=${p.metadata.name}`],
       desired: desiredReplicas(p.spec),
       replicas: count(s?.replicas),
       ready: count(s?.readyReplicas),
@@ -90,6 +110,7 @@ export function poolSummaries(pools: readonly ProxyPool[], rows: readonly FleetR
       namespace: first.namespace,
       name: first.pool as string,
       object: false,
+      selectors: [...new Set(own.map((r) => `${r.poolLabel}=${r.pool}`))].sort(),
       desired: null,
       replicas: own.length,
       ready: own.filter((r) => r.phase === 'Ready' || r.phase === 'Replacing').length,

@@ -14,7 +14,15 @@ export const FleetRowBody = Type.Object(
     key: Type.String({ description: '"namespace/name".' }),
     namespace: Type.String(),
     name: Type.String(),
-    pool: Nullable(Type.String({ description: 'The `crawl.example.com/pool` label, or null.' })),
+    pool: Nullable(
+      Type.String({
+        description:
+          'The ProxyPool that owns it (its `crawl.example.com/pool` label), else its `pool` label; null without either.',
+      }),
+    ),
+    poolLabel: Nullable(
+      Type.String({ description: 'The label `pool` was read from: selecting on it picks the pool.' }),
+    ),
     provider: Nullable(Type.String({ description: 'spec.provider; "external" for an External proxy.' })),
     phase: Type.String(),
     healthy: Type.Boolean(),
@@ -26,9 +34,25 @@ export const FleetRowBody = Type.Object(
     activeLeases: Type.Integer(),
     maxLeases: Type.Integer({ description: '0 = unlimited.' }),
     cooldownUntil: Nullable(Time('End of a global cooldown (a `failed` report).')),
-    targetCooldowns: Type.Array(Type.Object({ target: Type.String(), until: Time() }), {
-      description: 'Per-target cooldowns (`blocked` reports), soonest end first.',
-    }),
+    targetCooldowns: Type.Array(
+      Type.Object({
+        target: Type.String(),
+        until: Time(),
+        sharedFrom: Nullable(
+          Type.Object(
+            {
+              proxy: Type.String({ description: '"namespace/name" of the proxy that was reported.' }),
+              address: Type.String({ description: 'The egress address both leave from.' }),
+            },
+            {
+              description:
+                'Set when the cooldown is not its own: another proxy on its egress address was blocked there.',
+            },
+          ),
+        ),
+      }),
+      { description: 'Per-target cooldowns (`blocked` reports), soonest end first.' },
+    ),
     egressIP: Nullable(
       Type.String({ description: 'status.egressIP, when the egress-IP check published one.' }),
     ),
@@ -54,6 +78,9 @@ export const PoolSummaryBody = Type.Object(
     name: Type.String(),
     object: Type.Boolean({
       description: 'Whether a ProxyPool object exists; false for a label on proxies only.',
+    }),
+    selectors: Type.Array(Type.String(), {
+      description: 'The label selector that picks its proxies (one per label its members carry the name in).',
     }),
     desired: count('spec.replicas (with its default); null without a ProxyPool.'),
     replicas: count("status.replicas: the pool's proxies not draining away."),
@@ -91,6 +118,41 @@ export const ProviderSummaryBody = Type.Object({
   targets: Type.Array(ProviderTargetSummaryBody),
 });
 
+export const LeaseViaBody = Type.Union(
+  [Type.Literal('api'), Type.Literal('gateway'), Type.Literal('gateway-share')],
+  {
+    description:
+      "`api`: the lease API; `gateway`: a gateway connection; `gateway-share`: a gateway replica's share of the proxy.",
+  },
+);
+
+export const LeaseHolderBody = Type.Object(
+  {
+    id: Type.String({
+      description: 'The first 8 characters of the lease id: enough to recognise it, not to use it.',
+    }),
+    proxy: Type.String({ description: '"namespace/name".' }),
+    target: Nullable(Type.String()),
+    grantedAt: Nullable(Time('null for a lease restored after a restart (not kept).')),
+    expiresAt: Time(),
+    via: Nullable(LeaseViaBody),
+  },
+  { description: 'One live lease; never its full id.' },
+);
+
+export const LeaseHoldersBody = Type.Object(
+  {
+    total: Type.Integer({ description: 'Live leases.' }),
+    api: Type.Integer(),
+    gateway: Type.Integer(),
+    gatewayShare: Type.Integer(),
+    restored: Type.Integer({ description: 'Restored after a restart: origin and age not kept.' }),
+    newest: Type.Array(LeaseHolderBody, { description: 'The newest ones, newest first, at most 50.' }),
+    more: Type.Integer({ description: 'Live leases not listed.' }),
+  },
+  { description: 'Who holds which lease for which target.' },
+);
+
 export const EventKindBody = Type.Union([
   Type.Literal('added'),
   Type.Literal('deleted'),
@@ -98,6 +160,7 @@ export const EventKindBody = Type.Union([
   Type.Literal('healthy'),
   Type.Literal('unhealthy'),
   Type.Literal('blocked'),
+  Type.Literal('shared-block'),
   Type.Literal('failed'),
   Type.Literal('replacing'),
   Type.Literal('replaced'),
@@ -130,6 +193,7 @@ export const DashboardStateBody = Type.Object(
     totals: FleetTotalsBody,
     proxies: Type.Array(FleetRowBody),
     pools: Type.Array(PoolSummaryBody),
+    leases: LeaseHoldersBody,
     providers: Type.Array(ProviderSummaryBody),
     events: Type.Array(FleetEventBody, { description: 'The events after `?after=`.' }),
     lastEvent: Type.Integer({ description: 'seq of the newest event (0 when none yet).' }),

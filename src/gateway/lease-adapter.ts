@@ -10,7 +10,7 @@ import { checkSeconds } from '../lease/input.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import { normalizeTarget } from '../lease/target.ts';
 import type { CooldownWatcher } from '../lease/target-cooldowns.ts';
-import type { LeaseGrant, NotLeasableReason } from '../lease/types.ts';
+import type { LeaseGrant, LeaseVia, NotLeasableReason } from '../lease/types.ts';
 
 /** One proxy as gateway replicas see it (GatewayLeaseAdapter.upstreams). */
 export interface GatewayUpstream {
@@ -72,9 +72,15 @@ export class GatewayLeaseAdapter {
   /**
    * A lease on the proxy `key` itself, if the leasing rules let it take one for `target` now;
    * otherwise the first rule it fails, or 'Gone' when the store does not know it. Counts like
-   * any grant (TooManyLeasesError when the store is full).
+   * any grant (TooManyLeasesError when the store is full). `via`: a connection's lease, or a
+   * replica's share of the proxy (the hub's slot leases).
    */
-  leaseProxy(key: string, target: string | undefined, ttlSeconds?: number): UpstreamLeaseOutcome {
+  leaseProxy(
+    key: string,
+    target: string | undefined,
+    ttlSeconds?: number,
+    via: Exclude<LeaseVia, 'api'> = 'gateway',
+  ): UpstreamLeaseOutcome {
     const host = normalizeTarget(target);
     checkSeconds('ttlSeconds', ttlSeconds, this.store.maxTtlSeconds);
     const now = this.store.sweep();
@@ -84,6 +90,6 @@ export class GatewayLeaseAdapter {
     const reason = notLeasableReason(e, host, now);
     if (reason) return { granted: false, reason };
     table.checkRoom();
-    return { granted: true, grant: table.grant(e, host, ttlSeconds, now) };
+    return { granted: true, grant: table.grant(e, host, ttlSeconds, now, via) };
   }
 }

@@ -109,6 +109,7 @@ export class LeaseStoreChooser implements UpstreamChooser {
             ...(routing.namespace ? { namespace: routing.namespace } : {}),
           },
           session?.id,
+          'gateway',
         );
         if (!r.granted) return { ok: false, status: 503, message: noneMessage(r.counts), counts: r.counts };
         grant = r.grant;

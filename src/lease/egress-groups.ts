@@ -8,17 +8,28 @@
  * end time under the same kind of cap as the per-target cooldowns. They are not checkpointed:
  * after a restart they come back from the members' own cooldowns (which are), copied to a proxy
  * when it joins.
+ *
+ * A cooldown a proxy takes on this way remembers where it came from (the reported proxy and the
+ * address), so nobody reads it as that proxy's own block (the dashboard shows both).
  */
 
 import type { Entry } from './entry.ts';
 import { IndexedHeap } from './ordered.ts';
 import { DEFAULT_MAX_TARGET_COOLDOWNS, type TargetCooldowns } from './target-cooldowns.ts';
+import type { CooldownOrigin } from './types.ts';
 
 interface AddressBlock {
   at: number;
   address: string;
   target: string;
+  /** Key of the proxy whose report set (or last lengthened) it. */
+  by: string;
   heapIndex: number;
+}
+
+/** The origin of a cooldown `e` takes on from `proxy` on `address`; none when it is `e`'s own. */
+function origin(e: Entry, proxy: string, address: string): CooldownOrigin | undefined {
+  return proxy === e.key ? undefined : { proxy, address };
 }
 
 export class EgressGroups {
@@ -36,10 +47,13 @@ export class EgressGroups {
    * has none), and for whoever takes the address before then.
    */
   block(e: Entry, target: string, until: number, cooldowns: TargetCooldowns): void {
-    const group = e.egressIP === undefined ? undefined : this.byAddress.get(e.egressIP);
     cooldowns.set(e, target, until);
-    for (const peer of group ?? []) cooldowns.set(peer, target, until);
-    if (e.egressIP !== undefined) this.remember(e.egressIP, target, until);
+    const address = e.egressIP;
+    if (address === undefined) return;
+    const from: CooldownOrigin = { proxy: e.key, address };
+    for (const peer of this.byAddress.get(address) ?? [])
+      if (peer !== e) cooldowns.set(peer, target, until, from);
+    this.remember(address, target, until, e.key);
   }
 
   /**
@@ -61,9 +75,17 @@ export class EgressGroups {
       this.byAddress.set(address, group);
     }
     for (const b of this.blocks.get(address)?.values() ?? [])
-      if (b.at > now) cooldowns.set(e, b.target, b.at);
+      if (b.at > now) cooldowns.set(e, b.target, b.at, origin(e, b.by, address));
     for (const peer of group) {
-      for (const c of peer.targetUntil.values()) if (c.at > now) cooldowns.set(e, c.target, c.at);
+      for (const c of peer.targetUntil.values()) {
+        if (c.at > now)
+          cooldowns.set(
+            e,
+            c.target,
+            c.at,
+            c.from ? origin(e, c.from.proxy, address) : origin(e, peer.key, address),
+          );
+      }
     }
     group.add(e);
   }
@@ -81,7 +103,7 @@ export class EgressGroups {
     for (let top = this.ends.peek(); top && top.at <= now; top = this.ends.peek()) this.forget(top);
   }
 
-  private remember(address: string, target: string, until: number): void {
+  private remember(address: string, target: string, until: number, by: string): void {
     let byTarget = this.blocks.get(address);
     if (!byTarget) {
       byTarget = new Map();
@@ -91,11 +113,12 @@ export class EgressGroups {
     if (current) {
       if (until > current.at) {
         current.at = until;
+        current.by = by;
         this.ends.update(current);
       }
       return;
     }
-    const fresh: AddressBlock = { at: until, address, target, heapIndex: -1 };
+    const fresh: AddressBlock = { at: until, address, target, by, heapIndex: -1 };
     byTarget.set(target, fresh);
     this.ends.push(fresh);
     while (this.ends.size > this.max) {

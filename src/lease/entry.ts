@@ -5,13 +5,21 @@
  * through `standingOf`) all go by it.
  */
 import { phaseServes } from '../api/proxy.ts';
-import type { DrainingInstanceInfo, NotLeasableReason, ProxyInfo, ProxySnapshot } from './types.ts';
+import type {
+  CooldownOrigin,
+  DrainingInstanceInfo,
+  NotLeasableReason,
+  ProxyInfo,
+  ProxySnapshot,
+} from './types.ts';
 
 /** One per-target cooldown: kept in its entry's map and in the fleet-wide heap (lease/target-cooldowns). */
 export interface TargetCooldown {
   at: number;
   target: string;
   entry: Entry;
+  /** Set when it was taken on from another proxy on the same egress address; undefined for its own. */
+  from: CooldownOrigin | undefined;
   /** Position in the heap of lease/target-cooldowns. */
   heapIndex: number;
 }

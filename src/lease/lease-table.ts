@@ -13,7 +13,7 @@ import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
 import { issueLeaseCredentials, leaseIdOfUser, passwordMatches } from './lease-credentials.ts';
 import { IndexedHeap } from './ordered.ts';
 import type { Selection } from './selection.ts';
-import type { LeaseGrant } from './types.ts';
+import type { LeaseGrant, LeaseVia, LiveLease, LiveLeases } from './types.ts';
 
 export interface LeaseTableOptions {
   defaultTtlSeconds: number;
@@ -74,14 +74,51 @@ export class LeaseTable {
     for (const [id, x] of this.ended.entries()) if (this.ended.get(id, now)) yield [id, x];
   }
 
+  /**
+   * Every live lease counted by origin, and the newest `limit` of them, newest first. The table
+   * keeps grant order (restored leases first), so the newest are the last ones met in one pass.
+   */
+  newest(limit: number): LiveLeases {
+    const counts = { api: 0, gateway: 0, 'gateway-share': 0, unknown: 0 };
+    const ring: Lease[] = [];
+    let next = 0;
+    for (const lease of this.leases.values()) {
+      counts[lease.via ?? 'unknown']++;
+      if (limit <= 0) continue;
+      if (ring.length < limit) ring.push(lease);
+      else ring[next] = lease;
+      next = (next + 1) % limit;
+    }
+    // The ring's oldest is at `next` once it has wrapped; read it backwards from the newest.
+    const newest: LiveLease[] = [];
+    for (let i = 1; i <= ring.length; i++) {
+      const lease = ring[(next - i + ring.length) % ring.length] as Lease;
+      newest.push({
+        id: lease.id,
+        proxy: lease.entry.key,
+        target: lease.target ?? null,
+        grantedAt: lease.grantedAt ?? null,
+        expiresAt: lease.expiresAt,
+        via: lease.via ?? null,
+      });
+    }
+    return { counts, newest };
+  }
+
   /** Throws TooManyLeasesError when no lease more may be granted. */
   checkRoom(): void {
     if (this.leases.size >= this.opts.maxActiveLeases)
       throw new TooManyLeasesError(this.opts.maxActiveLeases);
   }
 
-  /** Grants a lease on `e` (which the leasing rules allow now) for `target`. */
-  grant(e: Entry, target: string | undefined, ttlSeconds: number | undefined, now: number): LeaseGrant {
+  /** Grants a lease on `e` (which the leasing rules allow now) for `target`, asked for `via`. */
+  grant(
+    e: Entry,
+    target: string | undefined,
+    ttlSeconds: number | undefined,
+    now: number,
+    via: LeaseVia,
+  ): LeaseGrant {
     this.grantSeq++;
     this.changes.decided();
     this.selection.update(e, () => {
@@ -95,6 +132,8 @@ export class LeaseTable {
       target,
       instance: e.instance,
       expiresAt: now + (ttlSeconds ?? this.opts.defaultTtlSeconds) * 1000,
+      grantedAt: now,
+      via,
       heapIndex: -1,
     };
     let url = e.url;

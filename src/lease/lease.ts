@@ -4,6 +4,7 @@
  */
 import { randomFillSync } from 'node:crypto';
 import type { Entry } from './entry.ts';
+import type { LeaseVia } from './types.ts';
 
 export interface Lease {
   id: string;
@@ -12,6 +13,10 @@ export interface Lease {
   /** The instance (providerID) the proxy served from at the grant: a drain waits for it. */
   instance: string;
   expiresAt: number;
+  /** When it was granted (ms); absent when restored from a checkpoint, which does not keep it. */
+  grantedAt?: number;
+  /** Who asked for it; absent when restored from a checkpoint. */
+  via?: LeaseVia;
   /**
    * Digest of the lease's own password (lease/lease-credentials) when its proxy is served per
    * lease; absent when the grant handed out the proxy's credentials.

@@ -27,11 +27,14 @@ import { Selection } from './selection.ts';
 import { normalizeTarget } from './target.ts';
 import { DEFAULT_MAX_TARGET_COOLDOWNS } from './target-cooldowns.ts';
 import {
+  type CooldownOrigin,
   DEFAULT_BLOCKED_COOLDOWN_SECONDS,
   DEFAULT_FAILED_COOLDOWN_SECONDS,
   DEFAULT_TTL_SECONDS,
   type LeaseOutcome,
   type LeaseRequest,
+  type LeaseVia,
+  type LiveLeases,
   MAX_TTL_SECONDS,
   type ProxyInfo,
   type ProxyReportRequest,
@@ -163,8 +166,11 @@ export class LeaseStore {
 
   // ---- the lease API ----
 
-  /** `affinity`: bind by rendezvous hashing of this key instead of least-used (lease/view). */
-  lease(req: LeaseRequest = {}, affinity?: string): LeaseOutcome {
+  /**
+   * `affinity`: bind by rendezvous hashing of this key instead of least-used (lease/view).
+   * `via`: who asks (the gateway for its connections; the dashboard shows it).
+   */
+  lease(req: LeaseRequest = {}, affinity?: string, via: LeaseVia = 'api'): LeaseOutcome {
     const target = normalizeTarget(req.target);
     const selector = toSelector(req.selector);
     checkSeconds('ttlSeconds', req.ttlSeconds, this.maxTtl);
@@ -175,7 +181,7 @@ export class LeaseStore {
     const view = this.selection.view(namespace, selector);
     const e = affinity === undefined ? view.pick(target, now) : view.pickFor(affinity, target, now);
     if (!e) return { granted: false, ...this.selection.refusal(view, target, now) };
-    return { granted: true, grant: this.table.grant(e, target, req.ttlSeconds, now) };
+    return { granted: true, grant: this.table.grant(e, target, req.ttlSeconds, now, via) };
   }
 
   /** Extends a live lease to now + ttl; undefined when it is unknown or expired. */
@@ -244,6 +250,35 @@ export class LeaseStore {
     const namespace = filter.namespace === '' ? undefined : filter.namespace;
     const now = this.sweep();
     return this.fleet.snapshot(namespace, selector, target, now);
+  }
+
+  // ---- for the dashboard ----
+
+  /** Every live lease counted by origin, and the newest `limit` (full ids: the caller cuts them). */
+  liveLeases(limit: number): LiveLeases {
+    this.sweep();
+    return this.table.newest(limit);
+  }
+
+  /**
+   * The live per-target cooldowns proxies took on from another proxy on their egress address:
+   * proxy key → target → where it came from. Their own cooldowns are not listed.
+   */
+  cooldownOrigins(): Map<string, Map<string, CooldownOrigin>> {
+    const now = this.sweep();
+    const out = new Map<string, Map<string, CooldownOrigin>>();
+    for (const e of this.fleet.all()) {
+      for (const c of e.targetUntil.values()) {
+        if (!c.from || c.at <= now) continue;
+        let byTarget = out.get(e.key);
+        if (!byTarget) {
+          byTarget = new Map();
+          out.set(e.key, byTarget);
+        }
+        byTarget.set(c.target, c.from);
+      }
+    }
+    return out;
   }
 
   // ---- counts for drains, metrics and proxies that enforce leases ----

@@ -7,6 +7,7 @@
  */
 import type { Entry, TargetCooldown } from './entry.ts';
 import { IndexedHeap } from './ordered.ts';
+import type { CooldownOrigin } from './types.ts';
 
 export const DEFAULT_MAX_TARGET_COOLDOWNS = 200_000;
 
@@ -38,17 +39,22 @@ export class TargetCooldowns {
     return () => this.watchers.delete(w);
   }
 
-  /** Cools `e` down for `target` until at least `until`; evicts the soonest-ending beyond the cap. */
-  set(e: Entry, target: string, until: number): void {
+  /**
+   * Cools `e` down for `target` until at least `until`; evicts the soonest-ending beyond the cap.
+   * `from`: taken on from another proxy on its egress address (undefined: `e`'s own); the
+   * cooldown keeps the origin of whatever last lengthened it.
+   */
+  set(e: Entry, target: string, until: number, from?: CooldownOrigin): void {
     const current = e.targetUntil.get(target);
     if (current) {
       if (until <= current.at) return;
       current.at = until;
+      current.from = from;
       this.heap.update(current);
       for (const w of this.watchers) w(e, target, until);
       return;
     }
-    const fresh: TargetCooldown = { at: until, target, entry: e, heapIndex: -1 };
+    const fresh: TargetCooldown = { at: until, target, entry: e, from, heapIndex: -1 };
     e.targetUntil.set(target, fresh);
     this.heap.push(fresh);
     this.onChange(e, target, 1);

@@ -168,3 +168,43 @@ export interface SnapshotFilter {
   selector?: string | Selector;
   target?: string;
 }
+
+/**
+ * Where a lease came from: the lease API, a gateway connection (the connection's target host),
+ * or a gateway replica's share of a proxy's capacity (a slot lease, target-less).
+ */
+export type LeaseVia = 'api' | 'gateway' | 'gateway-share';
+
+/**
+ * Why a proxy cools down for a target it was not reported for: another proxy leaving from the
+ * same egress address was blocked there (lease/egress-groups).
+ */
+export interface CooldownOrigin {
+  /** "namespace/name" of the proxy whose report (or whose cooldown) it took on. */
+  proxy: string;
+  /** The egress address they share. */
+  address: string;
+}
+
+/** Per proxy key, per target: where a cooldown the proxy took on from its egress address came from. */
+export type CooldownOrigins = ReadonlyMap<string, ReadonlyMap<string, CooldownOrigin>>;
+
+/** One live lease as the dashboard's lease holders see it. */
+export interface LiveLease {
+  id: string;
+  /** "namespace/name" of its proxy. */
+  proxy: string;
+  target: string | null;
+  /** ms; null for a lease restored from a checkpoint (the grant time is not kept). */
+  grantedAt: number | null;
+  expiresAt: number;
+  /** null for a lease restored from a checkpoint (its origin is not kept). */
+  via: LeaseVia | null;
+}
+
+export interface LiveLeases {
+  /** Every live lease, by origin (`unknown`: restored from a checkpoint). */
+  counts: Record<LeaseVia | 'unknown', number>;
+  /** The newest ones, newest first. */
+  newest: LiveLease[];
+}

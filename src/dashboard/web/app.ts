@@ -7,7 +7,14 @@ import { fetchHistory, fetchState, storedToken, storeToken, Unauthorized } from 
 import { byId } from './dom.ts';
 import { FleetTable } from './fleet-table.ts';
 import { clockTime } from './format.ts';
-import { mergeEvents, renderEvents, renderPools, renderProviders, renderTotals } from './panels.ts';
+import {
+  mergeEvents,
+  renderEvents,
+  renderLeases,
+  renderPools,
+  renderProviders,
+  renderTotals,
+} from './panels.ts';
 import type { DashboardState, FleetEvent } from './types.ts';
 
 const STATE_EVERY_MS = 1000;
@@ -39,6 +46,7 @@ function draw(state: DashboardState): void {
   table.update(state.proxies, serverNow);
   renderTotals(byId('totals'), state.totals);
   renderPools(byId<HTMLTableElement>('pools'), state.pools);
+  renderLeases(byId<HTMLTableElement>('leases'), byId('lease-summary'), state.leases, serverNow);
   renderProviders(byId('providers'), state.providers);
   renderEvents(byId<HTMLOListElement>('events'), events);
   live.textContent = `live · ${clockTime(state.now)}`;

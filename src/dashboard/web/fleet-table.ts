@@ -1,8 +1,9 @@
 /// <reference lib="dom" />
 /**
  * dashboard/web/fleet-table — the proxies table: one row per proxy with health, the latency
- * sparkline, leases and cooldowns with time left; sorted by the clicked column (again for the
- * other direction) and filtered by the words typed.
+ * sparkline, leases and cooldowns with time left (and, for one taken on through a shared egress
+ * address, the proxy that was reported); sorted by the clicked column (again for the other
+ * direction) and filtered by the words typed.
  */
 import { sparkline } from './chart.ts';
 import { h } from './dom.ts';
@@ -11,6 +12,7 @@ import {
   matchesQuery,
   type SortColumn,
   type SortOrder,
+  sharedNote,
   sortRows,
   timeLeft,
 } from './format.ts';
@@ -84,7 +86,7 @@ export class FleetTable {
     const tr = h('tr', { 'data-proxy': r.key, class: r.healthy ? '' : 'down' });
     tr.append(
       h('td', {}, h('span', { class: 'ns' }, `${r.namespace}/`), h('strong', {}, r.name)),
-      h('td', {}, r.pool ?? NONE),
+      h('td', r.pool ? { title: `${r.poolLabel}=${r.pool}` } : {}, r.pool ?? NONE),
       h('td', {}, r.provider ?? NONE),
       h(
         'td',
@@ -132,10 +134,15 @@ export class FleetTable {
         ...active.map((c) =>
           h(
             'li',
-            { 'data-target': c.target ?? '*' },
+            {
+              'data-target': c.target ?? '*',
+              ...(c.sharedFrom ? { 'data-shared-from': c.sharedFrom.proxy } : {}),
+            },
             h('span', { class: 'target' }, c.target ?? 'all targets'),
             ' ',
             h('span', { class: 'left' }, timeLeft(c.until, this.nowMs)),
+            // Not this proxy's block: a site blocked the address it shares with the reported proxy.
+            c.sharedFrom ? h('div', { class: 'shared' }, sharedNote(c.sharedFrom, r.namespace)) : null,
           ),
         ),
       ),

@@ -1,8 +1,8 @@
 /**
- * dashboard/web/format — the page's pure logic: time left, filtering and sorting the fleet
- * table. No DOM here, so the same code is unit-tested under Node.
+ * dashboard/web/format — the page's pure logic: time left and ages, how a shared cooldown reads,
+ * filtering and sorting the fleet table. No DOM here, so the same code is unit-tested under Node.
  */
-import type { FleetRow } from './types.ts';
+import type { FleetRow, TargetCooldownRow } from './types.ts';
 
 export type SortColumn =
   | 'key'
@@ -20,23 +20,50 @@ export interface SortOrder {
   descending: boolean;
 }
 
-/** "42 s", "9 min 58 s", "1 h 03 min"; "ended" once past. */
-export function timeLeft(untilMs: number, nowMs: number): string {
-  const s = Math.ceil((untilMs - nowMs) / 1000);
-  if (s <= 0) return 'ended';
+/** Whole seconds as "42 s", "9 min 58 s", "1 h 03 min". */
+function duration(s: number): string {
   if (s < 60) return `${s} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, '0')} s`;
   return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')} min`;
 }
 
+/** "42 s", "9 min 58 s", "1 h 03 min"; "ended" once past. */
+export function timeLeft(untilMs: number, nowMs: number): string {
+  const s = Math.ceil((untilMs - nowMs) / 1000);
+  return s <= 0 ? 'ended' : duration(s);
+}
+
+/** How long ago `sinceMs` was, as timeLeft writes it ("0 s" for a clock slightly ahead). */
+export function age(sinceMs: number, nowMs: number): string {
+  return duration(Math.max(0, Math.floor((nowMs - sinceMs) / 1000)));
+}
+
+/** The key of `proxy` as a row of namespace `namespace` names it: the name alone when they share it. */
+export function proxyIn(proxy: string, namespace: string): string {
+  return proxy.startsWith(`${namespace}/`) ? proxy.slice(namespace.length + 1) : proxy;
+}
+
+/** "via 127.0.0.3, blocked on local-2": a cooldown taken on from a proxy on the same address. */
+export function sharedNote(from: { proxy: string; address: string }, namespace: string): string {
+  return `via ${from.address}, blocked on ${proxyIn(from.proxy, namespace)}`;
+}
+
+export interface ActiveCooldown {
+  /** null: every target (a `failed` report). */
+  target: string | null;
+  until: number;
+  /** Set when taken on from another proxy on the same egress address. */
+  sharedFrom: TargetCooldownRow['sharedFrom'];
+}
+
 /** Cooldowns still running at `nowMs`: the global one (target null) first, then per target. */
-export function activeCooldowns(row: FleetRow, nowMs: number): { target: string | null; until: number }[] {
-  const out: { target: string | null; until: number }[] = [];
+export function activeCooldowns(row: FleetRow, nowMs: number): ActiveCooldown[] {
+  const out: ActiveCooldown[] = [];
   const global = row.cooldownUntil ? Date.parse(row.cooldownUntil) : 0;
-  if (global > nowMs) out.push({ target: null, until: global });
+  if (global > nowMs) out.push({ target: null, until: global, sharedFrom: null });
   for (const c of row.targetCooldowns) {
     const until = Date.parse(c.until);
-    if (until > nowMs) out.push({ target: c.target, until });
+    if (until > nowMs) out.push({ target: c.target, until, sharedFrom: c.sharedFrom });
   }
   return out;
 }
@@ -51,7 +78,9 @@ function haystack(row: FleetRow): string {
     row.leasable ? 'leasable' : (row.reason ?? ''),
     row.egressIP ?? '',
     row.address ?? '',
-    ...row.targetCooldowns.map((c) => c.target),
+    ...row.targetCooldowns.flatMap((c) =>
+      c.sharedFrom ? [c.target, c.sharedFrom.proxy, c.sharedFrom.address] : [c.target],
+    ),
   ]
     .join(' ')
     .toLowerCase();

@@ -1,12 +1,19 @@
 /// <reference lib="dom" />
 /**
  * dashboard/web/panels — everything beside the proxies table: the totals in the header, the
- * pools (desired and status counts of each ProxyPool, its conditions), provider health and the
- * list of recent events (newest first).
+ * pools (desired and status counts of each ProxyPool, its conditions), the lease holders,
+ * provider health and the list of recent events (newest first).
  */
 import { h } from './dom.ts';
-import { clockTime } from './format.ts';
-import type { FleetEvent, FleetTotals, PoolSummary, ProviderSummary } from './types.ts';
+import { age, clockTime, timeLeft } from './format.ts';
+import type {
+  FleetEvent,
+  FleetTotals,
+  LeaseHolder,
+  LeaseHolders,
+  PoolSummary,
+  ProviderSummary,
+} from './types.ts';
 
 /** How many events the page keeps; the server holds a few hundred too. */
 export const MAX_EVENTS = 500;
@@ -55,7 +62,7 @@ function poolStatus(p: PoolSummary): HTMLElement {
     .filter((c) => c.status === 'False' && (c.type === 'Available' || c.type === 'SpecValid'))
     .map((c) => h('div', { class: 'why' }, `${c.reason ?? c.type}${c.message ? `: ${c.message}` : ''}`));
   const notes = [
-    !p.object ? h('span', { class: 'muted' }, 'label only, no ProxyPool') : null,
+    !p.object ? h('span', { class: 'muted' }, `label only, no ProxyPool · ${p.selectors.join(', ')}`) : null,
     p.object && p.stale ? h('span', { class: 'muted' }, 'status catching up') : null,
   ];
   return h('td', { class: 'pool-status' }, ...chips, ...notes, ...why);
@@ -79,7 +86,7 @@ export function renderPools(table: HTMLTableElement, pools: readonly PoolSummary
           'td',
           {},
           h('span', { class: 'ns' }, `${p.namespace}/`),
-          p.name,
+          h('span', { title: `selector ${p.selectors.join(' or ')}` }, p.name),
           p.deleting ? h('span', { class: 'muted' }, ' deleting') : null,
         ),
         poolCount('desired', p.desired),
@@ -91,6 +98,68 @@ export function renderPools(table: HTMLTableElement, pools: readonly PoolSummary
         poolStatus(p),
       );
     }),
+  );
+}
+
+const LEASE_COLUMNS = 6;
+
+const VIA: Record<NonNullable<LeaseHolder['via']>, string> = {
+  api: 'API',
+  gateway: 'gateway',
+  'gateway-share': 'gateway share',
+};
+
+/** "3 live: 2 API, 1 gateway" (origins with none left out). */
+function leaseCounts(l: LeaseHolders): string {
+  const parts = [
+    [l.api, 'API'],
+    [l.gateway, 'gateway'],
+    [l.gatewayShare, 'gateway share'],
+    [l.restored, 'restored'],
+  ]
+    .filter(([n]) => (n as number) > 0)
+    .map(([n, what]) => `${n} ${what}`);
+  return `${l.total} live${parts.length ? `: ${parts.join(', ')}` : ''}`;
+}
+
+/**
+ * The newest live leases: id prefix, proxy, target, origin, age and time left; the server lists
+ * a bounded number, the rest are counted.
+ */
+export function renderLeases(
+  table: HTMLTableElement,
+  summary: HTMLElement,
+  leases: LeaseHolders,
+  nowMs: number,
+): void {
+  summary.textContent =
+    leases.more > 0
+      ? `${leaseCounts(leases)} · newest ${leases.newest.length} shown, ${leases.more} more`
+      : leaseCounts(leases);
+  const body = table.tBodies[0] ?? table.createTBody();
+  if (leases.newest.length === 0) {
+    body.replaceChildren(
+      h('tr', {}, h('td', { colspan: String(LEASE_COLUMNS), class: 'empty' }, 'no live leases')),
+    );
+    return;
+  }
+  body.replaceChildren(
+    ...leases.newest.map((l) =>
+      h(
+        'tr',
+        { 'data-lease': l.id, 'data-via': l.via ?? 'restored' },
+        h(
+          'td',
+          { class: 'mono', 'data-col': 'id', title: 'the first characters of the lease id' },
+          `${l.id}…`,
+        ),
+        h('td', { 'data-col': 'proxy' }, l.proxy),
+        h('td', { 'data-col': 'target' }, l.target ?? '–'),
+        h('td', { 'data-col': 'via' }, l.via ? VIA[l.via] : 'restored'),
+        h('td', { class: 'num', 'data-col': 'age' }, l.grantedAt ? age(Date.parse(l.grantedAt), nowMs) : '–'),
+        h('td', { class: 'num', 'data-col': 'left' }, timeLeft(Date.parse(l.expiresAt), nowMs)),
+      ),
+    ),
   );
 }
 

@@ -11,6 +11,8 @@ import type {
   FleetRowBody,
   FleetTotalsBody,
   LatencyHistoryBody as LatencyHistorySchema,
+  LeaseHolderBody,
+  LeaseHoldersBody,
   PoolSummaryBody,
   ProviderSummaryBody,
 } from '../schemas.ts';
@@ -23,6 +25,9 @@ export type ProviderTargetSummary = ProviderSummary['targets'][number];
 export type EventKind = Static<typeof EventKindBody>;
 export type FleetEvent = Static<typeof FleetEventBody>;
 export type FleetTotals = Static<typeof FleetTotalsBody>;
+export type TargetCooldownRow = FleetRow['targetCooldowns'][number];
+export type LeaseHolder = Static<typeof LeaseHolderBody>;
+export type LeaseHolders = Static<typeof LeaseHoldersBody>;
 /** `GET /v1/dashboard/state`. */
 export type DashboardState = Static<typeof DashboardStateBody>;
 /** `GET /v1/dashboard/history`. */

@@ -112,7 +112,7 @@ describe('dashboard in Chromium', () => {
     for (const key of EXAMPLE) await page.locator(row(key)).waitFor();
     const first = page.locator(row('crawl/local-1'));
     await expect.poll(() => first.locator('td').nth(3).textContent()).toContain('Ready');
-    expect(await first.locator('td').nth(1).textContent()).toBe('–');
+    expect(await first.locator('td').nth(1).textContent()).toBe('eu');
     expect(await first.locator('td').nth(2).textContent()).toBe('local');
     await expect.poll(() => first.locator('.dot.healthy').count()).toBe(1);
     // The token field is emptied once used, and a reload keeps the session without asking again.

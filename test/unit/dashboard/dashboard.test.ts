@@ -87,7 +87,11 @@ describe('events', () => {
     clock.advance(1000);
     let s = state();
     expect(s.proxies[0]?.targetCooldowns).toEqual([
-      { target: 'shop.example', until: new Date(clock.now() - 1000 + 600_000).toISOString() },
+      {
+        target: 'shop.example',
+        until: new Date(clock.now() - 1000 + 600_000).toISOString(),
+        sharedFrom: null,
+      },
     ]);
     expect(s.events.map((e) => [e.kind, e.proxy])).toEqual([['blocked', 'crawl/a']]);
     expect(s.events[0]?.message).toContain('shop.example');

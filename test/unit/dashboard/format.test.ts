@@ -3,7 +3,14 @@
  * filtering by every word typed, and sorting that keeps ties in name order.
  */
 import { describe, expect, it } from 'vitest';
-import { activeCooldowns, matchesQuery, sortRows, timeLeft } from '../../../src/dashboard/web/format.ts';
+import {
+  activeCooldowns,
+  age,
+  matchesQuery,
+  sharedNote,
+  sortRows,
+  timeLeft,
+} from '../../../src/dashboard/web/format.ts';
 import type { FleetRow } from '../../../src/dashboard/web/types.ts';
 
 const NOW = Date.parse('2026-01-01T00:00:00Z');
@@ -14,6 +21,7 @@ function row(name: string, over: Partial<FleetRow> = {}): FleetRow {
     namespace: 'crawl',
     name,
     pool: null,
+    poolLabel: null,
     provider: 'local',
     phase: 'Ready',
     healthy: true,
@@ -49,13 +57,13 @@ describe('activeCooldowns', () => {
     const r = row('a', {
       cooldownUntil: new Date(NOW + 5000).toISOString(),
       targetCooldowns: [
-        { target: 'old.example', until: new Date(NOW - 1).toISOString() },
-        { target: 'shop.example', until: new Date(NOW + 60_000).toISOString() },
+        { target: 'old.example', until: new Date(NOW - 1).toISOString(), sharedFrom: null },
+        { target: 'shop.example', until: new Date(NOW + 60_000).toISOString(), sharedFrom: null },
       ],
     });
     expect(activeCooldowns(r, NOW)).toEqual([
-      { target: null, until: NOW + 5000 },
-      { target: 'shop.example', until: NOW + 60_000 },
+      { target: null, until: NOW + 5000, sharedFrom: null },
+      { target: 'shop.example', until: NOW + 60_000, sharedFrom: null },
     ]);
   });
 });
@@ -64,7 +72,7 @@ describe('matchesQuery', () => {
   const r = row('eu-1', {
     pool: 'research',
     egressIP: '203.0.113.9',
-    targetCooldowns: [{ target: 'shop.example', until: '' }],
+    targetCooldowns: [{ target: 'shop.example', until: '', sharedFrom: null }],
   });
   it.each([
     ['', true],
@@ -100,5 +108,33 @@ describe('sortRows', () => {
       'b',
       'a',
     ]);
+  });
+});
+
+describe('ages and shared cooldowns', () => {
+  it.each([
+    [0, '0 s'],
+    [-2000, '0 s'],
+    [42_400, '42 s'],
+    [185_000, '3 min 05 s'],
+  ])('a grant %i ms ago is %s old', (ms, text) => expect(age(NOW - ms, NOW)).toBe(text));
+
+  it('names the reported proxy by its name within the row’s namespace, in full elsewhere', () => {
+    expect(sharedNote({ proxy: 'crawl/local-2', address: '127.0.0.3' }, 'crawl')).toBe(
+      'via 127.0.0.3, blocked on local-2',
+    );
+    expect(sharedNote({ proxy: 'other/local-2', address: '127.0.0.3' }, 'crawl')).toBe(
+      'via 127.0.0.3, blocked on other/local-2',
+    );
+  });
+
+  it('finds a shared cooldown by the reported proxy and the address', () => {
+    const r = row('demo-x', {
+      targetCooldowns: [
+        { target: 'shop.example', until: '', sharedFrom: { proxy: 'crawl/local-2', address: '127.0.0.2' } },
+      ],
+    });
+    expect(matchesQuery(r, 'local-2')).toBe(true);
+    expect(matchesQuery(r, '127.0.0.2 shop')).toBe(true);
   });
 });
