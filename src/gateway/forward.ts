@@ -3,7 +3,8 @@
  * first, then an upstream from the chooser and the request sent to it in absolute form. Answers
  * with a configured status (default 403, 429) report the upstream `blocked` for the host; an
  * upstream that refuses, times out or answers 407 is reported `failed` and a request without a
- * body is sent once more through another upstream (docs/gateway.md).
+ * body is sent once more through another upstream (docs/gateway.md). A client that expects
+ * `100 Continue` gets it only once the request has an upstream: every refusal comes first.
  */
 import http from 'node:http';
 import { SpanStatusCode } from '@opentelemetry/api';
@@ -29,6 +30,11 @@ export function plain(res: http.ServerResponse, status: number, body: string, up
   res.writeHead(status, headers).end(`${body}\n`);
 }
 
+/** The client waits for `100 Continue` before it sends its body (the pattern Node's server uses). */
+function expectsContinue(req: http.IncomingMessage): boolean {
+  return /(?:^|\W)100-continue(?:$|\W)/i.test(req.headers.expect ?? '');
+}
+
 function hasBody(req: http.IncomingMessage): boolean {
   const length = req.headers['content-length'];
   return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
@@ -36,8 +42,17 @@ function hasBody(req: http.IncomingMessage): boolean {
 
 type Sent = { kind: 'answered'; upstreamRes: http.IncomingMessage } | { kind: 'failed'; why: string };
 
-/** Sends `req` to `url` through the upstream of `a`; resolves once the upstream answered or failed. */
-function send(ctx: GatewayContext, req: http.IncomingMessage, url: URL, a: Acquired): Promise<Sent> {
+/**
+ * Sends `req` to `url` through the upstream of `a`; resolves once the upstream answered or
+ * failed. `uploaded` is told the size of every piece of the body sent on.
+ */
+function send(
+  ctx: GatewayContext,
+  req: http.IncomingMessage,
+  url: URL,
+  a: Acquired,
+  uploaded: (bytes: number) => void,
+): Promise<Sent> {
   return new Promise((resolve) => {
     const headers = forwardHeaders(req.rawHeaders).filter(([k]) => k.toLowerCase() !== 'host');
     headers.unshift(['Host', url.host]);
@@ -65,8 +80,10 @@ function send(ctx: GatewayContext, req: http.IncomingMessage, url: URL, a: Acqui
       clearTimeout(timer);
       resolve({ kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? 'error' });
     });
-    if (hasBody(req)) req.pipe(upReq);
-    else upReq.end();
+    if (hasBody(req)) {
+      req.on('data', (chunk: Buffer) => uploaded(chunk.length));
+      req.pipe(upReq);
+    } else upReq.end();
   });
 }
 
@@ -111,6 +128,10 @@ export async function handleForward(
       : plain(res, 403, 'destination not allowed by the egress policy');
   }
   const retryable = !hasBody(req);
+  let uploaded = 0;
+  const count = (bytes: number) => {
+    uploaded += bytes;
+  };
   for (let attempt = 1; attempt <= (retryable ? 2 : 1); attempt++) {
     const got = await ctx.chooser.acquire(host, routing);
     if (!got.ok) {
@@ -120,8 +141,10 @@ export async function handleForward(
     const a = got.acquired;
     const key = a.upstream.key;
     span.setAttribute('gateway.upstream', key);
-    const sent = await send(ctx, req, url, a);
-    if (sent.kind === 'answered') return relay(ctx, a, res, sent.upstreamRes, done);
+    // Authenticated, allowed by the policy and given an upstream: only now is the body wanted.
+    if (attempt === 1 && expectsContinue(req)) res.writeContinue();
+    const sent = await send(ctx, req, url, a, count);
+    if (sent.kind === 'answered') return relay(ctx, a, res, sent.upstreamRes, () => uploaded, done);
     ctx.log.info({ upstream: key, why: sent.why, attempt }, 'upstream failed a request; reported failed');
     ctx.chooser.report(a, 'failed');
     ctx.metrics.reports.inc({ upstream: key, result: 'failed' });
@@ -139,6 +162,7 @@ function relay(
   a: Acquired,
   res: http.ServerResponse,
   upstreamRes: http.IncomingMessage,
+  uploaded: () => number,
   done: (result: GatewayResult, upstream?: string) => void,
 ): void {
   const key = a.upstream.key;
@@ -169,6 +193,7 @@ function relay(
   res.once('close', () => {
     if (!res.writableFinished) upstreamRes.destroy();
     ctx.metrics.open.dec({ kind: 'http' });
+    ctx.metrics.bytes.inc({ upstream: key, direction: 'sent' }, uploaded());
     ctx.metrics.bytes.inc({ upstream: key, direction: 'received' }, bytes);
     ctx.letGo(a);
     done(blocked ? 'blocked' : res.writableFinished ? 'ok' : 'client_gone', key);

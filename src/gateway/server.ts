@@ -113,6 +113,13 @@ export class Gateway {
         plain(res, 500, 'internal error');
       });
     });
+    // Without a listener here Node answers `Expect: 100-continue` with 100 before any handler
+    // runs, inviting a client without credentials to upload its body. Routed to the request
+    // handler instead: credentials first, and gateway/forward sends 100 only once the request
+    // may go to an upstream.
+    this.server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) =>
+      this.server.emit('request', req, res),
+    );
     this.server.on('error', (err) => opts.log.warn({ err }, 'gateway listener error'));
   }
 

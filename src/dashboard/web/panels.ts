@@ -173,13 +173,15 @@ export function renderProviders(el: HTMLElement, providers: readonly ProviderSum
       const state = p.ready === null ? 'unknown' : p.ready ? 'healthy' : 'unhealthy';
       return h(
         'div',
-        { class: 'provider', 'data-provider': p.name },
+        { class: 'provider', 'data-provider': p.name, 'data-ready': String(p.ready ?? 'unknown') },
         h(
           'div',
           { class: 'provider-head' },
           h('span', { class: `dot ${state}`, title: state }),
           h('strong', {}, p.name),
           ` ${p.type ?? ''} · ${p.targetsReady ?? '–'} targets ready`,
+          // Why it is not ready (or not known to be), in the Ready condition's own words.
+          p.ready !== true && p.reason ? h('span', { class: 'reason' }, ` · ${p.reason}`) : null,
           p.lastCheckTime ? h('span', { class: 'muted' }, ` · checked ${clockTime(p.lastCheckTime)}`) : null,
         ),
         h(

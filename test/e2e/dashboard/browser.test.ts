@@ -3,7 +3,8 @@
  * app with a token: the page asks for the token once, lists the example fleet, shows a
  * `blocked` report as a cooldown within 2 s, shows the example's ProxyPool with the counts of
  * its own status and follows a scale, shows a proxy a new manifest adds, and never carries a
- * credential — not in the DOM, not in any response. Leaves a screenshot for
+ * credential — not in the DOM, not in any response; shows each provider's health as its
+ * ProviderHealth object says and follows a change. Leaves a screenshot for
  * docs/dashboard.md (path in DASHBOARD_SCREENSHOT, else a temp file).
  */
 import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -12,6 +13,7 @@ import { join } from 'node:path';
 import { trace } from '@opentelemetry/api';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { API_VERSION, PROVIDER_HEALTH_KIND } from '../../../src/api/constants.ts';
 import { type App, buildApp } from '../../../src/cmd/compose.ts';
 import { parseCommandLine } from '../../../src/cmd/flags.ts';
 import { DiscoveryClient } from '../../../src/discovery/client.ts';
@@ -59,6 +61,41 @@ async function proxyPasswords(): Promise<string[]> {
     if (pw) out.push(Buffer.from(pw, 'base64').toString('utf8'));
   }
   return out;
+}
+
+/**
+ * Writes the ProviderHealth `name` as the monitor would after a check of `targets`: Ready when
+ * every target is, else not ready with the monitor's reason.
+ */
+async function writeProviderHealth(
+  name: string,
+  type: string,
+  targets: { name: string; ready: boolean; reason: string; message?: string }[],
+): Promise<void> {
+  const client = app.store.providerHealths;
+  if (!(await client.read({ name }).catch(() => undefined))) {
+    await client.create({ apiVersion: API_VERSION, kind: PROVIDER_HEALTH_KIND, metadata: { name } });
+  }
+  const now = new Date().toISOString();
+  const ready = targets.filter((t) => t.ready).length;
+  const all = ready === targets.length;
+  await client.patchStatus(
+    { name },
+    {
+      type,
+      conditions: [
+        {
+          type: 'Ready',
+          status: all ? 'True' : 'False',
+          reason: all ? 'AllTargetsReady' : 'TargetsNotReady',
+          lastTransitionTime: now,
+        },
+      ],
+      targets: targets.map((t) => ({ ...t, lastTransitionTime: now })),
+      targetsReady: `${ready}/${targets.length}`,
+      lastCheckTime: now,
+    },
+  );
 }
 
 function row(key: string): string {
@@ -204,6 +241,59 @@ describe('dashboard in Chromium', () => {
     expect(await research.locator('.pool-status').textContent()).toContain('no ProxyPool');
     await expect.poll(() => added.locator('td').nth(3).textContent(), { timeout: 60_000 }).toContain('Ready');
     await page.locator('#events li[data-kind="added"]').first().waitFor();
+  });
+
+  it('shows each provider as its ProviderHealth says: ready, or not with its reason; and follows a change', async () => {
+    const panel = (name: string) => page.locator(`#providers .provider[data-provider="${name}"]`);
+    // The example's own provider: whatever its object says is what the panel says.
+    const own = await until('the example provider checked', async () => {
+      const list = await app.store.providerHealths.readList();
+      return list.length > 0 && list.every((o) => o.status?.conditions) && list;
+    });
+    for (const o of own) {
+      const ready = o.status?.conditions?.find((c) => c.type === 'Ready');
+      const shown = ready?.status === 'True' ? 'true' : ready?.status === 'False' ? 'false' : 'unknown';
+      await expect.poll(() => panel(o.metadata.name).getAttribute('data-ready')).toBe(shown);
+      if (shown !== 'true')
+        expect(await panel(o.metadata.name).locator('.reason').textContent()).toContain(ready?.reason);
+    }
+
+    // Two more providers' objects, as the monitor would write them: one ready, one not.
+    await writeProviderHealth('kvm-lab', 'kvm', [{ name: 'hv-1', ready: true, reason: 'Reachable' }]);
+    await writeProviderHealth('gcp-eu', 'gcp', [
+      {
+        name: 'my-project',
+        ready: false,
+        reason: 'Unreachable',
+        message: 'connect ETIMEDOUT 203.0.113.7:443',
+      },
+    ]);
+    await expect.poll(() => panel('kvm-lab').getAttribute('data-ready'), { timeout: 10_000 }).toBe('true');
+    expect(await panel('kvm-lab').locator('.provider-head').textContent()).toContain(
+      'kvm · 1/1 targets ready',
+    );
+    expect(await panel('kvm-lab').locator('.reason').count()).toBe(0);
+    expect(await panel('kvm-lab').locator('.dot.healthy').count()).toBe(2);
+    await expect.poll(() => panel('gcp-eu').getAttribute('data-ready'), { timeout: 10_000 }).toBe('false');
+    expect(await panel('gcp-eu').locator('.reason').textContent()).toContain('TargetsNotReady');
+    expect(await panel('gcp-eu').locator('li').textContent()).toContain('my-project: Unreachable');
+    expect(await panel('gcp-eu').locator('.why').textContent()).toBe('connect ETIMEDOUT 203.0.113.7:443');
+
+    // They change places: the panel follows within a few polls, with no reload.
+    await writeProviderHealth('kvm-lab', 'kvm', [
+      { name: 'hv-1', ready: false, reason: 'Unreachable', message: 'ssh: connection refused' },
+    ]);
+    await writeProviderHealth('gcp-eu', 'gcp', [{ name: 'my-project', ready: true, reason: 'Reachable' }]);
+    await expect.poll(() => panel('kvm-lab').getAttribute('data-ready'), { timeout: 10_000 }).toBe('false');
+    expect(await panel('kvm-lab').locator('.reason').textContent()).toContain('TargetsNotReady');
+    expect(await panel('kvm-lab').locator('.why').textContent()).toBe('ssh: connection refused');
+    await expect.poll(() => panel('gcp-eu').getAttribute('data-ready'), { timeout: 10_000 }).toBe('true');
+    expect(await panel('gcp-eu').locator('.reason').count()).toBe(0);
+
+    // Gone from the store, gone from the panel (and from the screenshot below).
+    for (const name of ['kvm-lab', 'gcp-eu']) await app.store.providerHealths.delete({ name });
+    await expect.poll(() => panel('kvm-lab').count(), { timeout: 10_000 }).toBe(0);
+    await expect.poll(() => panel('gcp-eu').count(), { timeout: 10_000 }).toBe(0);
   });
 
   it('loads nothing from another origin', () => {
