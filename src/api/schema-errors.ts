@@ -2,7 +2,8 @@
  * api/schema-errors — turns TypeBox (JSON Schema) validation errors into field errors that name
  * the offending field the way a user writes it (`spec.healthCheck.timeoutSeconds`,
  * `providers[1].kvm.hosts[0].name`) with a plain-English message. Shared by the Proxy validator
- * and the providers-config validator so both speak the same language.
+ * and the providers-config validator so both speak the same language. An unknown field comes with
+ * the nearest known one (`nearestField`), which the lease API's validator uses too.
  */
 import type { TLocalizedValidationError } from 'typebox/error';
 
@@ -52,6 +53,89 @@ export function pointerSegments(root: unknown, pointer: string): PathSegment[] {
     }
   }
   return out;
+}
+
+/** Case, `-` and `_` aside: `TTL_seconds` and `ttlSeconds` are the same name to a reader. */
+function normalized(name: string): string {
+  return name.toLowerCase().replace(/[-_]/g, '');
+}
+
+/** Edit distance with adjacent transpositions (optimal string alignment): `namsepace` is 1 from `namespace`. */
+export function editDistance(a: string, b: string): number {
+  const rows: number[][] = [];
+  for (let i = 0; i <= a.length; i++) rows.push([i]);
+  for (let j = 1; j <= b.length; j++) rows[0]![j] = j;
+  for (let i = 1; i <= a.length; i++) {
+    const row = rows[i]!;
+    const prev = rows[i - 1]!;
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let d = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1])
+        d = Math.min(d, rows[i - 2]![j - 2]! + 1);
+      row[j] = d;
+    }
+  }
+  return rows[a.length]![b.length]!;
+}
+
+/**
+ * The known field a user most likely meant by `name`, or undefined when none is close. Compared
+ * without case, `-` and `_`: the same name written differently first (`TTLSeconds`, `ttl_seconds`),
+ * then a typo — an edit distance of at most a third of the name (at least 1; transpositions count
+ * 1) — then a name one of the two starts (`ttl` → `ttlSeconds`, `cooldown` → `cooldownSeconds`;
+ * three characters at least). Within each, the smallest edit distance, then the first known.
+ */
+export function nearestField(name: string, known: Iterable<string>): string | undefined {
+  const n = normalized(name);
+  if (n === '' || name.length > 64) return undefined;
+  const limit = Math.max(1, Math.floor(n.length / 3));
+  let best: string | undefined;
+  let bestRank = Number.POSITIVE_INFINITY;
+  for (const field of known) {
+    if (field === name) continue;
+    const k = normalized(field);
+    const d = editDistance(n, k);
+    const short = Math.min(n.length, k.length);
+    let tier: number;
+    if (d === 0) tier = 0;
+    else if (d <= limit) tier = 1;
+    else if (short >= 3 && (k.startsWith(n) || n.startsWith(k))) tier = 2;
+    else continue;
+    const rank = tier * 1000 + d;
+    if (rank < bestRank) {
+      best = field;
+      bestRank = rank;
+    }
+  }
+  return best;
+}
+
+/** `; did you mean "ttlSeconds"?` when a known field is near `name`, else nothing. `as` writes the suggestion (a full path). */
+export function didYouMean(
+  name: string,
+  known: Iterable<string>,
+  as: (field: string) => string = (f) => f,
+): string {
+  const near = nearestField(name, known);
+  return near === undefined ? '' : `; did you mean ${JSON.stringify(as(near))}?`;
+}
+
+/**
+ * The property names of the object schema at `schemaPath` (a JSON pointer into `schema` such as
+ * TypeBox's errors carry: `#/properties/spec`), or none when the pointer leads to no object schema.
+ */
+export function knownFields(schema: unknown, schemaPath: string): string[] {
+  let cur: unknown = schema;
+  const segs = schemaPath.replace(/^#/, '').split('/').slice(1);
+  for (const raw of segs) {
+    const seg = raw.replace(/~1/g, '/').replace(/~0/g, '~');
+    if (cur === null || typeof cur !== 'object') return [];
+    cur = (cur as Record<string, unknown>)[seg];
+  }
+  const properties =
+    cur !== null && typeof cur === 'object' ? (cur as { properties?: unknown }).properties : undefined;
+  return properties !== null && typeof properties === 'object' ? Object.keys(properties) : [];
 }
 
 function valueAt(root: unknown, segments: readonly PathSegment[]): unknown {
@@ -108,19 +192,22 @@ function num(params: unknown, key: string): unknown {
 
 /**
  * Converts TypeBox errors for `root` into field errors, prefixed with `base` segments. Duplicates
- * collapse; alternatives of one literal union become a single "must be one of" error.
+ * collapse; alternatives of one literal union become a single "must be one of" error. With the
+ * `schema` the errors came from, an unknown field names the nearest known one
+ * (`unknown field; did you mean "timeoutSeconds"?`).
  */
 export function schemaErrors(
   root: unknown,
   errors: readonly TLocalizedValidationError[],
   base: readonly PathSegment[] = [],
+  schema?: unknown,
 ): FieldError[] {
   const out: FieldError[] = [];
   const seen = new Set<string>();
   const consts = new Map<string, { segs: PathSegment[]; values: unknown[] }>();
-  const push = (segs: readonly PathSegment[], message: string) => {
+  const push = (segs: readonly PathSegment[], message: string, same = message) => {
     const path = formatPath([...base, ...segs]);
-    const key = `${path}\u0000${message}`;
+    const key = `${path}\u0000${same}`;
     if (seen.has(key)) return;
     seen.add(key);
     out.push({ path, message });
@@ -136,7 +223,11 @@ export function schemaErrors(
         break;
       case 'additionalProperties': {
         const extra = num(p, 'additionalProperties');
-        for (const name of Array.isArray(extra) ? extra : []) push([...segs, String(name)], 'unknown field');
+        const known = schema === undefined ? [] : knownFields(schema, e.schemaPath);
+        for (const name of Array.isArray(extra) ? extra : []) {
+          // One error per field, whichever branch of a union reported it first.
+          push([...segs, String(name)], `unknown field${didYouMean(String(name), known)}`, 'unknown field');
+        }
         break;
       }
       case 'required': {

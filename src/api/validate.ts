@@ -115,7 +115,10 @@ export function validateProxy(obj: unknown, opts: { old?: ProxyObject } = {}): V
   if (!isRecord(obj)) return { ok: false, errors: [{ path: '', message: 'must be an object' }] };
   const value = defaultProxy(obj);
   const raw = [...proxyValidator.Errors(value)];
-  const errors = [...identityErrors(value, PROXY_KIND, 'Namespaced'), ...schemaErrors(value, raw)];
+  const errors = [
+    ...identityErrors(value, PROXY_KIND, 'Namespaced'),
+    ...schemaErrors(value, raw, [], ProxySchema),
+  ];
   // Rules read fields of the right type and shape, as CEL does: only then do they run.
   const rulesSkipped = blocksRules(raw);
   if (!rulesSkipped) {
@@ -141,7 +144,10 @@ export function validateProxyPool(obj: unknown, opts: { old?: ProxyPool } = {}):
   if (!isRecord(obj)) return { ok: false, errors: [{ path: '', message: 'must be an object' }] };
   const value = defaultProxyPool(obj);
   const raw = [...proxyPoolValidator.Errors(value)];
-  const errors = [...identityErrors(value, PROXY_POOL_KIND, 'Namespaced'), ...schemaErrors(value, raw)];
+  const errors = [
+    ...identityErrors(value, PROXY_POOL_KIND, 'Namespaced'),
+    ...schemaErrors(value, raw, [], ProxyPoolSchema),
+  ];
   const rulesSkipped = blocksRules(raw);
   if (!rulesSkipped) {
     const oldSpec = opts.old ? (defaultProxyPool(opts.old).spec as ProxyPoolSpec | undefined) : undefined;
@@ -156,7 +162,7 @@ export function validateProviderHealth(obj: unknown): ValidationResult<ProviderH
   const value = structuredClone(obj);
   const errors = [
     ...identityErrors(value, PROVIDER_HEALTH_KIND, 'Cluster'),
-    ...schemaErrors(value, providerHealthValidator.Errors(value)),
+    ...schemaErrors(value, providerHealthValidator.Errors(value), [], ProviderHealthSchema),
   ];
   return errors.length === 0 ? { ok: true, value: value as ProviderHealth } : { ok: false, errors };
 }

@@ -363,9 +363,9 @@ function checkEntry(entry: ProviderEntry, x: Issues): void {
   if (policy) checkEgressPolicy(policy, `${entry.type}.egressPolicy`, x);
 }
 
-/** Schema errors read as sentences after the path. */
+/** Schema errors read as sentences after the path (`zone is not a known field; did you mean …`). */
 function schemaLine(e: FieldError): string {
-  return e.message === 'unknown field' ? 'is not a known field' : e.message;
+  return e.message.replace(/^unknown field/, 'is not a known field');
 }
 
 /**
@@ -378,7 +378,7 @@ export function validateProvidersConfig(raw: unknown): ProvidersConfigResult {
   const entries = (raw as { providers?: unknown } | null)?.providers;
   const list = Array.isArray(entries) ? entries : [];
   const shapeBroken = new Set<number>();
-  for (const e of schemaErrors(raw, validator.Errors(raw))) {
+  for (const e of schemaErrors(raw, validator.Errors(raw), [], ProvidersConfigSchema)) {
     const m = /^providers\[(\d+)\](.*)$/.exec(e.path);
     if (m) {
       const i = Number(m[1]);

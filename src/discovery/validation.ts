@@ -6,7 +6,14 @@
 import type { FastifyInstance, FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify';
 import type { TSchema } from 'typebox';
 import { Compile } from 'typebox/compile';
-import { childPath, formatPath, type PathSegment, pointerSegments } from '../api/schema-errors.ts';
+import {
+  childPath,
+  didYouMean,
+  formatPath,
+  knownFields,
+  type PathSegment,
+  pointerSegments,
+} from '../api/schema-errors.ts';
 import { UPSTREAM_KEY_PATTERN } from '../gateway/share.ts';
 import { NAMESPACE_PATTERN, NAMESPACE_RULE } from '../lease/input.ts';
 
@@ -49,11 +56,16 @@ function fieldOf(part: string, root: unknown, pointer: string): string {
   return pointer === '' ? part : formatPath(pointerSegments(root, pointer));
 }
 
-/** Turns TypeBox's error list for `value` into one message about one field, the most specific first. */
+/**
+ * Turns TypeBox's error list for `value` into one message about one field, the most specific first.
+ * With the `schema` the errors came from, an unknown field names the nearest known one
+ * (`unknown field "ttl" in body; did you mean "ttlSeconds"?`).
+ */
 export function toFieldError(
   part: string,
   errors: FastifySchemaValidationError[],
   value?: unknown,
+  schema?: unknown,
 ): FieldError {
   type E = FastifySchemaValidationError & { keyword: string; params: Record<string, unknown> };
   const list = errors as E[];
@@ -62,8 +74,11 @@ export function toFieldError(
   const extra = list.find((e) => e.keyword === 'additionalProperties');
   if (extra) {
     const names = (extra.params.additionalProperties as string[] | undefined) ?? [];
-    const field = within(extra.instancePath, shorten(names[0] ?? '?'));
-    return new FieldError(field, `unknown field "${field}" in ${part}`);
+    const name = names[0] ?? '?';
+    const field = within(extra.instancePath, shorten(name));
+    const known = schema === undefined ? [] : knownFields(schema, extra.schemaPath);
+    const hint = didYouMean(name, known, (near) => within(extra.instancePath, near));
+    return new FieldError(field, `unknown field "${field}" in ${part}${hint}`);
   }
   const required = list.find((e) => e.keyword === 'required');
   if (required) {
@@ -139,7 +154,7 @@ export function requestValidator(schema: TSchema, httpPart: string | undefined):
     if (convert) input = convertUrlValues(schema, input);
     if (check.Check(input)) return { value: input };
     const errors = [...check.Errors(input)] as unknown as FastifySchemaValidationError[];
-    return { error: toFieldError(part, errors, input) };
+    return { error: toFieldError(part, errors, input, schema) };
   };
 }
 

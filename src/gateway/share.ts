@@ -226,7 +226,7 @@ const answerCheck = Compile(SyncAnswerBody);
  */
 export function parseSyncAnswer(body: unknown): SyncAnswer {
   if (!answerCheck.Check(body)) {
-    const first = schemaErrors(body, [...answerCheck.Errors(body)])[0];
+    const first = schemaErrors(body, [...answerCheck.Errors(body)], [], SyncAnswerBody)[0];
     throw new SyncInputError(first?.path || 'answer', first?.message ?? 'is not a sync answer');
   }
   const a = body as SyncAnswer;

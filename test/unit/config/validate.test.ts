@@ -424,7 +424,7 @@ const CASES: Case[] = [
   {
     name: 'kvm unknown key',
     config: cfg(kvm({ vendordata: 'x' })),
-    errors: [['providers[0].kvm.vendordata', 'is not a known field']],
+    errors: [['providers[0].kvm.vendordata', 'is not a known field; did you mean "vendorData"?']],
   },
   {
     name: 'kvm domainType',
@@ -586,6 +586,23 @@ describe('validateProvidersConfig', () => {
     expect(result.ok ? [] : result.errors.map((e) => e.path)).toEqual([
       'providers[0].gcp.project',
       'providers[1].local.bindAddress',
+    ]);
+  });
+
+  it('names the nearest known field beside an unknown one, where one is near', () => {
+    const config = {
+      providers: [
+        local({ portRnge: [20000, 20010] }),
+        { ...kvm({ egressPolicy: { allowPort: [22] } }), Type: 'x' },
+      ],
+      gatway: {},
+    };
+    const result = validateProvidersConfig(config);
+    expect(result.ok ? [] : result.errors.map((e) => e.message)).toEqual([
+      'gatway is not a known field; did you mean "gateway"?',
+      'providers[0] (local): local.portRnge is not a known field; did you mean "portRange"?',
+      'providers[1] (kvm-home): Type is not a known field; did you mean "type"?',
+      'providers[1] (kvm-home): kvm.egressPolicy.allowPort is not a known field',
     ]);
   });
 

@@ -360,6 +360,52 @@ describe('bad requests name the field and change nothing', () => {
     expect(s.leases.activeLeases()).toBe(1);
   });
 
+  it('an unknown field names the nearest known one, by its path, and only when one is near', async () => {
+    const s = await setup({ proxies: [info('a', { maxLeases: 2 })] });
+    const lease = await s.call('POST', '/v1/leases', {});
+    const id = lease.body.id as string;
+    const cases: [string, string, unknown, string][] = [
+      ['POST', '/v1/leases', { ttl: 600 }, 'unknown field "ttl" in body; did you mean "ttlSeconds"?'],
+      [
+        'POST',
+        '/v1/leases',
+        { selecter: 'pool=eu' },
+        'unknown field "selecter" in body; did you mean "selector"?',
+      ],
+      [
+        'POST',
+        `/v1/leases/${id}/renew`,
+        { TTL_seconds: 60 },
+        'unknown field "TTL_seconds" in body; did you mean "ttlSeconds"?',
+      ],
+      [
+        'POST',
+        `/v1/leases/${id}/report`,
+        { result: 'failed', cooldown: 5 },
+        'unknown field "cooldown" in body; did you mean "cooldownSeconds"?',
+      ],
+      [
+        'POST',
+        '/v1/reports',
+        { proxy: { namespace: 'crawl', nme: 'a' }, result: 'failed' },
+        'unknown field "proxy.nme" in body; did you mean "proxy.name"?',
+      ],
+      [
+        'GET',
+        '/v1/proxies?selectr=pool%3Deu',
+        undefined,
+        'unknown field "selectr" in query; did you mean "selector"?',
+      ],
+      ['POST', '/v1/leases', { why: 1 }, 'unknown field "why" in body'],
+    ];
+    for (const [method, path, body, message] of cases) {
+      const res = await s.call(method, path, body === undefined ? {} : { body });
+      expect(res.status, path).toBe(400);
+      expect((res.body.error as { message: string }).message, JSON.stringify(body)).toBe(message);
+    }
+    expect(s.leases.activeLeases()).toBe(1);
+  });
+
   it('415 for a non-JSON content type, 413 for a body over 16 KiB', async () => {
     const s = await setup();
     const text = await fetch(`${s.server.url}/v1/leases`, {
