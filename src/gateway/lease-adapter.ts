@@ -5,6 +5,7 @@
  * docs/gateway.md). Built on the store's parts (lease/store, `LeaseStoreParts`) with the same
  * leasing rule as every grant (lease/entry), so the store itself carries nothing gateway-only.
  */
+import type { LateReports } from '../lease/ended.ts';
 import { notLeasableReason } from '../lease/entry.ts';
 import { checkSeconds } from '../lease/input.ts';
 import type { LeaseStore } from '../lease/store.ts';
@@ -72,9 +73,15 @@ export class GatewayLeaseAdapter {
   /**
    * A lease on the proxy `key` itself, if the leasing rules let it take one for `target` now;
    * otherwise the first rule it fails, or 'Gone' when the store does not know it. Counts like
-   * any grant (TooManyLeasesError when the store is full).
+   * any grant (TooManyLeasesError when the store is full). `lateReports`: who may report it once
+   * it has ended (lease/ended).
    */
-  leaseProxy(key: string, target: string | undefined, ttlSeconds?: number): UpstreamLeaseOutcome {
+  leaseProxy(
+    key: string,
+    target: string | undefined,
+    ttlSeconds: number | undefined,
+    lateReports: LateReports,
+  ): UpstreamLeaseOutcome {
     const host = normalizeTarget(target);
     checkSeconds('ttlSeconds', ttlSeconds, this.store.maxTtlSeconds);
     const now = this.store.sweep();
@@ -84,6 +91,6 @@ export class GatewayLeaseAdapter {
     const reason = notLeasableReason(e, host, now);
     if (reason) return { granted: false, reason };
     table.checkRoom();
-    return { granted: true, grant: table.grant(e, host, ttlSeconds, now) };
+    return { granted: true, grant: table.grant(e, host, ttlSeconds, now, lateReports) };
   }
 }
