@@ -43,6 +43,13 @@ export interface ModeParts {
   installationId: string;
   /** Where the leader keeps its lease checkpoint. */
   leaseCheckpoint: CheckpointStorage;
+  /**
+   * What a damaged lease checkpoint does without `--discard-lease-state`: `stop` the process
+   * (standalone: the operator cannot serve leases without it, and a supervisor's restarts stay
+   * loud), or `wait` not deciding leases, reading it again now and then (a leader: the
+   * other replicas' listeners keep answering, and an operator may repair or remove it).
+   */
+  damagedCheckpoint: 'stop' | 'wait';
   /** Tells the elector where this replica's discovery API answers, once listening. */
   advertiseDiscovery?: (url: string) => void;
 }
@@ -222,6 +229,7 @@ export async function standaloneParts(
     elector: new StandaloneElector(),
     installationId,
     leaseCheckpoint: new FileCheckpoint(leaseCheckpointPath(paths.statePath)),
+    damagedCheckpoint: 'stop',
   };
 }
 
@@ -306,6 +314,7 @@ export async function operatorParts(
     proxyNamespace: flags.proxyNamespace,
     installationId,
     leaseCheckpoint: new ConfigMapCheckpoint({ core: kube.core, namespace: operatorNamespace }),
+    damagedCheckpoint: 'wait',
     advertiseDiscovery: (url) => {
       advertised = advertisedUrl(url, process.env.POD_IP);
     },

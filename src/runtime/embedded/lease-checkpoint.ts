@@ -3,11 +3,12 @@
  * beside the state file (`<state>.leases`), kept apart from the object journal because it is
  * replaced whole every few seconds rather than appended to. Written atomically (temporary file,
  * fsync, rename, fsync of the directory): a crash leaves the previous checkpoint or the new
- * one, never a mix. The state lock already keeps a second process away from it.
+ * one, never a mix. The state lock already keeps a second process away from it. A damaged one
+ * is kept aside by renaming it to `<state>.leases.damaged-<stamp>` (lease/checkpoint decides when).
  */
 import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import type { CheckpointStorage } from '../../lease/checkpoint.ts';
+import { asideStamp, type CheckpointStorage } from '../../lease/checkpoint.ts';
 
 export function leaseCheckpointPath(statePath: string): string {
   return `${statePath}.leases`;
@@ -31,6 +32,13 @@ export class FileCheckpoint implements CheckpointStorage {
     }
   }
 
+  async setAside(at: number): Promise<string> {
+    const aside = `${this.path}.damaged-${asideStamp(at)}`;
+    await rename(this.path, aside);
+    await this.syncDir();
+    return aside;
+  }
+
   async save(text: string): Promise<void> {
     const tmp = `${this.path}.tmp-${process.pid}`;
     const fh = await open(tmp, 'w', 0o600);
@@ -44,6 +52,11 @@ export class FileCheckpoint implements CheckpointStorage {
     }
     await fh.close();
     await rename(tmp, this.path);
+    await this.syncDir();
+  }
+
+  /** Makes a rename in the checkpoint's directory durable. */
+  private async syncDir(): Promise<void> {
     const dir = await open(dirname(this.path), 'r');
     try {
       await dir.sync();
