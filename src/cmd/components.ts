@@ -12,7 +12,7 @@ import { LeaseAuthority } from '../discovery/authority.ts';
 import { EgressIpChecker } from '../health/egress.ts';
 import { HealthEngine } from '../health/engine.ts';
 import { LeaseCheckpointer } from '../lease/checkpoint.ts';
-import { leaseEvictionCounter, registerLeaseMetrics } from '../lease/metrics.ts';
+import { endedLeaseEvictionCounter, leaseEvictionCounter, registerLeaseMetrics } from '../lease/metrics.ts';
 import { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
@@ -92,6 +92,7 @@ function buildHealthAndLeases(shared: Shared): Pick<Components, 'health' | 'leas
     listener: (v) => leases.setHealth(v.key, v.uid, { healthy: v.healthy, latencyMillis: v.latencyMillis }),
   });
   const evicted = leaseEvictionCounter(registry);
+  const endedEvicted = endedLeaseEvictionCounter(registry);
   const leases: LeaseStore = new LeaseStore({
     clock,
     log: log.child({ component: 'leases' }),
@@ -99,6 +100,8 @@ function buildHealthAndLeases(shared: Shared): Pick<Components, 'health' | 'leas
     maxActiveLeases: flags.leases.maxActiveLeases,
     drainTimeoutMs: flags.leases.drainTimeoutMs,
     onCooldownEvicted: () => evicted.inc(),
+    endedLeaseBytes: flags.leases.endedLeaseBytes,
+    onEndedLeaseEvicted: (holder) => endedEvicted.inc({ holder }),
     perLeaseCredentials: (id) => id.startsWith(LOCAL_ID_PREFIX),
   });
   registerLeaseMetrics(registry, leases);

@@ -60,6 +60,13 @@ export interface LeaseFlags {
    * switch, and no lease on a draining proxy is renewed past it. 0 = no drain.
    */
   drainTimeoutMs: number;
+  /** `--ended-lease-memory` (default 64Mi): budget of the ended leases API clients may still report. */
+  endedLeaseBytes: number;
+  /**
+   * `--discard-lease-state`: start from no leases or cooldowns when the lease checkpoint is
+   * damaged, instead of refusing to start (standalone) or to decide leases (leader).
+   */
+  discardLeaseState: boolean;
 }
 
 export interface StandaloneFlags extends CommonFlags {
@@ -154,6 +161,8 @@ const COMMON_OPTIONS = {
   'metrics-max-connections': { type: 'string' },
   'lease-checkpoint-interval': { type: 'string' },
   'max-active-leases': { type: 'string' },
+  'ended-lease-memory': { type: 'string' },
+  'discard-lease-state': { type: 'boolean' },
   'gateway-bind-address': { type: 'string' },
   'gateway-blocked-statuses': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
@@ -167,7 +176,20 @@ function parseCount(flag: string, text: string): number {
   return Number(text);
 }
 
-/** The lease authority's flags: checkpoint interval, active-lease cap, drain deadline. */
+/** A size in MiB or GiB (`64Mi`, `1Gi`), from 1 MiB to 64 GiB; in bytes. */
+function parseMemory(flag: string, text: string): number {
+  const m = /^(\d{1,5})(Mi|Gi)$/.exec(text);
+  const bytes = m ? Number(m[1]) * 2 ** (m[2] === 'Gi' ? 30 : 20) : 0;
+  if (bytes < 2 ** 20 || bytes > 64 * 2 ** 30) {
+    throw new FlagError(`--${flag}: "${text}" must be a size from 1Mi to 64Gi (e.g. 64Mi, 1Gi)`);
+  }
+  return bytes;
+}
+
+/**
+ * The lease authority's flags: checkpoint interval, active-lease cap, drain deadline, the
+ * ended-lease budget and what a damaged checkpoint does.
+ */
 function leaseFlags(values: Values): LeaseFlags {
   const str = (k: string) => values[k] as string | undefined;
   const interval = parseDuration('lease-checkpoint-interval', str('lease-checkpoint-interval') ?? '5s');
@@ -181,6 +203,8 @@ function leaseFlags(values: Values): LeaseFlags {
     checkpointIntervalMs: interval,
     maxActiveLeases: parseCount('max-active-leases', str('max-active-leases') ?? '100000'),
     drainTimeoutMs: drain,
+    endedLeaseBytes: parseMemory('ended-lease-memory', str('ended-lease-memory') ?? '64Mi'),
+    discardLeaseState: values['discard-lease-state'] === true,
   };
 }
 

@@ -73,6 +73,10 @@ ${'COMMON'}`,
       --shutdown-grace-period <dur>       Time to drain on SIGTERM (default 30s).
       --lease-checkpoint-interval <dur>   Save leases and cooldowns this often (default 5s).
       --max-active-leases <n>             Live leases at most; then 503 too_many_leases (default 100000).
+      --ended-lease-memory <size>         Memory for ended leases kept 15 min for late reports (default
+                                          64Mi, ~1,000 releases/s; past it the oldest go early, counted).
+      --discard-lease-state               Start from no leases or cooldowns when the lease checkpoint is
+                                          damaged (kept aside), instead of refusing to start.
       --installation-id <id>              Which instances are this operator's (labels, GC, spec-hash key);
                                           default: the kube-system namespace UID (operator) or the id
                                           kept in the state file (standalone; must match it).

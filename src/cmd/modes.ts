@@ -50,6 +50,13 @@ export interface ModeParts {
    * readiness; the process serves on from memory meanwhile).
    */
   stateWrites?: StateWrites;
+  /**
+   * What a damaged lease checkpoint does without `--discard-lease-state`: `stop` the process
+   * (standalone: the operator cannot serve leases without it, and a supervisor's restarts stay
+   * loud), or `wait` not deciding leases, reading it again now and then (a leader: the
+   * other replicas' listeners keep answering, and an operator may repair or remove it).
+   */
+  damagedCheckpoint: 'stop' | 'wait';
   /** Tells the elector where this replica's discovery API answers, once listening. */
   advertiseDiscovery?: (url: string) => void;
 }
@@ -278,6 +285,7 @@ export async function standaloneParts(
       store.writes.writer('lease checkpoint', leaseCheckpointPath(paths.statePath)),
     ),
     stateWrites: store.writes,
+    damagedCheckpoint: 'stop',
   };
 }
 
@@ -363,6 +371,7 @@ export async function operatorParts(
     proxyNamespace: flags.proxyNamespace,
     installationId,
     leaseCheckpoint: new ConfigMapCheckpoint({ core: kube.core, namespace: operatorNamespace }),
+    damagedCheckpoint: 'wait',
     advertiseDiscovery: (url) => {
       advertised = advertisedUrl(url, process.env.POD_IP);
     },

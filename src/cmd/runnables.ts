@@ -6,6 +6,7 @@ import { dashboardHandlers } from '../dashboard/routes.ts';
 import { type DiscoveryServer, startDiscoveryServer } from '../discovery/server.ts';
 import { type ClusterGateway, gatewaySyncHandler } from '../gateway/cluster.ts';
 import { type GatewaySessions, type GatewaySetup, runGateway } from '../gateway/service.ts';
+import { LeaseCheckpointDamagedError } from '../lease/errors.ts';
 import { startLeaseFeed } from '../lease/feed.ts';
 import type { TlsFiles } from '../metrics/listener.ts';
 import { startMetricsServer } from '../metrics/server.ts';
@@ -196,20 +197,44 @@ function addGateway(
   );
 }
 
+/** How often a leader that found the lease checkpoint damaged reads it again. */
+const DAMAGED_CHECKPOINT_RETRY_MS = 30_000;
+
 /**
  * The leader's side of the lease authority: restore the checkpoint, then decide leases and
- * checkpoint them every interval; at step-down stop deciding first, then save a last time.
+ * checkpoint them every interval; at step-down stop deciding first, then save a last time. A
+ * store that cannot be read is retried every second; a damaged checkpoint stops the process or
+ * keeps the leader from deciding (ModeParts.damagedCheckpoint) unless `--discard-lease-state`.
  */
 async function leadLeases(c: Components, signal: AbortSignal): Promise<void> {
-  const { checkpointer, authority, clock, log, mode } = c;
+  const { checkpointer, authority, clock, log, mode, flags } = c;
   for (;;) {
+    let retryMs = 1000;
     try {
-      await checkpointer.restore(signal);
+      await checkpointer.restore(signal, { discard: flags.leases.discardLeaseState });
       break;
     } catch (err) {
       if (signal.aborted) return;
-      log.warn({ err }, 'reading the lease checkpoint failed; retrying (lease requests get 503 no_leader)');
-      await new Promise<void>((r) => clock.setTimeout(r, 1000));
+      if (err instanceof LeaseCheckpointDamagedError) {
+        if (mode.damagedCheckpoint === 'stop') throw err;
+        log.error(
+          { err, where: err.where },
+          'lease checkpoint damaged; not deciding leases (503 no_leader) until it is repaired or removed, or the leader runs with --discard-lease-state',
+        );
+        retryMs = DAMAGED_CHECKPOINT_RETRY_MS;
+      } else {
+        log.warn({ err }, 'reading the lease checkpoint failed; retrying (lease requests get 503 no_leader)');
+      }
+      // Abortable: a shutdown does not wait out the pause.
+      await new Promise<void>((r) => {
+        const done = () => {
+          clock.clearTimeout(t);
+          signal.removeEventListener('abort', done);
+          r();
+        };
+        const t = clock.setTimeout(done, retryMs);
+        signal.addEventListener('abort', done, { once: true });
+      });
     }
   }
   if (signal.aborted) return;

@@ -288,7 +288,7 @@ export class GatewayHub {
         while (slots.length < want) {
           let got: UpstreamLeaseOutcome;
           try {
-            got = this.gatewayLeases.leaseProxy(key, undefined, SLOT_TTL_SECONDS, 'gateway-share');
+            got = this.gatewayLeases.leaseProxy(key, undefined, SLOT_TTL_SECONDS, 'gateway-share', 'none');
           } catch (err) {
             if (err instanceof TooManyLeasesError) break;
             throw err;

@@ -5,6 +5,7 @@
  * docs/gateway.md). Built on the store's parts (lease/store, `LeaseStoreParts`) with the same
  * leasing rule as every grant (lease/entry), so the store itself carries nothing gateway-only.
  */
+import type { LateReports } from '../lease/ended.ts';
 import { notLeasableReason } from '../lease/entry.ts';
 import { checkSeconds } from '../lease/input.ts';
 import type { LeaseStore } from '../lease/store.ts';
@@ -73,13 +74,15 @@ export class GatewayLeaseAdapter {
    * A lease on the proxy `key` itself, if the leasing rules let it take one for `target` now;
    * otherwise the first rule it fails, or 'Gone' when the store does not know it. Counts like
    * any grant (TooManyLeasesError when the store is full). `via`: a connection's lease, or a
-   * replica's share of the proxy (the hub's slot leases).
+   * replica's share of the proxy (the hub's slot leases); `lateReports`: who may report it once
+   * it has ended (lease/ended).
    */
   leaseProxy(
     key: string,
     target: string | undefined,
-    ttlSeconds?: number,
-    via: Exclude<LeaseVia, 'api'> = 'gateway',
+    ttlSeconds: number | undefined,
+    via: Exclude<LeaseVia, 'api'>,
+    lateReports: LateReports,
   ): UpstreamLeaseOutcome {
     const host = normalizeTarget(target);
     checkSeconds('ttlSeconds', ttlSeconds, this.store.maxTtlSeconds);
@@ -90,6 +93,6 @@ export class GatewayLeaseAdapter {
     const reason = notLeasableReason(e, host, now);
     if (reason) return { granted: false, reason };
     table.checkRoom();
-    return { granted: true, grant: table.grant(e, host, ttlSeconds, now, via) };
+    return { granted: true, grant: table.grant(e, host, ttlSeconds, now, via, lateReports) };
   }
 }

@@ -95,12 +95,19 @@ export class LeaseStoreChooser implements UpstreamChooser {
     try {
       let grant: LeaseGrant | undefined;
       if (session?.upstream) {
-        const r = this.gatewayLeases.leaseProxy(session.upstream, target, CONNECTION_LEASE_TTL_SECONDS);
+        const r = this.gatewayLeases.leaseProxy(
+          session.upstream,
+          target,
+          CONNECTION_LEASE_TTL_SECONDS,
+          'gateway',
+          'session',
+        );
         if (r.granted) grant = r.grant;
         else session.upstream = undefined;
       }
       if (!grant) {
-        // A new binding ranks the session's id the same way in every process (lease/view).
+        // A new binding ranks the session's id the same way in every process (lease/view). Once
+        // ended, only a session can still name the lease in a report (gateway/sessions).
         const r = this.leases.lease(
           {
             target,
@@ -110,6 +117,7 @@ export class LeaseStoreChooser implements UpstreamChooser {
           },
           session?.id,
           'gateway',
+          session ? 'session' : 'none',
         );
         if (!r.granted) return { ok: false, status: 503, message: noneMessage(r.counts), counts: r.counts };
         grant = r.grant;

@@ -4,12 +4,17 @@
  * last one at step-down, so a graceful handover loses nothing and a crash at most one interval.
  * Where a checkpoint lives is the mode's business (`CheckpointStorage`): a file beside the
  * standalone state file, ConfigMaps in the operator namespace in a cluster.
+ *
+ * A damaged checkpoint is never passed over silently: that would drop every cooldown, and the
+ * next save would overwrite the evidence. `restore` refuses it (LeaseCheckpointDamagedError)
+ * unless told to discard it, and then keeps the damaged copy aside before starting empty.
  */
 import type { Registry } from 'prom-client';
 import { type Logger, silentLogger } from '../log/index.ts';
 import { counter, gauge } from '../metrics/register.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import { parseLeaseState } from './durable.ts';
+import { LeaseCheckpointDamagedError, LeaseStateError } from './errors.ts';
 import type { LeaseStore } from './store.ts';
 
 export const DEFAULT_CHECKPOINT_INTERVAL_MS = 5_000;
@@ -17,8 +22,17 @@ export const DEFAULT_CHECKPOINT_INTERVAL_MS = 5_000;
 export interface CheckpointStorage {
   /** Where, for logs (no secrets: paths and object names only). */
   readonly where: string;
-  /** The last checkpoint saved, or undefined when there is none. */
+  /**
+   * The last checkpoint saved, or undefined when there is none. Throws LeaseStateError when
+   * what is stored is damaged beyond the document (a ConfigMap set whose shards disagree), any
+   * other error when the store cannot be read now (retried).
+   */
   load(signal: AbortSignal): Promise<string | undefined>;
+  /**
+   * Keeps a damaged checkpoint, exactly as stored, where no save overwrites it, named after
+   * `at` (ms); resolves to where it went.
+   */
+  setAside(at: number, signal: AbortSignal): Promise<string>;
   /** Replaces the checkpoint; resolves once it is durable. */
   save(text: string, signal: AbortSignal): Promise<void>;
 }
@@ -64,26 +78,40 @@ export class LeaseCheckpointer {
   }
 
   /**
-   * Loads the last checkpoint into the store. A damaged one is refused whole and logged: serving
-   * from an empty store beats not serving at all, and the next save replaces it.
+   * Loads the last checkpoint into the store. A damaged one is refused whole: it throws
+   * LeaseCheckpointDamagedError naming it and leaves it untouched, or with `discard` keeps it
+   * aside (CheckpointStorage.setAside) and starts empty, with a warning naming both places.
+   * Any other error means the store could not be read now: the caller retries.
    */
-  async restore(signal: AbortSignal): Promise<{ leases: number; proxies: number }> {
-    const { storage, leases, log } = this.o;
-    const text = await storage.load(signal);
-    if (text === undefined) {
+  async restore(
+    signal: AbortSignal,
+    opts: { discard?: boolean } = {},
+  ): Promise<{ leases: number; proxies: number }> {
+    const { storage, leases, log, clock } = this.o;
+    let state: ReturnType<typeof parseLeaseState> | undefined;
+    let damage: LeaseStateError | undefined;
+    try {
+      const text = await storage.load(signal);
+      if (text !== undefined) state = parseLeaseState(text);
+    } catch (err) {
+      if (!(err instanceof LeaseStateError)) throw err;
+      damage = err;
+    }
+    if (damage) {
+      if (!opts.discard) throw new LeaseCheckpointDamagedError(storage.where, damage);
+      const keptAt = await storage.setAside(clock.now(), signal);
+      log.warn(
+        { where: storage.where, keptAt, damage: damage.message },
+        'lease checkpoint damaged; --discard-lease-state: starting with NO leases or cooldowns (the damaged copy is kept aside)',
+      );
+      return { leases: 0, proxies: 0 };
+    }
+    if (state === undefined) {
       log.info({ where: storage.where }, 'no lease checkpoint yet; starting with no leases or cooldowns');
       return { leases: 0, proxies: 0 };
     }
-    let restored: { leases: number; proxies: number };
-    let asOf: number;
-    try {
-      const state = parseLeaseState(text);
-      asOf = state.at;
-      restored = leases.restoreState(state);
-    } catch (err) {
-      log.error({ err, where: storage.where }, 'lease checkpoint unreadable; starting without it');
-      return { leases: 0, proxies: 0 };
-    }
+    const restored = leases.restoreState(state);
+    const asOf = state.at;
     this.savedAt = leases.changes;
     // `asOf` says what a crash may have lost: decisions made after it.
     log.info(
@@ -137,4 +165,13 @@ export class LeaseCheckpointer {
       await this.save(signal);
     }
   }
+}
+
+/** `at` as a compact UTC stamp for names of kept copies: `20260101t120000z`. */
+export function asideStamp(at: number): string {
+  return new Date(at)
+    .toISOString()
+    .replace(/\.\d+Z$/, 'z')
+    .replace(/[-:]/g, '')
+    .toLowerCase();
 }

@@ -1,12 +1,13 @@
 /**
  * lease/lease-table — the live leases and the ones that ended lately: grants, renewals, releases
  * and expiry (a heap of expiry times, so expiry does not walk the table), capped at
- * `maxActiveLeases`. Released and expired leases stay reportable for a while in a ring
- * (lease/ended) holding as many as the live cap.
+ * `maxActiveLeases`. Released and expired leases stay reportable for a while (lease/ended): an
+ * API client's in one table, a gateway sticky session's in another with its own budget, so the
+ * gateway's connections never push API leases out; leases nobody can name later are not kept.
  */
 import { proxyUrlWithCredentials } from '../api/url.ts';
 import type { ChangeCounter } from './changes.ts';
-import { type EndedLease, EndedLeases } from './ended.ts';
+import { type EndedLease, EndedLeases, type LateReports } from './ended.ts';
 import { countLease, type Entry } from './entry.ts';
 import { TooManyLeasesError } from './errors.ts';
 import { drainStart, iso, type Lease, newLeaseId } from './lease.ts';
@@ -21,6 +22,11 @@ export interface LeaseTableOptions {
   maxActiveLeases: number;
   drainTimeoutMs: number;
   reportableAfterEndMs: number;
+  /** Byte budgets of the ended leases API clients, and gateway sessions, may still report. */
+  endedLeaseBytes: number;
+  endedConnectionBytes: number;
+  /** Called once per ended lease forgotten before its 15 minutes for want of budget. */
+  onEndedLeaseEvicted: (holder: 'client' | 'session') => void;
   /** Whether the instance a proxy serves from checks credentials per lease. */
   perLeaseCredentials: ((instance: string) => boolean) | undefined;
 }
@@ -42,14 +48,23 @@ export class LeaseTable {
   private readonly leases = new Map<string, Lease>();
   private readonly expiries = new IndexedHeap<Lease>((a, b) => a.expiresAt < b.expiresAt);
   private readonly ended: EndedLeases;
+  private readonly endedConnections: EndedLeases;
   private grantSeq = 0;
 
   constructor(opts: LeaseTableOptions, selection: Selection, changes: ChangeCounter) {
     this.opts = opts;
     this.selection = selection;
     this.changes = changes;
-    // As many recently ended leases as live ones: one lease's worth of memory each.
-    this.ended = new EndedLeases(opts.reportableAfterEndMs, opts.maxActiveLeases);
+    this.ended = new EndedLeases({
+      retentionMs: opts.reportableAfterEndMs,
+      maxBytes: opts.endedLeaseBytes,
+      onEvictedEarly: () => opts.onEndedLeaseEvicted('client'),
+    });
+    this.endedConnections = new EndedLeases({
+      retentionMs: opts.reportableAfterEndMs,
+      maxBytes: opts.endedConnectionBytes,
+      onEvictedEarly: () => opts.onEndedLeaseEvicted('session'),
+    });
   }
 
   get size(): number {
@@ -66,12 +81,25 @@ export class LeaseTable {
 
   /** A lease released or expired recently enough to be reported, or undefined. */
   recentlyEnded(id: string, now: number): EndedLease | undefined {
-    return this.ended.get(id, now);
+    return this.ended.get(id, now) ?? this.endedConnections.get(id, now);
   }
 
-  /** Every lease kept reportable at `now`, oldest first. */
+  /** Ended leases held and the bytes they take, per holder (metrics). */
+  endedStats(): Record<'client' | 'session', { leases: number; bytes: number }> {
+    return {
+      client: { leases: this.ended.size, bytes: this.ended.bytes },
+      session: { leases: this.endedConnections.size, bytes: this.endedConnections.bytes },
+    };
+  }
+
+  /**
+   * Every API client's lease kept reportable at `now`, oldest first: what a checkpoint carries.
+   * Gateway sessions' leases are left out, as the sessions do not outlive the process.
+   */
   *reportable(now: number): Iterable<[string, EndedLease]> {
-    for (const [id, x] of this.ended.entries()) if (this.ended.get(id, now)) yield [id, x];
+    for (const [id, x] of this.ended.entries()) {
+      if (x.endedAt + this.opts.reportableAfterEndMs > now) yield [id, x];
+    }
   }
 
   /**
@@ -111,13 +139,17 @@ export class LeaseTable {
       throw new TooManyLeasesError(this.opts.maxActiveLeases);
   }
 
-  /** Grants a lease on `e` (which the leasing rules allow now) for `target`, asked for `via`. */
+  /**
+   * Grants a lease on `e` (which the leasing rules allow now) for `target`, asked for `via`;
+   * `lateReports` says who may report it once it has ended (lease/ended).
+   */
   grant(
     e: Entry,
     target: string | undefined,
     ttlSeconds: number | undefined,
     now: number,
     via: LeaseVia,
+    lateReports: LateReports = 'client',
   ): LeaseGrant {
     this.grantSeq++;
     this.changes.decided();
@@ -134,6 +166,7 @@ export class LeaseTable {
       expiresAt: now + (ttlSeconds ?? this.opts.defaultTtlSeconds) * 1000,
       grantedAt: now,
       via,
+      lateReports,
       heapIndex: -1,
     };
     let url = e.url;
@@ -185,7 +218,9 @@ export class LeaseTable {
   /** Ends a live lease; it stays reportable. */
   end(lease: Lease, now: number): void {
     this.changes.decided();
-    this.ended.add(lease.id, { entry: lease.entry, target: lease.target, endedAt: now });
+    const ended = { entry: lease.entry, target: lease.target, endedAt: now };
+    if (lease.lateReports === 'client') this.ended.add(lease.id, ended);
+    else if (lease.lateReports === 'session') this.endedConnections.add(lease.id, ended);
     this.leases.delete(lease.id);
     this.expiries.remove(lease);
     const e = lease.entry;
@@ -201,6 +236,7 @@ export class LeaseTable {
       this.end(top, now);
     }
     this.ended.purge(now);
+    this.endedConnections.purge(now);
   }
 
   /**
@@ -224,6 +260,8 @@ export class LeaseTable {
       target: r.target,
       instance: r.instance,
       expiresAt: r.expiresAt,
+      // Checkpoints carry no holder: a restored lease may be any client's.
+      lateReports: 'client',
       heapIndex: -1,
       ...(r.secret ? { secret: r.secret } : {}),
     };

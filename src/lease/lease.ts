@@ -3,6 +3,7 @@
  * id, and when the drain that limits its renewals began.
  */
 import { randomFillSync } from 'node:crypto';
+import type { LateReports } from './ended.ts';
 import type { Entry } from './entry.ts';
 import type { LeaseVia } from './types.ts';
 
@@ -22,6 +23,8 @@ export interface Lease {
    * lease; absent when the grant handed out the proxy's credentials.
    */
   secret?: string;
+  /** Who may report it once it has ended: where lease/lease-table keeps it then. */
+  lateReports: LateReports;
   /** Position in the expiry heap (-1 when not in it). */
   heapIndex: number;
 }

@@ -37,6 +37,15 @@ export interface LeaseStoreOptions {
   /** How long a released or expired lease id stays reportable. Default 15 min. */
   reportableAfterEndMs?: number;
   /**
+   * Bytes at most for the ended leases API clients may still report (lease/ended); past it the
+   * oldest is forgotten before its time and `onEndedLeaseEvicted` says so. Default 64 MiB.
+   */
+  endedLeaseBytes?: number;
+  /** The same for gateway connection leases a sticky session may still report. Default 16 MiB. */
+  endedConnectionBytes?: number;
+  /** Called once per ended lease forgotten early for want of budget, with who held it. */
+  onEndedLeaseEvicted?: (holder: 'client' | 'session') => void;
+  /**
    * Whether the instance (providerID) a proxy serves from checks credentials per lease (the
    * local provider, through LeaseStore.acceptsLeaseCredentials): grants on it then carry
    * credentials of their own instead of the proxy's. Default: none does.

@@ -9,7 +9,7 @@
  * Memory is bounded (docs/operations.md): ended cooldowns are purged on the sweep timer, live
  * leases are capped (`maxActiveLeases`, then TooManyLeasesError), per-target cooldowns are
  * capped evicting the soonest-ending first, and ended leases stay reportable for 15 minutes
- * under a count cap.
+ * within a byte budget (lease/ended).
  */
 import { silentLogger } from '../log/index.ts';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.ts';
@@ -17,7 +17,12 @@ import { ChangeCounter } from './changes.ts';
 import { Cooldowns } from './cooldowns.ts';
 import { Durability } from './durability.ts';
 import type { LeaseState } from './durable.ts';
-import { REPORTABLE_AFTER_END_MS } from './ended.ts';
+import {
+  DEFAULT_ENDED_CONNECTION_BYTES,
+  DEFAULT_ENDED_LEASE_BYTES,
+  type LateReports,
+  REPORTABLE_AFTER_END_MS,
+} from './ended.ts';
 import { LeaseInputError } from './errors.ts';
 import { Fleet } from './fleet.ts';
 import { checkNamespace, checkReport, checkSeconds, toSelector } from './input.ts';
@@ -99,6 +104,9 @@ export class LeaseStore {
         drainTimeoutMs: opts.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS,
         reportableAfterEndMs: opts.reportableAfterEndMs ?? REPORTABLE_AFTER_END_MS,
         perLeaseCredentials: opts.perLeaseCredentials,
+        endedLeaseBytes: opts.endedLeaseBytes ?? DEFAULT_ENDED_LEASE_BYTES,
+        endedConnectionBytes: opts.endedConnectionBytes ?? DEFAULT_ENDED_CONNECTION_BYTES,
+        onEndedLeaseEvicted: opts.onEndedLeaseEvicted ?? (() => {}),
       },
       this.selection,
       changes,
@@ -168,9 +176,15 @@ export class LeaseStore {
 
   /**
    * `affinity`: bind by rendezvous hashing of this key instead of least-used (lease/view).
-   * `via`: who asks (the gateway for its connections; the dashboard shows it).
+   * `via`: who asks (the gateway for its connections; the dashboard shows it); `lateReports`: who
+   * may report the lease once it has ended (lease/ended), an API client by default.
    */
-  lease(req: LeaseRequest = {}, affinity?: string, via: LeaseVia = 'api'): LeaseOutcome {
+  lease(
+    req: LeaseRequest = {},
+    affinity?: string,
+    via: LeaseVia = 'api',
+    lateReports: LateReports = 'client',
+  ): LeaseOutcome {
     const target = normalizeTarget(req.target);
     const selector = toSelector(req.selector);
     checkSeconds('ttlSeconds', req.ttlSeconds, this.maxTtl);
@@ -181,7 +195,7 @@ export class LeaseStore {
     const view = this.selection.view(namespace, selector);
     const e = affinity === undefined ? view.pick(target, now) : view.pickFor(affinity, target, now);
     if (!e) return { granted: false, ...this.selection.refusal(view, target, now) };
-    return { granted: true, grant: this.table.grant(e, target, req.ttlSeconds, now, via) };
+    return { granted: true, grant: this.table.grant(e, target, req.ttlSeconds, now, via, lateReports) };
   }
 
   /** Extends a live lease to now + ttl; undefined when it is unknown or expired. */
@@ -292,6 +306,12 @@ export class LeaseStore {
   activeLeases(): number {
     this.sweep();
     return this.table.size;
+  }
+
+  /** Ended leases still held for late reports, and their bytes, per holder (lease/ended). */
+  endedLeaseStats(): Record<'client' | 'session', { leases: number; bytes: number }> {
+    this.sweep();
+    return this.table.endedStats();
   }
 
   /** Per-target cooldown entries held now (ended ones are purged on the sweep timer). */

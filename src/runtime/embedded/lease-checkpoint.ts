@@ -4,11 +4,12 @@
  * replaced whole every few seconds rather than appended to. Written atomically (temporary file,
  * fsync, rename, fsync of the directory): a crash leaves the previous checkpoint or the new
  * one, never a mix, and a save cut short by a full disk leaves no temporary file behind. The
- * state lock already keeps a second process away from it.
+ * state lock already keeps a second process away from it. A damaged one is kept aside by
+ * renaming it to `<state>.leases.damaged-<stamp>` (lease/checkpoint decides when).
  */
 import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import type { CheckpointStorage } from '../../lease/checkpoint.ts';
+import { asideStamp, type CheckpointStorage } from '../../lease/checkpoint.ts';
 import type { WriteHealth } from './state-writes.ts';
 
 export function leaseCheckpointPath(statePath: string): string {
@@ -34,6 +35,13 @@ export class FileCheckpoint implements CheckpointStorage {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
       throw err;
     }
+  }
+
+  async setAside(at: number): Promise<string> {
+    const aside = `${this.path}.damaged-${asideStamp(at)}`;
+    await rename(this.path, aside);
+    await this.syncDir();
+    return aside;
   }
 
   async save(text: string): Promise<void> {
@@ -62,6 +70,11 @@ export class FileCheckpoint implements CheckpointStorage {
       await unlink(tmp).catch(() => {});
       throw err;
     }
+    await this.syncDir();
+  }
+
+  /** Makes a rename in the checkpoint's directory durable. */
+  private async syncDir(): Promise<void> {
     const dir = await open(dirname(this.path), 'r');
     try {
       await dir.sync();

@@ -4,10 +4,14 @@
  * configmaps get/create/update there). A checkpoint larger than one object (the API caps an
  * object near 1 MiB) is cut into shards. Two sets of shards, `-a-N` and `-b-N`, are written in
  * turn, each shard stamped with the checkpoint's generation: a crash halfway through writing one
- * set leaves the other whole, and loading takes the newest set whose shards all agree.
+ * set leaves the other whole, and loading takes the newest set whose shards all agree. Sets
+ * that exist but of which none is whole, or a first shard without its annotations, are a damaged
+ * checkpoint (LeaseStateError); kept aside, their shards are copied to
+ * `<name>-damaged-<stamp>-{a,b}-N` and the originals deleted.
  */
 import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
-import type { CheckpointStorage } from '../../lease/checkpoint.ts';
+import { asideStamp, type CheckpointStorage } from '../../lease/checkpoint.ts';
+import { LeaseStateError } from '../../lease/errors.ts';
 import { callOptions } from '../kube/client.ts';
 import { statusCodeOf, toStoreError } from '../kube/errors.ts';
 
@@ -55,7 +59,52 @@ export class ConfigMapCheckpoint implements CheckpointStorage {
     const best = sets
       .filter((s): s is { generation: number; text: string } => s !== undefined && s.text !== undefined)
       .sort((x, y) => y.generation - x.generation)[0];
+    // One torn set beside a whole one is a save a crash interrupted; none whole is damage.
+    if (!best && sets.some((s) => s !== undefined)) {
+      throw new LeaseStateError(`no set of shards is whole in ${this.where}`);
+    }
     return best?.text;
+  }
+
+  async setAside(at: number, signal: AbortSignal): Promise<string> {
+    const prefix = `${this.name}-damaged-${asideStamp(at)}`;
+    for (const set of ['a', 'b'] as const) {
+      const shards: V1ConfigMap[] = [];
+      for (let i = 0; ; i++) {
+        const cm = await this.read(this.shardName(set, i), signal);
+        if (!cm) break;
+        shards.push(cm);
+      }
+      for (const [i, cm] of shards.entries()) {
+        await this.core.createNamespacedConfigMap(
+          {
+            namespace: this.namespace,
+            body: {
+              apiVersion: 'v1',
+              kind: 'ConfigMap',
+              metadata: {
+                name: `${prefix}-${set}-${i}`,
+                namespace: this.namespace,
+                labels: { 'app.kubernetes.io/managed-by': 'egress-proxies-operator' },
+                annotations: cm.metadata?.annotations ?? {},
+              },
+              data: cm.data ?? {},
+            },
+          },
+          callOptions({ signal }),
+        );
+      }
+      // Only once copied: a failure above leaves the originals for the retry.
+      for (let i = 0; i < shards.length; i++) {
+        const name = this.shardName(set, i);
+        await this.core.deleteNamespacedConfigMap(
+          { name, namespace: this.namespace },
+          callOptions({ signal }),
+        );
+        this.rv.delete(name);
+      }
+    }
+    return `configmaps ${this.namespace}/${prefix}-{a,b}-N`;
   }
 
   /** One set: its generation, and its text when every shard carries that generation. */
@@ -67,7 +116,11 @@ export class ConfigMapCheckpoint implements CheckpointStorage {
     if (!head) return undefined;
     const generation = Number(head.metadata?.annotations?.[GENERATION]);
     const count = Number(head.metadata?.annotations?.[SHARDS]);
-    if (!Number.isSafeInteger(generation) || !Number.isSafeInteger(count) || count < 1) return undefined;
+    if (!Number.isSafeInteger(generation) || !Number.isSafeInteger(count) || count < 1) {
+      throw new LeaseStateError(
+        `configmap ${this.namespace}/${this.shardName(set, 0)} has no valid ${GENERATION} and ${SHARDS} annotations`,
+      );
+    }
     const parts = [head.data?.[KEY] ?? ''];
     for (let i = 1; i < count; i++) {
       const shard = await this.read(this.shardName(set, i), signal);

@@ -149,6 +149,8 @@ describe('command line', () => {
       checkpointIntervalMs: 5000,
       maxActiveLeases: 100_000,
       drainTimeoutMs: 600_000,
+      endedLeaseBytes: 64 * 2 ** 20,
+      discardLeaseState: false,
     });
     const set = parseCommandLine([
       'standalone',
@@ -160,12 +162,17 @@ describe('command line', () => {
       '500',
       '--drain-timeout',
       '2m',
+      '--ended-lease-memory',
+      '1Gi',
+      '--discard-lease-state',
     ]);
     if (set.command !== 'standalone') throw new Error('wrong command');
     expect(set.flags.leases).toEqual({
       checkpointIntervalMs: 250,
       maxActiveLeases: 500,
       drainTimeoutMs: 120_000,
+      endedLeaseBytes: 2 ** 30,
+      discardLeaseState: true,
     });
     const bad = (args: string[]) => () => parseCommandLine(['standalone', '-c', 'x', ...args]);
     expect(bad(['--lease-checkpoint-interval', '0'])).toThrow(
@@ -174,6 +181,12 @@ describe('command line', () => {
     expect(bad(['--lease-checkpoint-interval', 'soon'])).toThrow(/--lease-checkpoint-interval: "soon"/);
     expect(bad(['--max-active-leases', '0'])).toThrow(/--max-active-leases: "0" must be a whole number/);
     expect(bad(['--drain-timeout', '10'])).toThrow(/--drain-timeout: "10" is not a duration/);
+    for (const size of ['64', '64MB', '0Mi', '65Gi']) {
+      expect(bad(['--ended-lease-memory', size])).toThrow(
+        `--ended-lease-memory: "${size}" must be a size from 1Mi to 64Gi`,
+      );
+    }
+    expect(helpText('standalone')).toMatch(/--discard-lease-state +Start from no leases or cooldowns/);
     expect(helpText('operator')).toMatch(/--max-active-leases <n> +Live leases at most/);
   });
 

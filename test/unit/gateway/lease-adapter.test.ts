@@ -16,19 +16,30 @@ describe('GatewayLeaseAdapter.leaseProxy', () => {
     const gateway = new GatewayLeaseAdapter(store);
     store.upsertProxy(proxyInfo('a', { maxLeases: 1 }));
     store.upsertProxy(proxyInfo('b'));
-    const first = gateway.leaseProxy('crawl/a', 'shop.example');
+    const first = gateway.leaseProxy('crawl/a', 'shop.example', undefined, 'gateway', 'session');
     expect(first.granted && first.grant.proxy.name).toBe('a');
-    expect(gateway.leaseProxy('crawl/a', 'other.example')).toEqual({ granted: false, reason: 'AtCapacity' });
+    expect(gateway.leaseProxy('crawl/a', 'other.example', undefined, 'gateway', 'session')).toEqual({
+      granted: false,
+      reason: 'AtCapacity',
+    });
     if (!first.granted) throw new Error('unreachable');
     store.report(first.grant.id, { result: 'blocked' });
-    expect(gateway.leaseProxy('crawl/a', 'shop.example')).toEqual({
+    expect(gateway.leaseProxy('crawl/a', 'shop.example', undefined, 'gateway', 'session')).toEqual({
       granted: false,
       reason: 'CoolingDownForTarget',
     });
-    expect(gateway.leaseProxy('crawl/a', 'other.example').granted).toBe(true);
+    expect(gateway.leaseProxy('crawl/a', 'other.example', undefined, 'gateway', 'session').granted).toBe(
+      true,
+    );
     store.setHealth('crawl/b', 'uid-b', { healthy: false });
-    expect(gateway.leaseProxy('crawl/b', 'shop.example')).toEqual({ granted: false, reason: 'Unhealthy' });
-    expect(gateway.leaseProxy('crawl/zz', 'shop.example')).toEqual({ granted: false, reason: 'Gone' });
+    expect(gateway.leaseProxy('crawl/b', 'shop.example', undefined, 'gateway', 'session')).toEqual({
+      granted: false,
+      reason: 'Unhealthy',
+    });
+    expect(gateway.leaseProxy('crawl/zz', 'shop.example', undefined, 'gateway', 'session')).toEqual({
+      granted: false,
+      reason: 'Gone',
+    });
     store.close();
   });
 
@@ -36,8 +47,10 @@ describe('GatewayLeaseAdapter.leaseProxy', () => {
     const store = new LeaseStore({ clock: new FakeClock(), maxActiveLeases: 1 });
     const gateway = new GatewayLeaseAdapter(store);
     store.upsertProxy(proxyInfo('a'));
-    expect(gateway.leaseProxy('crawl/a', undefined).granted).toBe(true);
-    expect(() => gateway.leaseProxy('crawl/a', undefined)).toThrow(TooManyLeasesError);
+    expect(gateway.leaseProxy('crawl/a', undefined, undefined, 'gateway', 'session').granted).toBe(true);
+    expect(() => gateway.leaseProxy('crawl/a', undefined, undefined, 'gateway', 'session')).toThrow(
+      TooManyLeasesError,
+    );
     expect(store.activeLeases()).toBe(1);
     store.close();
   });

@@ -3,9 +3,11 @@
  * client-node: a checkpoint larger than one shard is split over several ConfigMaps and read
  * back whole; saves alternate between two sets, so a save cut short (one shard of the newer set
  * left at an older generation) falls back to the previous complete checkpoint; a write racing
- * another leader's fails instead of overwriting it.
+ * another leader's fails instead of overwriting it; sets of which none is whole are a damaged
+ * checkpoint, kept aside by copying every shard before the originals go.
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import { LeaseStateError } from '../../../src/lease/errors.ts';
 import { createKubeClients, type KubeClients } from '../../../src/runtime/kube/client.ts';
 import { ConfigMapCheckpoint } from '../../../src/runtime/leader/checkpoint-configmaps.ts';
 import { type KubeServer, startKubeServer } from '../../support/kube-server/index.ts';
@@ -89,5 +91,39 @@ describe('ConfigMap lease checkpoint', () => {
     await a.save('stale leader', signal).catch(() => {}); // set "a" too (its own generation 3)
     const check = new ConfigMapCheckpoint({ core: (clients as KubeClients).core, namespace: NS });
     expect(await check.load(signal)).toBe('from the new leader');
+  });
+
+  it('calls sets of which none is whole damaged, and keeps every shard aside before deleting it', async () => {
+    const a = await storage(10);
+    await a.save('first-checkpoint-text', signal);
+    await a.save('second-checkpoint-text', signal);
+    const cms = (server as KubeServer).resource('configmaps');
+    for (const name of ['egress-proxies-operator-leases-a-1', 'egress-proxies-operator-leases-b-1']) {
+      const cm = cms.read(NS, name);
+      const annotations = {
+        ...(cm.metadata.annotations ?? {}),
+        'crawl.example.com/checkpoint-generation': '9',
+      };
+      cms.update({ ...cm, metadata: { ...cm.metadata, annotations } } as never);
+    }
+    const b = new ConfigMapCheckpoint({ core: (clients as KubeClients).core, namespace: NS, shardChars: 10 });
+    await expect(b.load(signal)).rejects.toThrow(LeaseStateError);
+    await expect(b.load(signal)).rejects.toThrow(/no set of shards is whole in configmaps operator-system/);
+    const before = names();
+    const original = cms.read(NS, 'egress-proxies-operator-leases-b-1');
+    const where = await b.setAside(Date.parse('2026-01-02T03:04:05Z'), signal);
+    expect(where).toBe(
+      'configmaps operator-system/egress-proxies-operator-leases-damaged-20260102t030405z-{a,b}-N',
+    );
+    const kept = names();
+    expect(kept).toEqual(before.map((n) => n.replace('leases-', 'leases-damaged-20260102t030405z-')).sort());
+    const copy = cms.read(NS, 'egress-proxies-operator-leases-damaged-20260102t030405z-b-1');
+    expect(copy.data).toEqual(original.data);
+    expect(copy.metadata.annotations).toEqual(original.metadata.annotations);
+    // Nothing left to load; the next save starts afresh and never touches the copies.
+    expect(await b.load(signal)).toBeUndefined();
+    await b.save('fresh', signal);
+    expect(await b.load(signal)).toBe('fresh');
+    expect(names().filter((n) => n.includes('damaged'))).toEqual(kept);
   });
 });
