@@ -10,6 +10,7 @@ import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { CheckpointStorage } from '../../lease/checkpoint.ts';
 import type { WriteHealth } from './state-writes.ts';
+import { settled, tempPathFor } from './temp-files.ts';
 
 export function leaseCheckpointPath(statePath: string): string {
   return `${statePath}.leases`;
@@ -47,7 +48,7 @@ export class FileCheckpoint implements CheckpointStorage {
   }
 
   private async write(text: string): Promise<void> {
-    const tmp = `${this.path}.tmp-${process.pid}`;
+    const tmp = tempPathFor(this.path);
     try {
       const fh = await open(tmp, 'w', 0o600);
       try {
@@ -61,6 +62,8 @@ export class FileCheckpoint implements CheckpointStorage {
       // A full disk leaves a partial temporary file: remove it, or it keeps the space taken.
       await unlink(tmp).catch(() => {});
       throw err;
+    } finally {
+      settled(tmp);
     }
     const dir = await open(dirname(this.path), 'r');
     try {
