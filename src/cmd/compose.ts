@@ -54,7 +54,7 @@ export interface App {
   log: Logger;
   /** Base URL of the discovery API once started. */
   discoveryUrl(): string | undefined;
-  /** Runs until SIGTERM/SIGINT or stop(); rejects on a fatal runnable error. */
+  /** Runs until SIGTERM/SIGINT or stop(), then closes everything; rejects on a fatal runnable error. */
   run(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -235,7 +235,8 @@ async function assemble(
     registry,
     log,
     discoveryUrl,
-    run: () => manager.run(),
+    // The teardown under the signal handlers too: a Ctrl-C during the final snapshot is counted.
+    run: () => manager.run(() => teardown.close()),
     stop: async () => {
       await manager.stop();
       await teardown.close();

@@ -3,6 +3,8 @@
  * order: caches (until synced) → always-on runnables → leader election → leader-only runnables
  * once leading. Serves /healthz and /readyz, and shuts down gracefully on SIGTERM/SIGINT:
  * stop intake, let runnables drain within a grace period, release the leader lease, stop caches.
+ * Signals within a short window of the first are that one stop (a terminal's Ctrl-C and the copy
+ * `npm start` forwards); a later one exits at once.
  * The probe port runs on the shared hardened listener (src/metrics/listener.ts): header, request
  * and idle timeouts and a small connection cap (docs/operations.md, "Listeners").
  */
@@ -58,9 +60,20 @@ export interface ManagerOptions {
   /** Give up when caches have not synced by then (default 2 min). */
   cacheSyncTimeoutMs?: number;
   log?: Logger;
-  /** Times the grace period and the cache-sync timeout (default: the system clock). */
+  /** Times the grace period, the cache-sync timeout and the signal window (default: the system clock). */
   clock?: Clock;
+  /**
+   * Signals arriving within this long of the first one count as that one (default 1 s). A
+   * terminal's Ctrl-C reaches every process of the foreground group, and `npm start` forwards its
+   * own copy to the operator: one keypress arrives twice, milliseconds apart.
+   */
+  signalWindowMs?: number;
+  /** How a signal after the window ends the process at once (default `process.exit`; tests observe it). */
+  forceExit?: (code: number) => void;
 }
+
+/** The exit status of a stop forced by a second signal. */
+const FORCED_EXIT_CODE = 1;
 
 type Phase = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 
@@ -71,6 +84,8 @@ export class Manager {
   private readonly probeLimits: ListenerLimits;
   private readonly gracePeriodMs: number;
   private readonly cacheSyncTimeoutMs: number;
+  private readonly signalWindowMs: number;
+  private readonly forceExit: (code: number) => void;
   private readonly log: Logger;
   private readonly clock: Clock;
 
@@ -110,6 +125,8 @@ export class Manager {
     if (problem) throw new Error(`health probe listener: ${problem}`);
     this.gracePeriodMs = opts.gracePeriodMs ?? 30_000;
     this.cacheSyncTimeoutMs = opts.cacheSyncTimeoutMs ?? 120_000;
+    this.signalWindowMs = opts.signalWindowMs ?? 1000;
+    this.forceExit = opts.forceExit ?? ((code) => process.exit(code));
     this.log = opts.log ?? silentLogger();
     this.clock = opts.clock ?? systemClock;
     this.done = new Promise<void>((resolve, reject) => {
@@ -171,26 +188,51 @@ export class Manager {
     return this.done;
   }
 
-  /** `start()` with SIGTERM/SIGINT triggering a graceful stop (a second signal exits at once). */
-  async run(): Promise<void> {
-    let signalled = false;
+  /**
+   * `start()` with SIGTERM/SIGINT triggering a graceful stop, then `afterStop` (what the process
+   * closes after the manager: the standalone store's final snapshot, the state lock). The
+   * handlers stay until `afterStop` is done, so a signal then is still counted, never the
+   * default action that kills the process mid-write. Signals within `signalWindowMs` of the
+   * first are that stop; one after the window exits at once (`forceExit`). Rejects with the
+   * manager's failure, else with `afterStop`'s.
+   */
+  async run(afterStop?: () => Promise<void>): Promise<void> {
+    let firstAt: number | undefined;
     const onSignal = (sig: NodeJS.Signals) => {
-      if (signalled) {
-        this.log.warn({ signal: sig }, 'second signal: exiting immediately');
-        process.exit(1);
+      const now = this.clock.now();
+      if (firstAt === undefined) {
+        firstAt = now;
+        this.log.info(
+          { signal: sig },
+          `shutting down gracefully (a signal ${this.signalWindowMs} ms or more from now exits at once)`,
+        );
+        void this.stop();
+        return;
       }
-      signalled = true;
-      this.log.info({ signal: sig }, 'shutting down gracefully');
-      void this.stop();
+      if (now - firstAt < this.signalWindowMs) {
+        this.log.debug({ signal: sig }, 'signal within the window of the first: already shutting down');
+        return;
+      }
+      this.log.warn({ signal: sig }, 'second signal: exiting immediately');
+      this.forceExit(FORCED_EXIT_CODE);
     };
     process.on('SIGTERM', onSignal);
     process.on('SIGINT', onSignal);
+    let failure: { err: unknown } | undefined;
     try {
       await this.start();
+    } catch (err) {
+      failure = { err };
+    }
+    try {
+      await afterStop?.();
+    } catch (err) {
+      failure ??= { err };
     } finally {
       process.off('SIGTERM', onSignal);
       process.off('SIGINT', onSignal);
     }
+    if (failure) throw failure.err;
   }
 
   /**

@@ -12,6 +12,7 @@ import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, w
 import { dirname } from 'node:path';
 import { INSTANCE_LABEL_INSTALLATION } from '../../api/constants.ts';
 import { installationIdProblem } from '../../provider/installation.ts';
+import { settled, tempPathFor } from './temp-files.ts';
 
 /** The copy of the id beside the state file (where earlier builds kept the only one). */
 export function legacyInstallationIdPath(statePath: string): string {
@@ -113,7 +114,7 @@ export function resolveInstallationId(inputs: InstallationInputs): ResolvedInsta
  */
 export function writeInstallationIdCopy(statePath: string, id: string): void {
   const path = legacyInstallationIdPath(statePath);
-  const tmp = `${path}.tmp-${process.pid}`;
+  const tmp = tempPathFor(path);
   try {
     const fd = openSync(tmp, 'w', 0o644);
     try {
@@ -130,6 +131,8 @@ export function writeInstallationIdCopy(statePath: string, id: string): void {
       // Nothing was written, or it was renamed already.
     }
     throw new Error(`installation id file ${path}: ${(err as Error).message}`, { cause: err });
+  } finally {
+    settled(tmp);
   }
   const dir = openSync(dirname(path), 'r');
   try {

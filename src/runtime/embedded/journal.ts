@@ -13,6 +13,7 @@ import { dirname } from 'node:path';
 import { installationIdProblem } from '../../provider/installation.ts';
 import type { EngineSnapshot } from '../objects/engine.ts';
 import type { StoredObject } from '../objects/types.ts';
+import { settled, tempPathFor, writingInPlace } from './temp-files.ts';
 
 const STATE_FORMAT = 'egress-proxies-operator/standalone-state';
 const STATE_VERSION = 1;
@@ -276,7 +277,7 @@ export class Journal {
       manifests: state.manifests,
     };
     const text = `${JSON.stringify(header)}\n`;
-    const tmp = `${this.path}.tmp-${process.pid}`;
+    const tmp = tempPathFor(this.path);
     try {
       const fh = await open(tmp, 'w', 0o600);
       try {
@@ -290,6 +291,8 @@ export class Journal {
       // A full disk leaves a partial temporary file: remove it, or it keeps the space taken.
       await unlink(tmp).catch(() => {});
       throw e;
+    } finally {
+      settled(tmp);
     }
     await fsyncDir(dirname(this.path));
     this.size = Buffer.byteLength(text);
@@ -305,19 +308,21 @@ export class Journal {
     if (!this.open) throw new Error('journal is closed');
     if (records.length === 0) return;
     const data = Buffer.from(records.map((r) => `${JSON.stringify(r)}\n`).join(''));
-    const fh = await open(this.path, 'a', 0o600);
-    try {
-      // One write(2) may take only part of the buffer (a disk filling up): write the rest.
-      for (let done = 0; done < data.length; ) {
-        done += (await fh.write(data, done, data.length - done)).bytesWritten;
+    await writingInPlace(async () => {
+      const fh = await open(this.path, 'a', 0o600);
+      try {
+        // One write(2) may take only part of the buffer (a disk filling up): write the rest.
+        for (let done = 0; done < data.length; ) {
+          done += (await fh.write(data, done, data.length - done)).bytesWritten;
+        }
+        await fh.datasync();
+      } catch (e) {
+        await fh.truncate(this.size).catch(() => {}); // best effort: a torn last line is ignored on read
+        throw e;
+      } finally {
+        await fh.close();
       }
-      await fh.datasync();
-    } catch (e) {
-      await fh.truncate(this.size).catch(() => {}); // best effort: a torn last line is ignored on read
-      throw e;
-    } finally {
-      await fh.close();
-    }
+    });
     this.size += data.length;
     this.recordsSinceSnapshot += records.length;
   }

@@ -11,6 +11,7 @@ import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { asideStamp, type CheckpointStorage } from '../../lease/checkpoint.ts';
 import type { WriteHealth } from './state-writes.ts';
+import { settled, tempPathFor } from './temp-files.ts';
 
 export function leaseCheckpointPath(statePath: string): string {
   return `${statePath}.leases`;
@@ -55,7 +56,7 @@ export class FileCheckpoint implements CheckpointStorage {
   }
 
   private async write(text: string): Promise<void> {
-    const tmp = `${this.path}.tmp-${process.pid}`;
+    const tmp = tempPathFor(this.path);
     try {
       const fh = await open(tmp, 'w', 0o600);
       try {
@@ -69,6 +70,8 @@ export class FileCheckpoint implements CheckpointStorage {
       // A full disk leaves a partial temporary file: remove it, or it keeps the space taken.
       await unlink(tmp).catch(() => {});
       throw err;
+    } finally {
+      settled(tmp);
     }
     await this.syncDir();
   }

@@ -3,9 +3,14 @@
  * by pid, boot id and process start time, so a lock left by a killed process is recognised as
  * stale even when its pid now belongs to someone else (after a reboot, or PID 1 in a restarted
  * container) and taken over without manual cleanup — atomically, never from a live holder.
+ * A process that exits without releasing it (a second Ctrl-C forces `process.exit`) removes it
+ * on the way out only when no state write is under way: then the files on disk are what the last
+ * finished write left. Mid-write it stays, naming this process, and the next start takes it
+ * over once this process is gone — so no one reads the state while our last write may still land.
  */
 import { randomBytes } from 'node:crypto';
 import { linkSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { settled, stateWriteUnderWay, tempPathFor } from './temp-files.ts';
 
 export class StateLockedError extends Error {
   readonly pid: number;
@@ -97,23 +102,27 @@ export interface Lock {
  * back with link(), which fails rather than overwrite a lock created meanwhile.
  */
 function removeStale(lockPath: string, seen: string): void {
-  const aside = `${lockPath}.stale-${process.pid}-${randomBytes(4).toString('hex')}`;
+  const aside = tempPathFor(`${lockPath}.stale`);
   try {
-    renameSync(lockPath, aside);
-  } catch {
-    return; // gone already: the next attempt sees what is there now
-  }
-  if (readOr(aside) !== seen) {
     try {
-      linkSync(aside, lockPath);
+      renameSync(lockPath, aside);
     } catch {
-      // a newer lock exists; that one wins
+      return; // gone already: the next attempt sees what is there now
     }
-  }
-  try {
-    unlinkSync(aside);
-  } catch {
-    // nothing to clean
+    if (readOr(aside) !== seen) {
+      try {
+        linkSync(aside, lockPath);
+      } catch {
+        // a newer lock exists; that one wins
+      }
+    }
+    try {
+      unlinkSync(aside);
+    } catch {
+      // nothing to clean
+    }
+  } finally {
+    settled(aside);
   }
 }
 
@@ -128,9 +137,9 @@ export function acquireLock(lockPath: string): Lock {
   const content = `${JSON.stringify(me)}\n`;
   // The lock appears with its full content at once (link of a finished file), so a reader never
   // sees a half-written lock and mistakes it for a stale one.
-  const tmp = `${lockPath}.new-${process.pid}-${me.nonce}`;
-  writeFileSync(tmp, content, { mode: 0o600 });
+  const tmp = tempPathFor(lockPath);
   try {
+    writeFileSync(tmp, content, { mode: 0o600 });
     for (let attempt = 0; attempt < 5; attempt++) {
       try {
         linkSync(tmp, lockPath);
@@ -151,26 +160,41 @@ export function acquireLock(lockPath: string): Lock {
     } catch {
       // already gone
     }
+    settled(tmp);
   }
   throw new Error(`could not acquire lock ${lockPath}`);
 }
 
+/** Releases of the locks this process holds, for the exit hook. */
+const heldReleases = new Set<() => void>();
+let exitHookInstalled = false;
+
+function releaseOnExit(release: () => void): void {
+  heldReleases.add(release);
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on('exit', () => {
+    if (stateWriteUnderWay()) return;
+    for (const r of [...heldReleases]) r();
+  });
+}
+
 function ownLock(lockPath: string, content: string): Lock {
   let released = false;
-  return {
-    path: lockPath,
-    release() {
-      if (released) return;
-      released = true;
-      heldHere.delete(lockPath);
-      // Only our own lock: never one a successor took over after we were judged gone.
-      if (readOr(lockPath) === content) {
-        try {
-          unlinkSync(lockPath);
-        } catch {
-          // already gone
-        }
+  const release = () => {
+    if (released) return;
+    released = true;
+    heldReleases.delete(release);
+    heldHere.delete(lockPath);
+    // Only our own lock: never one a successor took over after we were judged gone.
+    if (readOr(lockPath) === content) {
+      try {
+        unlinkSync(lockPath);
+      } catch {
+        // already gone
       }
-    },
+    }
   };
+  releaseOnExit(release);
+  return { path: lockPath, release };
 }

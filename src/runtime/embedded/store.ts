@@ -33,6 +33,7 @@ import { ManifestSync } from './manifest-sync.ts';
 import type { ManifestError, ProxyValidator } from './manifests.ts';
 import { Persister } from './persister.ts';
 import { StateWrites } from './state-writes.ts';
+import { removeStaleTempFiles } from './temp-files.ts';
 
 export interface EmbeddedStoreOptions {
   /** A manifest file or a directory of them; omit to run on the state file alone. */
@@ -117,6 +118,9 @@ export async function createEmbeddedStore(opts: EmbeddedStoreOptions): Promise<E
 async function open(opts: EmbeddedStoreOptions, statePath: string, lock: Lock): Promise<EmbeddedStore> {
   const log = opts.log ?? silentLogger();
   const clock = opts.clock ?? systemClock;
+  // Under the lock, before this process writes: no other operator writes beside this state now.
+  const removed = removeStaleTempFiles(statePath);
+  if (removed.length > 0) log.info({ removed }, 'removed temporary files of stopped processes');
   const engine = new ObjectEngine({ clock });
   for (const t of [PROXY_RESOURCE, PROXY_POOL_RESOURCE, PROVIDER_HEALTH_RESOURCE, SECRET_RESOURCE]) {
     engine.register(t);

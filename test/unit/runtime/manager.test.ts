@@ -2,7 +2,7 @@
  * Manager: start order (caches → always-on → election → leader-only), /healthz and /readyz over
  * real HTTP, graceful stop (drain within grace, then release), leadership loss, runnable failure;
  * the probe port's header and idle timeouts and connection cap (small values, a real slow-header
- * client on loopback).
+ * client on loopback); signals: repeats within the window are one stop, a later one forces.
  */
 import { describe, expect, it, vi } from 'vitest';
 import { sleep } from '../../../src/runtime/clock.ts';
@@ -261,6 +261,122 @@ describe('Manager', () => {
     await run;
     expect(events).toEqual(['api.start', 'api.stopped']);
     expect(process.listenerCount('SIGTERM')).toBe(0);
+  });
+
+  /** A runnable that stops only when the test lets it: the graceful stop is still under way. */
+  function heldOpen(events: string[]): { runnable: Runnable; letStop: () => void } {
+    let letStop = () => {};
+    const stopped = new Promise<void>((r) => {
+      letStop = r;
+    });
+    return {
+      letStop: () => letStop(),
+      runnable: {
+        name: 'api',
+        needLeaderElection: false,
+        start: async (signal) => {
+          events.push('api.start');
+          await new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true }));
+          await stopped;
+          events.push('api.stopped');
+        },
+      },
+    };
+  }
+
+  it("run() counts a terminal's Ctrl-C and npm's forwarded copies as one graceful stop", async () => {
+    const events: string[] = [];
+    const clock = new FakeClock();
+    const forceExit = vi.fn();
+    const m = new Manager({ gracePeriodMs: 60_000, clock, forceExit });
+    const { runnable, letStop } = heldOpen(events);
+    m.add(runnable);
+    const run = m.run(async () => {
+      events.push('afterStop');
+    });
+    await m.whenStarted();
+    // The group's SIGINT, npm's forwarded one, and both again for a second group signal.
+    process.emit('SIGINT', 'SIGINT');
+    process.emit('SIGINT', 'SIGINT');
+    clock.advance(20);
+    process.emit('SIGINT', 'SIGINT');
+    clock.advance(979);
+    process.emit('SIGTERM', 'SIGTERM');
+    expect(forceExit).not.toHaveBeenCalled();
+    letStop();
+    await run;
+    expect(events).toEqual(['api.start', 'api.stopped', 'afterStop']);
+    expect(forceExit).not.toHaveBeenCalled();
+    expect(process.listenerCount('SIGINT')).toBe(0);
+    expect(process.listenerCount('SIGTERM')).toBe(0);
+  });
+
+  it('run() exits at once on a signal the window or more after the first', async () => {
+    const events: string[] = [];
+    const clock = new FakeClock();
+    const forceExit = vi.fn();
+    const m = new Manager({ gracePeriodMs: 60_000, clock, forceExit, signalWindowMs: 500 });
+    const { runnable, letStop } = heldOpen(events);
+    m.add(runnable);
+    const run = m.run();
+    await m.whenStarted();
+    process.emit('SIGINT', 'SIGINT');
+    clock.advance(499);
+    process.emit('SIGINT', 'SIGINT');
+    expect(forceExit).not.toHaveBeenCalled();
+    clock.advance(1);
+    process.emit('SIGINT', 'SIGINT');
+    expect(forceExit).toHaveBeenCalledExactlyOnceWith(1);
+    letStop();
+    await run;
+  });
+
+  it('run() keeps counting signals while afterStop closes what the manager does not', async () => {
+    const clock = new FakeClock();
+    const forceExit = vi.fn();
+    const m = new Manager({ gracePeriodMs: 60_000, clock, forceExit });
+    let closing = () => {};
+    let finishClose = () => {};
+    const closed = new Promise<void>((r) => {
+      finishClose = r;
+    });
+    const entered = new Promise<void>((r) => {
+      closing = r;
+    });
+    const run = m.run(async () => {
+      closing();
+      await closed;
+    });
+    await m.whenStarted();
+    process.emit('SIGTERM', 'SIGTERM');
+    await entered;
+    // Still the first signal's stop: handled, not the default action that kills the process.
+    process.emit('SIGINT', 'SIGINT');
+    expect(process.listenerCount('SIGINT')).toBe(1);
+    expect(forceExit).not.toHaveBeenCalled();
+    clock.advance(1000);
+    process.emit('SIGINT', 'SIGINT');
+    expect(forceExit).toHaveBeenCalledExactlyOnceWith(1);
+    finishClose();
+    await run;
+    expect(process.listenerCount('SIGINT')).toBe(0);
+  });
+
+  it("run() rejects with the manager's failure even when afterStop fails too", async () => {
+    const m = new Manager({ gracePeriodMs: 1000 });
+    m.add({
+      name: 'broken',
+      needLeaderElection: false,
+      start: async () => {
+        throw new Error('port in use');
+      },
+    });
+    await expect(
+      m.run(async () => {
+        throw new Error('close failed');
+      }),
+    ).rejects.toThrow(/runnable broken failed: port in use/);
+    expect(process.listenerCount('SIGINT')).toBe(0);
   });
 
   it('fails when caches do not sync in time', async () => {
