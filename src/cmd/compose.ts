@@ -18,7 +18,7 @@ import type { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
 import { createLogger, type Logger } from '../log/index.ts';
 import { createMetricsRegistry } from '../metrics/index.ts';
-import { DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS, readTlsFiles } from '../metrics/listener.ts';
+import { readTlsFiles } from '../metrics/listener.ts';
 import { collectedGauge } from '../metrics/register.ts';
 import { buildProviders, type ProviderRegistry } from '../provider/registry.ts';
 import { validateSchedule } from '../providerhealth/monitor.ts';
@@ -26,9 +26,11 @@ import { strandedReadiness } from '../providerhealth/stranded.ts';
 import { type Clock, systemClock } from '../runtime/clock.ts';
 import { createCredentialsResolver } from '../runtime/credentials.ts';
 import type { StateWrites } from '../runtime/embedded/state-writes.ts';
+import { type FdLimit, readFdLimit } from '../runtime/fd-budget.ts';
 import { Manager } from '../runtime/manager.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 import { setupTracing, type Tracing, type TracingOptions } from '../tracing/index.ts';
+import { fitConnectionCaps } from './caps.ts';
 import { buildComponents, type Components } from './components.ts';
 import type { CommonFlags, ParsedCommand } from './flags.ts';
 import {
@@ -82,6 +84,8 @@ export interface ComposeDeps {
   setupTracing: (opts: TracingOptions) => Tracing;
   kubeClients?: KubeClientsFactory;
   clock?: Clock;
+  /** The open-files limit the connection caps are fitted under; default: read from the system. */
+  fdLimit?: FdLimit;
 }
 
 export interface BuildOptions {
@@ -98,8 +102,8 @@ type ServerCommand = Extract<ParsedCommand, { command: 'standalone' | 'operator'
  * clients of the mode → providers → components → manager). Nothing runs until `run()`; a
  * failure at any step closes what the earlier steps built.
  */
-export async function buildApp(parsed: ServerCommand, opts: BuildOptions = {}): Promise<App> {
-  const flags = parsed.flags;
+export async function buildApp(given: ServerCommand, opts: BuildOptions = {}): Promise<App> {
+  const flags = given.flags;
   const log = opts.log ?? loggerFor(flags);
   const scheduleProblem = validateSchedule(flags.providerCheckIntervalMs, flags.providerCheckTimeoutMs);
   if (scheduleProblem) throw new StartupError(scheduleProblem);
@@ -107,10 +111,11 @@ export async function buildApp(parsed: ServerCommand, opts: BuildOptions = {}): 
 
   // Validate the providers config before touching any backend or state file.
   const providersFile =
-    parsed.command === 'standalone'
-      ? resolveStandalonePaths(parsed.flags).providersFile
-      : parsed.flags.providersConfig;
+    given.command === 'standalone'
+      ? resolveStandalonePaths(given.flags).providersFile
+      : given.flags.providersConfig;
   const config = await loadConfig(providersFile, log);
+  const parsed = withFittedCaps(given, config, opts.deps?.fdLimit ?? readFdLimit(), log);
 
   const teardown = new Teardown();
   try {
@@ -118,6 +123,19 @@ export async function buildApp(parsed: ServerCommand, opts: BuildOptions = {}): 
   } catch (err) {
     return teardown.abandon(err, log);
   }
+}
+
+/** `parsed` with every listener's connection cap fitted under the open-files limit (cmd/caps). */
+function withFittedCaps(
+  parsed: ServerCommand,
+  config: ProvidersConfig,
+  fd: FdLimit,
+  log: Logger,
+): ServerCommand {
+  const local = config.providers.some((e) => e.type === 'local');
+  return parsed.command === 'standalone'
+    ? { command: 'standalone', flags: fitConnectionCaps(parsed.flags, local, fd, log) }
+    : { command: 'operator', flags: fitConnectionCaps(parsed.flags, local, fd, log) };
 }
 
 /** What the discovery listener needs from outside the flags, checked before anything starts. */
@@ -266,12 +284,12 @@ function managerFor(flags: CommonFlags, mode: ModeParts, clock: Clock, log: Logg
     clock,
     elector: mode.elector,
     healthProbeBindAddress: flags.healthProbeBindAddress,
-    // The --http-*-timeout flags hold for the probe port too; its cap is fixed and small.
+    // The --http-*-timeout flags hold for the probe port too; its cap is small, with no flag.
     healthProbeLimits: {
       headersTimeoutMs: flags.metricsLimits.headersTimeoutMs,
       requestTimeoutMs: flags.metricsLimits.requestTimeoutMs,
       idleTimeoutMs: flags.metricsLimits.idleTimeoutMs,
-      maxConnections: DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS,
+      maxConnections: flags.healthProbeMaxConnections,
     },
     gracePeriodMs: flags.shutdownGraceMs,
     log: log.child({ component: 'manager' }),
@@ -294,6 +312,7 @@ function gatewayFor(
   const setup = {
     bindAddress: flags.gateway.bindAddress,
     blockedStatuses: flags.gateway.blockedStatuses,
+    maxConnections: flags.gateway.maxConnections,
     token: listeners.gatewayToken,
     egressPolicy: config.gateway?.egressPolicy,
     operatorPorts: operatorPorts(flags),

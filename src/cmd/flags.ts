@@ -3,13 +3,16 @@
  * one precise error out. Nothing starts until every flag has been checked.
  */
 import { parseSurgeLimit, type SurgeLimit } from '../controller/surge.ts';
+import { DEFAULT_GATEWAY_LIMITS } from '../gateway/context.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
 import {
   DEFAULT_DISCOVERY_MAX_CONNECTIONS,
+  DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS,
   DEFAULT_METRICS_MAX_CONNECTIONS,
   type ListenerLimits,
 } from '../metrics/listener.ts';
 import { installationIdProblem } from '../provider/installation.ts';
+import { DEFAULT_LOCAL_PROXIES_MAX_CONNECTIONS } from '../provider/local/forward-proxy.ts';
 import { FlagError, parse, type Values } from './argv.ts';
 
 export interface CommonFlags {
@@ -35,6 +38,15 @@ export interface CommonFlags {
   /** Timeouts and connection caps of the discovery API and metrics listeners. */
   discoveryLimits: ListenerLimits;
   metricsLimits: ListenerLimits;
+  /** Connection cap of the health-probe port (no flag). */
+  healthProbeMaxConnections: number;
+  /** Connections open at once across every local proxy of the process (no flag). */
+  localProxiesMaxConnections: number;
+  /**
+   * The connection-cap flags given on the command line (`--gateway-max-connections`, ...):
+   * lowering one of these to fit the file-descriptor limit is warned about by name.
+   */
+  explicitCaps: string[];
   /** Lease authority (docs/deployment.md): how often lease state is checkpointed, and its caps. */
   leases: LeaseFlags;
   /** `--max-concurrent-replacements`: per provider, a count or a percentage of its Proxies. */
@@ -48,6 +60,8 @@ export interface GatewayFlags {
   bindAddress: string;
   /** `--gateway-blocked-statuses` (default 403,429). */
   blockedStatuses: number[];
+  /** `--gateway-max-connections` (default 20000, lowered to fit the file-descriptor limit). */
+  maxConnections: number;
 }
 
 export interface LeaseFlags {
@@ -165,6 +179,7 @@ const COMMON_OPTIONS = {
   'discard-lease-state': { type: 'boolean' },
   'gateway-bind-address': { type: 'string' },
   'gateway-blocked-statuses': { type: 'string' },
+  'gateway-max-connections': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -322,6 +337,9 @@ function common(
     shutdownGraceMs: parseDuration('shutdown-grace-period', str('shutdown-grace-period') ?? '30s'),
     ...(installationId !== undefined ? { installationId } : {}),
     ...listenerFlags(values),
+    healthProbeMaxConnections: DEFAULT_HEALTH_PROBE_MAX_CONNECTIONS,
+    localProxiesMaxConnections: DEFAULT_LOCAL_PROXIES_MAX_CONNECTIONS,
+    explicitCaps: CAP_FLAGS.filter((f) => str(f) !== undefined),
     leases: leaseFlags(values),
     maxConcurrentReplacements: surgeFlag(str('max-concurrent-replacements') ?? '10%'),
     gateway: gatewayFlags(values, defaults.gateway),
@@ -342,11 +360,18 @@ function parseStatuses(flag: string, text: string): number[] {
   return [...new Set(out.map(Number))];
 }
 
+/** The flags that set a connection cap. */
+const CAP_FLAGS = ['gateway-max-connections', 'discovery-max-connections', 'metrics-max-connections'];
+
 function gatewayFlags(values: Values, defaultBind: string): GatewayFlags {
   const str = (k: string) => values[k] as string | undefined;
   return {
     bindAddress: checkBindAddress('gateway-bind-address', str('gateway-bind-address') ?? defaultBind),
     blockedStatuses: parseStatuses('gateway-blocked-statuses', str('gateway-blocked-statuses') ?? '403,429'),
+    maxConnections: parseCount(
+      'gateway-max-connections',
+      str('gateway-max-connections') ?? String(DEFAULT_GATEWAY_LIMITS.maxConnections),
+    ),
   };
 }
 

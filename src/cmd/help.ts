@@ -58,6 +58,8 @@ ${'COMMON'}`,
       --gateway-bind-address <addr>       The gateway, one proxy endpoint for the fleet (standalone
                                           127.0.0.1:8888, operator 0 = off; see docs/gateway.md).
       --gateway-blocked-statuses <list>   Plain-HTTP answers reported as blocked (default 403,429; none).
+      --gateway-max-connections <n>       Open gateway connections at most (default 20000; every cap is
+                                          lowered to fit the open-files limit, docs/operations.md).
       --provider-check-interval <dur>     Provider health checks; 0 = off, else >= 10s (default 1m).
       --provider-check-timeout <dur>      Per round; default min(15s, interval); <= interval.
       --gc-interval <dur>                 Orphan instance sweep; 0 = off (default 10m).

@@ -19,6 +19,7 @@ import { selfSignedCertificate } from '../metrics/selfsigned.ts';
 import { createGcpProvider } from '../provider/gcp/index.ts';
 import { createKvmProvider } from '../provider/kvm/index.ts';
 import type { EgressReservation } from '../provider/local/address-pool.ts';
+import { SharedConnectionCap } from '../provider/local/forward-proxy.ts';
 import { createLocalProvider } from '../provider/local/index.ts';
 import type { ProviderFactory } from '../provider/registry.ts';
 import { FileCheckpoint, leaseCheckpointPath } from '../runtime/embedded/lease-checkpoint.ts';
@@ -196,10 +197,15 @@ export function providerFactories(
     CommonFlags,
     'gcpWireFullPayloads' | 'discoveryBindAddress' | 'metricsBindAddress' | 'healthProbeBindAddress'
   > &
-    Partial<Pick<CommonFlags, 'gateway'>>,
+    Partial<Pick<CommonFlags, 'gateway' | 'localProxiesMaxConnections'>>,
   leaseCredentials?: (providerID: string, username: string, password: string) => boolean,
   egressReservations?: (provider: string) => EgressReservation[],
 ): Record<string, ProviderFactory> {
+  // One cap for every local proxy of every local provider: together they hold the descriptors.
+  const localCap =
+    flags.localProxiesMaxConnections === undefined
+      ? undefined
+      : new SharedConnectionCap(flags.localProxiesMaxConnections);
   return {
     local: (entry, deps) =>
       createLocalProvider({
@@ -208,6 +214,7 @@ export function providerFactories(
         log: deps.log,
         registry: deps.registry,
         operator: operatorPorts(flags),
+        ...(localCap ? { sharedCap: localCap } : {}),
         ...(leaseCredentials ? { leaseCredentials } : {}),
         ...(egressReservations ? { egressReservations: () => egressReservations(entry.name) } : {}),
       }),

@@ -1,7 +1,7 @@
 /**
  * gateway/metrics — the gateway's Prometheus series (docs/operations.md): connections and
- * requests per upstream and outcome, bytes per upstream and direction, and what upstreams
- * were reported. Upstream labels are `namespace/name` of fleet proxies, so they stay bounded by
+ * requests per upstream and outcome, bytes per upstream and direction, what upstreams
+ * were reported, and connections the gateway closed to protect its capacity. Upstream labels are `namespace/name` of fleet proxies, so they stay bounded by
  * the fleet; refusals before any upstream is chosen carry `upstream=""`.
  */
 import type { Counter, Gauge, Registry } from 'prom-client';
@@ -23,7 +23,12 @@ export interface GatewayMetrics {
   bytes: Counter<'upstream' | 'direction'>;
   reports: Counter<'upstream' | 'result'>;
   open: Gauge<'kind'>;
+  /** Connections closed by the caps or the unauthenticated timeout, by `reason`. */
+  shed: Counter<'reason'>;
 }
+
+/** Why the gateway closed a connection it had not been asked to (the `reason` label). */
+export type ShedReason = 'max_connections' | 'unauthenticated_cap' | 'unauthenticated_timeout';
 
 export function gatewayMetrics(registry: Registry): GatewayMetrics {
   return {
@@ -46,6 +51,11 @@ export function gatewayMetrics(registry: Registry): GatewayMetrics {
       name: 'proxy_operator_gateway_open',
       help: 'Gateway tunnels and plain-HTTP requests in flight',
       labelNames: ['kind'],
+    }),
+    shed: counter(registry, {
+      name: 'proxy_operator_gateway_connections_closed_total',
+      help: 'Connections the gateway closed itself: over --gateway-max-connections on accept, or unauthenticated over their own cap or past their deadline',
+      labelNames: ['reason'],
     }),
   };
 }

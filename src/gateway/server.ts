@@ -2,8 +2,9 @@
  * gateway/server — the gateway's listener (docs/gateway.md): one HTTP forward proxy endpoint
  * for the whole fleet. It authenticates every CONNECT and absolute-form request (gateway/auth),
  * hands them to gateway/tunnel and gateway/forward, renews the leases of open connections, and
- * enforces header, request and idle timeouts and a connection cap. Without a token it serves
- * loopback clients only.
+ * enforces header, request and idle timeouts and a connection cap; connections that have not
+ * authenticated yet have their own deadline and smaller cap (gateway/unauthenticated). Without a
+ * token it serves loopback clients only.
  */
 import http from 'node:http';
 import type net from 'node:net';
@@ -17,13 +18,14 @@ import type { Clock, TimerHandle } from '../runtime/clock.ts';
 import { gatewayAuthChecker, isLoopbackClient, PROXY_AUTHENTICATE } from './auth.ts';
 import {
   DEFAULT_BLOCKED_STATUSES,
-  DEFAULT_GATEWAY_LIMITS,
   type GatewayContext,
   type GatewayLimits,
+  gatewayLimits,
 } from './context.ts';
 import { handleForward, plain } from './forward.ts';
 import { gatewayMetrics } from './metrics.ts';
 import { endRaw, handleConnect } from './tunnel.ts';
+import { UnauthenticatedConnections } from './unauthenticated.ts';
 import type { Acquired, UpstreamChooser } from './upstreams.ts';
 
 /** Open connections' leases are renewed this often (they last CONNECTION_LEASE_TTL_SECONDS). */
@@ -49,12 +51,13 @@ export class Gateway {
   private readonly opts: GatewayOptions;
   private readonly held = new Map<Acquired, () => void>();
   private readonly sockets = new Set<Duplex>();
+  private readonly unauthenticated: UnauthenticatedConnections<net.Socket>;
   private timer: TimerHandle | undefined;
   private address: { host: string; port: number } | undefined;
 
   constructor(opts: GatewayOptions) {
     this.opts = opts;
-    const limits = { ...DEFAULT_GATEWAY_LIMITS, ...opts.limits };
+    const limits = gatewayLimits(opts.limits);
     this.ctx = {
       chooser: opts.chooser,
       egress: opts.egress,
@@ -77,16 +80,43 @@ export class Gateway {
     });
     this.server.timeout = limits.idleTimeoutMs;
     this.server.maxConnections = limits.maxConnections;
+    const shed = this.ctx.metrics.shed;
+    // Room for the authenticated connections plus what is left of the unauthenticated cap: Node
+    // then refuses the next one on accept, before it builds a socket and an HTTP parser for it
+    // (evicting instead would leave that garbage, and the heap it grows, behind every refusal).
+    const fitCap = () => {
+      this.server.maxConnections = Math.min(
+        limits.maxConnections,
+        this.sockets.size - this.unauthenticated.size + limits.unauthenticatedMaxConnections,
+      );
+    };
+    this.unauthenticated = new UnauthenticatedConnections({
+      cap: limits.unauthenticatedMaxConnections,
+      timeoutMs: limits.unauthenticatedTimeoutMs,
+      clock: opts.clock,
+      onClose: (why) => shed.inc({ reason: `unauthenticated_${why}` }),
+      onCount: fitCap,
+    });
+    this.server.on('drop', () => {
+      const full = this.unauthenticated.size >= limits.unauthenticatedMaxConnections;
+      shed.inc({ reason: full ? 'unauthenticated_cap' : 'max_connections' });
+    });
     const loopbackOnly = opts.token === undefined;
     this.server.on('connection', (s: net.Socket) => {
       if (loopbackOnly && !isLoopbackClient(s.remoteAddress)) return void s.destroy();
       this.sockets.add(s);
-      s.once('close', () => this.sockets.delete(s));
+      this.unauthenticated.admit(s);
+      s.once('close', () => {
+        this.sockets.delete(s);
+        this.unauthenticated.leave(s);
+        fitCap();
+      });
     });
     this.server.on('connect', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
       socket.on('error', () => socket.destroy());
       const auth = authorize(req.headers['proxy-authorization']);
-      if (!auth.ok) {
+      if (auth.ok) this.unauthenticated.leave(socket);
+      else {
         this.ctx.metrics.requests.inc({ kind: 'connect', upstream: '', result: 'unauthorized' });
         return endRaw(
           socket,
@@ -103,7 +133,8 @@ export class Gateway {
     });
     this.server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
       const auth = authorize(req.headers['proxy-authorization']);
-      if (!auth.ok) {
+      if (auth.ok) this.unauthenticated.leave(req.socket as net.Socket);
+      else {
         this.ctx.metrics.requests.inc({ kind: 'http', upstream: '', result: 'unauthorized' });
         res.setHeader('Proxy-Authenticate', PROXY_AUTHENTICATE);
         return plain(res, 407, auth.message);
@@ -143,6 +174,7 @@ export class Gateway {
   async close(): Promise<void> {
     if (this.timer) this.opts.clock.clearTimeout(this.timer);
     this.timer = undefined;
+    this.unauthenticated.close();
     const closing = closeServer(this.server, 0);
     for (const s of this.sockets) s.destroy();
     for (const cut of this.held.values()) cut();

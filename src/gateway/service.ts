@@ -18,6 +18,8 @@ import { LeaseStoreChooser, type UpstreamChooser } from './upstreams.ts';
 export interface GatewaySetup {
   bindAddress: string;
   blockedStatuses: number[];
+  /** Connections open at once (fitted under the open-files limit by cmd/caps); default 20000. */
+  maxConnections?: number;
   token: string | undefined;
   egressPolicy: EgressPolicyConfig | undefined;
   /** The operator's own ports on this host, which gateway clients may not reach. */
@@ -81,6 +83,7 @@ export async function runGateway(
     registry: deps.registry,
     tracer: deps.tracer,
     blockedStatuses: setup.blockedStatuses,
+    ...(setup.maxConnections === undefined ? {} : { limits: { maxConnections: setup.maxConnections } }),
   });
   const address = await gateway.listen();
   deps.sessions.serve(chooser);

@@ -32,6 +32,38 @@ export const DEFAULT_PROXY_LIMITS: ProxyLimits = {
   maxConnections: 512,
 };
 
+/** Connections open at once across every local proxy of the process, unless the fd limit says less. */
+export const DEFAULT_LOCAL_PROXIES_MAX_CONNECTIONS = 4096;
+
+/**
+ * A cap shared by many listeners: the local proxies are as many as there are Proxies, so a
+ * per-listener cap alone cannot keep their sum under the process's file-descriptor limit.
+ */
+export class SharedConnectionCap {
+  private taken = 0;
+  readonly max: number;
+
+  constructor(max: number) {
+    this.max = max;
+  }
+
+  /** Connections holding a place now. */
+  get open(): number {
+    return this.taken;
+  }
+
+  /** Takes one connection's place; false at the cap. */
+  take(): boolean {
+    if (this.taken >= this.max) return false;
+    this.taken++;
+    return true;
+  }
+
+  give(): void {
+    this.taken = Math.max(0, this.taken - 1);
+  }
+}
+
 export interface ForwardProxyOptions {
   credentials: Credentials;
   /**
@@ -59,6 +91,8 @@ export interface ForwardProxyOptions {
   /** Called when a connection over the cap is dropped (metrics). */
   onDropped?: () => void;
   limits?: Partial<ProxyLimits>;
+  /** A cap this listener shares with others (every local proxy of the process). */
+  sharedCap?: SharedConnectionCap;
 }
 
 const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
@@ -123,7 +157,17 @@ export class ForwardProxy {
     this.server.timeout = limits.idleTimeoutMs;
     this.server.maxConnections = limits.maxConnections;
     this.server.on('drop', () => opts.onDropped?.());
-    this.server.on('connection', (s: net.Socket) => this.track(s));
+    const shared = opts.sharedCap;
+    this.server.on('connection', (s: net.Socket) => {
+      if (shared) {
+        if (!shared.take()) {
+          opts.onDropped?.();
+          return void s.destroy();
+        }
+        s.once('close', () => shared.give());
+      }
+      this.track(s);
+    });
     this.server.on('connect', (req: http.IncomingMessage, socket: Duplex, head: Buffer) =>
       this.onConnect(req, socket, head),
     );

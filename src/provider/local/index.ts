@@ -18,7 +18,7 @@ import type { CallContext, Checker, CreateRequest, Instance, Provider } from '..
 import { notFound, permanent, quotaExceeded, transient } from '../errors.ts';
 import { EgressAddressPool, type EgressReservation } from './address-pool.ts';
 import { EgressGuard } from './egress.ts';
-import { ForwardProxy, type ProxyLimits } from './forward-proxy.ts';
+import { ForwardProxy, type ProxyLimits, type SharedConnectionCap } from './forward-proxy.ts';
 import { portCandidates, tryBind } from './ports.ts';
 
 export { preferredPort } from './ports.ts';
@@ -47,6 +47,8 @@ export interface LocalProviderOptions {
   operator?: { ports: readonly number[]; probePort?: number };
   /** Timeouts and connection cap of every listener; defaults in DEFAULT_PROXY_LIMITS. */
   limits?: Partial<ProxyLimits>;
+  /** A cap on the connections of all listeners together (shared with other local providers). */
+  sharedCap?: SharedConnectionCap;
   /**
    * Per-lease credentials: whether `username`/`password` belong to a live lease granted on the
    * instance `providerID` (the lease store answers; wired in cmd). The instance's own
@@ -105,6 +107,7 @@ class LocalProxyProvider implements Provider, Checker {
   private readonly connectTimeoutMs: number | undefined;
   private readonly egress: EgressGuard;
   private readonly limits: Partial<ProxyLimits> | undefined;
+  private readonly sharedCap: SharedConnectionCap | undefined;
   private readonly dial: LocalProviderOptions['dial'];
   private readonly leaseCredentials: LocalProviderOptions['leaseCredentials'];
   private readonly deniedTotal: Counter<'provider' | 'reason'> | undefined;
@@ -165,6 +168,7 @@ class LocalProxyProvider implements Provider, Checker {
       ...(opts.operator?.probePort === undefined ? {} : { probePort: opts.operator.probePort }),
     });
     this.limits = opts.limits;
+    this.sharedCap = opts.sharedCap;
     this.dial = opts.dial;
     this.leaseCredentials = opts.leaseCredentials;
     if (opts.registry) {
@@ -333,6 +337,7 @@ class LocalProxyProvider implements Provider, Checker {
         ...(this.dial ? { dial: this.dial } : {}),
         ...(egressIP === undefined ? {} : { localAddress: egressIP }),
         ...(this.limits ? { limits: this.limits } : {}),
+        ...(this.sharedCap ? { sharedCap: this.sharedCap } : {}),
         egress: this.egress,
         onDenied: (reason) => this.deniedTotal?.inc({ provider: this.name, reason }),
         onDropped: () => this.droppedTotal?.inc({ provider: this.name }),
