@@ -7,7 +7,8 @@
  * set leaves the other whole, and loading takes the newest set whose shards all agree. Sets
  * that exist but of which none is whole, or a first shard without its annotations, are a damaged
  * checkpoint (LeaseStateError); kept aside, their shards are copied to
- * `<name>-damaged-<stamp>-{a,b}-N` and the originals deleted.
+ * `<name>-damaged-<stamp>-{a,b}-N` and the originals emptied (generation 0, no text), which loads
+ * as no checkpoint.
  */
 import type { CoreV1Api, V1ConfigMap } from '@kubernetes/client-node';
 import { asideStamp, type CheckpointStorage } from '../../lease/checkpoint.ts';
@@ -19,6 +20,8 @@ export const CHECKPOINT_NAME = 'egress-proxies-operator-leases';
 const GENERATION = 'crawl.example.com/checkpoint-generation';
 const SHARDS = 'crawl.example.com/checkpoint-shards';
 const KEY = 'chunk';
+/** The generation of a set emptied after it was kept aside: older than any saved one. */
+const DISCARDED_GENERATION = 0;
 /** Characters per shard: the checkpoint is ASCII (normalised targets, keys, UIDs), so bytes too. */
 export const DEFAULT_SHARD_CHARS = 900_000;
 
@@ -63,7 +66,8 @@ export class ConfigMapCheckpoint implements CheckpointStorage {
     if (!best && sets.some((s) => s !== undefined)) {
       throw new LeaseStateError(`no set of shards is whole in ${this.where}`);
     }
-    return best?.text;
+    // Only an emptied (set-aside) checkpoint is empty: a saved one always holds a document.
+    return best?.text || undefined;
   }
 
   async setAside(at: number, signal: AbortSignal): Promise<string> {
@@ -94,14 +98,11 @@ export class ConfigMapCheckpoint implements CheckpointStorage {
           callOptions({ signal }),
         );
       }
-      // Only once copied: a failure above leaves the originals for the retry.
+      // Only once copied: a failure above leaves the originals for the retry. The originals are
+      // emptied rather than deleted (the operator's Role has no delete): a set of empty shards
+      // is whole and loads as no checkpoint at all, and the next save overwrites it.
       for (let i = 0; i < shards.length; i++) {
-        const name = this.shardName(set, i);
-        await this.core.deleteNamespacedConfigMap(
-          { name, namespace: this.namespace },
-          callOptions({ signal }),
-        );
-        this.rv.delete(name);
+        await this.write(this.shardName(set, i), '', DISCARDED_GENERATION, shards.length, signal);
       }
     }
     return `configmaps ${this.namespace}/${prefix}-{a,b}-N`;

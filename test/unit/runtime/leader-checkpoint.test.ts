@@ -4,7 +4,7 @@
  * back whole; saves alternate between two sets, so a save cut short (one shard of the newer set
  * left at an older generation) falls back to the previous complete checkpoint; a write racing
  * another leader's fails instead of overwriting it; sets of which none is whole are a damaged
- * checkpoint, kept aside by copying every shard before the originals go.
+ * checkpoint, kept aside by copying every shard before the originals are emptied.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { LeaseStateError } from '../../../src/lease/errors.ts';
@@ -93,7 +93,7 @@ describe('ConfigMap lease checkpoint', () => {
     expect(await check.load(signal)).toBe('from the new leader');
   });
 
-  it('calls sets of which none is whole damaged, and keeps every shard aside before deleting it', async () => {
+  it('calls sets of which none is whole damaged, and keeps every shard aside before emptying it', async () => {
     const a = await storage(10);
     await a.save('first-checkpoint-text', signal);
     await a.save('second-checkpoint-text', signal);
@@ -115,8 +115,14 @@ describe('ConfigMap lease checkpoint', () => {
     expect(where).toBe(
       'configmaps operator-system/egress-proxies-operator-leases-damaged-20260102t030405z-{a,b}-N',
     );
-    const kept = names();
+    const kept = names().filter((n) => n.includes('damaged'));
     expect(kept).toEqual(before.map((n) => n.replace('leases-', 'leases-damaged-20260102t030405z-')).sort());
+    // The originals stay, emptied (the Role grants no delete): generation 0, no text.
+    for (const n of before) {
+      const emptied = cms.read(NS, n);
+      expect(emptied.data).toEqual({ chunk: '' });
+      expect(emptied.metadata.annotations?.['crawl.example.com/checkpoint-generation']).toBe('0');
+    }
     const copy = cms.read(NS, 'egress-proxies-operator-leases-damaged-20260102t030405z-b-1');
     expect(copy.data).toEqual(original.data);
     expect(copy.metadata.annotations).toEqual(original.metadata.annotations);
