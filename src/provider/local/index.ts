@@ -44,7 +44,7 @@ export interface LocalProviderOptions {
    * holders on this host whatever the policy allows, except the discovery API's probe route.
    * The proxies' own port range is always included.
    */
-  operator?: { ports: readonly number[]; probePort?: number };
+  operator?: { ports: readonly number[]; probePort?: number; names?: Readonly<Record<number, string>> };
   /** Timeouts and connection cap of every listener; defaults in DEFAULT_PROXY_LIMITS. */
   limits?: Partial<ProxyLimits>;
   /**
@@ -160,10 +160,22 @@ class LocalProxyProvider implements Provider, Checker {
     this.connectTimeoutMs = opts.connectTimeoutMs;
     const own = new Set(opts.operator?.ports ?? []);
     const { from, to } = range;
-    this.egress = new EgressGuard(resolveEgressPolicy(cfg.egressPolicy), {
-      isOwnPort: (p) => own.has(p) || (p >= from && p <= to),
-      ...(opts.operator?.probePort === undefined ? {} : { probePort: opts.operator.probePort }),
-    });
+    const names = opts.operator?.names;
+    this.egress = new EgressGuard(
+      resolveEgressPolicy(cfg.egressPolicy),
+      {
+        isOwnPort: (p) => own.has(p) || (p >= from && p <= to),
+        describe: (p) =>
+          names?.[p] ??
+          (p >= from && p <= to ? `local proxy ports (providers[${opts.name}].local.portRange)` : undefined),
+        ...(opts.operator?.probePort === undefined ? {} : { probePort: opts.operator.probePort }),
+      },
+      undefined,
+      {
+        field: `providers[${opts.name}].local.egressPolicy`,
+        ...(cfg.egressPolicy ? { config: cfg.egressPolicy } : {}),
+      },
+    );
     this.limits = opts.limits;
     this.dial = opts.dial;
     this.leaseCredentials = opts.leaseCredentials;
