@@ -357,7 +357,7 @@ class LocalProxyProvider implements Provider, Checker {
         if (code === 'EADDRINUSE') continue;
         if (code === 'EACCES') {
           throw permanent(
-            `${this.name} create ${req.name}: not allowed to listen on ${this.bindAddress}:${port}; use a portRange above 1023`,
+            `${this.name} create ${req.name}: not allowed to listen on ${this.bindAddress}:${port}; set providers[${this.name}].local.portRange above 1023`,
             this.where('create'),
           );
         }
@@ -392,7 +392,7 @@ class LocalProxyProvider implements Provider, Checker {
       return entry;
     }
     throw quotaExceeded(
-      `${this.name} create ${req.name}: no free port in ${this.from}-${this.to} on ${this.bindAddress}`,
+      `${this.name} create ${req.name}: no free port in ${this.from}-${this.to} on ${this.bindAddress} (another copy of the operator, or other programs, hold them); give this copy its own range with providers[${this.name}].local.portRange`,
       this.where('create'),
     );
   }
