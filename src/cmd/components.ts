@@ -26,6 +26,7 @@ import type { Clock } from '../runtime/clock.ts';
 import type { CredentialsResolver } from '../runtime/credentials.ts';
 import { WorkQueue } from '../runtime/workqueue.ts';
 import type { CommonFlags } from './flags.ts';
+import { operatorProbeAddress } from './listeners.ts';
 import type { ModeParts } from './modes.ts';
 import { StartupError } from './startup.ts';
 
@@ -80,6 +81,7 @@ export function buildComponents(shared: Shared): Components {
 function buildHealthAndLeases(shared: Shared): Pick<Components, 'health' | 'leases' | 'egress'> {
   const { flags, log, registry, tracer, clock, credentials, mode } = shared;
   const { store } = mode;
+  const probeAt = operatorProbeAddress(flags.discoveryBindAddress, process.env);
   // The health engine and the lease store call each other, each only once running.
   const health = new HealthEngine({
     store,
@@ -89,6 +91,8 @@ function buildHealthAndLeases(shared: Shared): Pick<Components, 'health' | 'leas
     registry,
     traceProbes: flags.traceHealthProbes,
     tracer,
+    // Where the placeholder host of health-check URLs (`operator.invalid`) points.
+    ...(probeAt === undefined ? {} : { operatorAddress: probeAt }),
     listener: (v) => leases.setHealth(v.key, v.uid, { healthy: v.healthy, latencyMillis: v.latencyMillis }),
   });
   const evicted = leaseEvictionCounter(registry);

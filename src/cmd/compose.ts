@@ -33,6 +33,7 @@ import { setupTracing, type Tracing, type TracingOptions } from '../tracing/inde
 import { fitConnectionCaps } from './caps.ts';
 import { buildComponents, type Components } from './components.ts';
 import type { CommonFlags, ParsedCommand } from './flags.ts';
+import { listenFailureOf } from './listeners.ts';
 import {
   egressReservationsIn,
   type KubeClientsFactory,
@@ -356,6 +357,13 @@ export async function runServer(
     await app.run();
     return 0;
   } catch (err) {
+    // A port in use is the usual first-hour failure: say which flag moves that listener.
+    const listen = listenFailureOf(err, parsed.flags);
+    if (listen) {
+      app.log.error({ err }, listen.message);
+      process.stderr.write(`egress-proxies-operator: ${listen.message}\n`);
+      return 1;
+    }
     app.log.error({ err }, 'stopped with an error');
     return 1;
   } finally {

@@ -445,6 +445,8 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
     case 'status': {
       const { values } = parse(rest, {
         server: { type: 'string', short: 's' },
+        // The same URL under the name the operator's own flags and logs give it.
+        'discovery-url': { type: 'string' },
         token: { type: 'string' },
         output: { type: 'string', short: 'o' },
         target: { type: 'string', short: 't' },
@@ -455,9 +457,15 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
       if (output !== 'table' && output !== 'json') {
         throw new FlagError(`--output: "${output}" must be table or json`);
       }
-      const server = (values.server as string | undefined) ?? 'http://127.0.0.1:8090';
+      const given = values.server as string | undefined;
+      const alias = values['discovery-url'] as string | undefined;
+      if (given !== undefined && alias !== undefined) {
+        throw new FlagError('--discovery-url: is another name for --server; give one of them');
+      }
+      const flag = alias === undefined ? '--server' : '--discovery-url';
+      const server = given ?? alias ?? 'http://127.0.0.1:8090';
       if (!/^https?:\/\/\S+$/.test(server))
-        throw new FlagError(`--server: "${server}" must be an http(s) URL`);
+        throw new FlagError(`${flag}: "${server}" must be an http(s) URL`);
       const token = (values.token as string | undefined) ?? process.env.DISCOVERY_TOKEN;
       // A token read from a Secret file usually ends in a newline.
       const target = (values.target as string | undefined)?.trim() || undefined;

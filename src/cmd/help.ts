@@ -46,7 +46,8 @@ ${'COMMON'}`,
 ${'COMMON'}`,
   status: `Usage: egress-proxies-operator status [flags]
 
-  -s, --server <url>     Discovery API of the running operator (default http://127.0.0.1:8090).
+  -s, --server <url>     Discovery API of the running operator (default http://127.0.0.1:8090);
+                         --discovery-url is another name for it.
       --token <token>    Bearer token (default: $DISCOVERY_TOKEN).
   -o, --output <fmt>     table (default) or json.
   -t, --target <host>    Leasable or not for this site (host, host:port or URL), and only its

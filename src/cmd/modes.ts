@@ -30,6 +30,7 @@ import type { KubeClients } from '../runtime/kube/client.ts';
 import { type LeaderElector, StandaloneElector } from '../runtime/leader/elector.ts';
 import type { ObjectStore } from '../runtime/store.ts';
 import type { CommonFlags, OperatorFlags, StandaloneFlags } from './flags.ts';
+import { describeListener, type ListenerKey } from './listeners.ts';
 import { StartupError, type Teardown } from './startup.ts';
 
 const LEADER_LEASE_NAME = 'egress-proxies-operator-leader';
@@ -116,6 +117,14 @@ export function resolveStandalonePaths(flags: StandaloneFlags, cwd = process.cwd
   return { providersFile, manifests, statePath };
 }
 
+/** The operator's own ports with, for refusals, which listener each is (cmd/listeners). */
+export interface OperatorPorts {
+  ports: number[];
+  probePort?: number;
+  /** Port → `discovery API (--discovery-bind-address)`. */
+  names?: Readonly<Record<number, string>>;
+}
+
 /**
  * The operator's own listening ports, which the local proxies keep closed to lease holders; the
  * discovery API's is also the probe port (`GET /generate_204` stays reachable for health checks).
@@ -123,21 +132,28 @@ export function resolveStandalonePaths(flags: StandaloneFlags, cwd = process.cwd
 export function operatorPorts(
   flags: Pick<CommonFlags, 'discoveryBindAddress' | 'metricsBindAddress' | 'healthProbeBindAddress'> &
     Partial<Pick<CommonFlags, 'gateway'>>,
-): { ports: number[]; probePort?: number } {
+): OperatorPorts {
   const port = (v: string) => {
     const p = parseBindAddress(v, 'bind address')?.port;
     return p === undefined || p === 0 ? undefined : p;
   };
-  const discovery = port(flags.discoveryBindAddress);
-  const ports = [
-    discovery,
-    port(flags.metricsBindAddress),
-    port(flags.healthProbeBindAddress),
-    flags.gateway && port(flags.gateway.bindAddress),
+  const listening: [ListenerKey, number | undefined][] = [
+    ['discovery', port(flags.discoveryBindAddress)],
+    ['metrics', port(flags.metricsBindAddress)],
+    ['healthProbe', port(flags.healthProbeBindAddress)],
+    ['gateway', flags.gateway && port(flags.gateway.bindAddress)],
   ];
+  const names: Record<number, string> = {};
+  // Two listeners on one port (on different addresses) are both named.
+  for (const [key, p] of listening) {
+    if (p !== undefined)
+      names[p] = names[p] ? `${names[p]} or ${describeListener(key)}` : describeListener(key);
+  }
+  const discovery = listening[0]?.[1];
   return {
-    ports: ports.filter((p) => p !== undefined),
+    ports: listening.map(([, p]) => p).filter((p) => p !== undefined),
     ...(discovery === undefined ? {} : { probePort: discovery }),
+    names,
   };
 }
 

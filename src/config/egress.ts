@@ -25,33 +25,36 @@ export interface EgressPolicyConfig {
  * address, and the local-use NAT64 prefix (64:ff9b:1::/48, a translator of this network).
  * Documentation ranges (192.0.2.0/24, 2001:db8::/32 …) are not listed: they route nowhere.
  */
-export const DEFAULT_DENY_CIDRS: readonly string[] = [
-  '0.0.0.0/8',
-  '10.0.0.0/8',
-  '100.64.0.0/10',
-  '127.0.0.0/8',
-  '169.254.0.0/16',
-  '172.16.0.0/12',
-  '192.0.0.0/24',
-  '192.168.0.0/16',
-  '224.0.0.0/4',
-  '240.0.0.0/4',
-  '::/128',
-  '::1/128',
-  '64:ff9b:1::/48',
-  'fc00::/7',
-  'fe80::/10',
-  'ff00::/8',
+export const DEFAULT_DENY_RANGES: readonly { cidr: string; what: string }[] = [
+  { cidr: '0.0.0.0/8', what: 'this network, which connects to this host' },
+  { cidr: '10.0.0.0/8', what: 'private' },
+  { cidr: '100.64.0.0/10', what: 'carrier-grade NAT' },
+  { cidr: '127.0.0.0/8', what: 'loopback' },
+  { cidr: '169.254.0.0/16', what: 'link-local, cloud metadata' },
+  { cidr: '172.16.0.0/12', what: 'private' },
+  { cidr: '192.0.0.0/24', what: 'IETF protocol assignments' },
+  { cidr: '192.168.0.0/16', what: 'private' },
+  { cidr: '224.0.0.0/4', what: 'multicast' },
+  { cidr: '240.0.0.0/4', what: 'reserved' },
+  { cidr: '::/128', what: 'unspecified' },
+  { cidr: '::1/128', what: 'loopback' },
+  { cidr: '64:ff9b:1::/48', what: 'local-use NAT64' },
+  { cidr: 'fc00::/7', what: 'unique local' },
+  { cidr: 'fe80::/10', what: 'link-local' },
+  { cidr: 'ff00::/8', what: 'multicast' },
 ];
+
+/** The default deny list as CIDRs (DEFAULT_DENY_RANGES without the descriptions). */
+export const DEFAULT_DENY_CIDRS: readonly string[] = DEFAULT_DENY_RANGES.map((r) => r.cidr);
 
 /**
  * IPv6 prefixes whose addresses carry an IPv4 address a translator or relay forwards to: the
  * well-known NAT64 prefix (RFC 6052: the IPv4 address in the last 32 bits) and 6to4 (RFC 3056:
  * in the 32 bits after 2002::/16). A denied IPv4 range is denied inside both too.
  */
-const IPV4_EMBEDDING: readonly { prefix: bigint; shift: bigint }[] = [
-  { prefix: 0x64ff9bn << 96n, shift: 0n },
-  { prefix: 0x2002n << 112n, shift: 80n },
+const IPV4_EMBEDDING: readonly { name: string; prefix: bigint; shift: bigint }[] = [
+  { name: 'NAT64', prefix: 0x64ff9bn << 96n, shift: 0n },
+  { name: '6to4', prefix: 0x2002n << 112n, shift: 80n },
 ];
 /** CONNECT tunnels go to HTTPS only unless a provider says otherwise. */
 export const DEFAULT_CONNECT_PORTS: readonly number[] = [443];
@@ -271,4 +274,68 @@ export function deniedAddressMatcher(policy: EgressPolicy): (address: string) =>
     if (!ip) return true;
     return ranges.some((r) => r.family === ip.family && ip.value >= r.start && ip.value <= r.end);
   };
+}
+
+/**
+ * Which rule of a policy denies an address, in the terms of its providers-config block: a
+ * `denyCIDRs` entry, a default range `allowCIDRs` did not open, or (a policy whose block is not
+ * known) the block of the effective list. A NAT64 or 6to4 address that is denied as the image of
+ * an IPv4 range names that IPv4 address in `embedded`.
+ */
+export interface DenyingRule {
+  cidr: string;
+  source: 'denyCIDRs' | 'default' | 'policy';
+  /** What a default range is: `loopback`, `private` … */
+  what?: string;
+  /** The IPv4 address a NAT64 or 6to4 address carries, when the rule matched that. */
+  embedded?: { address: string; via: string };
+}
+
+/**
+ * The rule denying `address` (any spelling; IPv4-mapped counts as IPv4) under `policy`, resolved
+ * from `cfg`; undefined when it is not denied or not an address. Mirrors resolveEgressPolicy:
+ * `denyCIDRs` win over everything, a default range counts unless an `allowCIDRs` entry covers
+ * the address, and an image is opened only by allowing its IPv4 address.
+ */
+export function denyingRule(
+  address: string,
+  cfg: EgressPolicyConfig | undefined,
+  policy: EgressPolicy,
+): DenyingRule | undefined {
+  const ip = canonicalAddress(address);
+  if (!ip) return undefined;
+  const contains = (cidr: string, at: { family: 4 | 6; value: bigint }): boolean => {
+    const r = parseCidr(cidr);
+    return r.family === at.family && at.value >= r.start && at.value <= r.end;
+  };
+  const direct = { at: ip, embedded: undefined };
+  const images = ip.family === 6 ? embeddedIPv4(ip.value) : [];
+  const candidates: { at: { family: 4 | 6; value: bigint }; embedded?: { address: string; via: string } }[] =
+    [
+      direct,
+      ...images.map((e) => ({
+        at: { family: 4 as const, value: e.value },
+        embedded: { address: formatAddress(4, e.value), via: e.via },
+      })),
+    ];
+  const withEmbedded = (rule: DenyingRule, embedded?: { address: string; via: string }): DenyingRule =>
+    embedded ? { ...rule, embedded } : rule;
+  for (const c of candidates) {
+    const hit = (cfg?.denyCIDRs ?? []).find((d) => contains(d, c.at));
+    if (hit) return withEmbedded({ cidr: hit, source: 'denyCIDRs' }, c.embedded);
+  }
+  for (const c of candidates) {
+    if ((cfg?.allowCIDRs ?? []).some((a) => contains(a, c.at))) continue;
+    const hit = DEFAULT_DENY_RANGES.find((d) => contains(d.cidr, c.at));
+    if (hit) return withEmbedded({ cidr: hit.cidr, source: 'default', what: hit.what }, c.embedded);
+  }
+  const block = policy.deniedCIDRs.find((d) => contains(d, ip));
+  return block === undefined ? undefined : { cidr: block, source: 'policy' };
+}
+
+/** The IPv4 addresses an IPv6 address carries under the NAT64 and 6to4 prefixes (zero or one). */
+function embeddedIPv4(value: bigint): { value: bigint; via: string }[] {
+  return IPV4_EMBEDDING.filter(({ prefix, shift }) => value >> (32n + shift) === prefix >> (32n + shift)).map(
+    ({ name, shift }) => ({ value: (value >> shift) & 0xffffffffn, via: name }),
+  );
 }

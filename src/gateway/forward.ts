@@ -8,6 +8,7 @@
  */
 import http from 'node:http';
 import { SpanStatusCode } from '@opentelemetry/api';
+import { EGRESS_POLICY_HEADER, EGRESS_REFUSAL } from '../provider/local/egress.ts';
 import { forwardHeaders } from '../provider/local/forward-proxy.ts';
 import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
 import type { GatewayResult } from './metrics.ts';
@@ -17,7 +18,13 @@ import type { RoutingOptions } from './username.ts';
 /** Keep-alive connections to upstreams, shared by every forwarded request. */
 const agent = new http.Agent({ keepAlive: true, maxFreeSockets: 64 });
 
-export function plain(res: http.ServerResponse, status: number, body: string, upstream?: string): void {
+export function plain(
+  res: http.ServerResponse,
+  status: number,
+  body: string,
+  upstream?: string,
+  extra: Record<string, string> = {},
+): void {
   if (res.headersSent) {
     res.destroy();
     return;
@@ -27,6 +34,7 @@ export function plain(res: http.ServerResponse, status: number, body: string, up
     Connection: 'close',
   };
   if (upstream) headers[EGRESS_PROXY_HEADER] = upstream;
+  Object.assign(headers, extra);
   res.writeHead(status, headers).end(`${body}\n`);
 }
 
@@ -123,9 +131,14 @@ export async function handleForward(
   if (!decision.allowed) {
     const unresolvable = decision.reason === 'unresolvable';
     done(unresolvable ? 'bad_request' : 'denied');
-    return unresolvable
-      ? plain(res, 502, 'target host does not resolve')
-      : plain(res, 403, 'destination not allowed by the egress policy');
+    if (unresolvable) return plain(res, 502, 'target host does not resolve');
+    ctx.log.debug(
+      { target: url.host, reason: decision.reason, rule: decision.rule },
+      'egress denied by rule',
+    );
+    return plain(res, 403, `${EGRESS_REFUSAL}: ${decision.rule}`, undefined, {
+      [EGRESS_POLICY_HEADER]: decision.rule,
+    });
   }
   const retryable = !hasBody(req);
   let uploaded = 0;

@@ -22,8 +22,8 @@ export interface GatewaySetup {
   maxConnections?: number;
   token: string | undefined;
   egressPolicy: EgressPolicyConfig | undefined;
-  /** The operator's own ports on this host, which gateway clients may not reach. */
-  operatorPorts: { ports: number[]; probePort?: number };
+  /** The operator's own ports on this host, which gateway clients may not reach; `names` says which listener. */
+  operatorPorts: { ports: number[]; probePort?: number; names?: Readonly<Record<number, string>> };
 }
 
 const LOOPBACK_HOSTS = new Set(['127.0.0.1', '::1', 'localhost']);
@@ -59,6 +59,25 @@ export interface GatewayRunDeps {
   alongside?: (signal: AbortSignal) => Promise<void>;
 }
 
+/**
+ * The gateway's egress guard: the providers config's `gateway.egressPolicy`, which its refusals
+ * name as the field to change, and the operator's own ports.
+ */
+export function gatewayEgressGuard(setup: Pick<GatewaySetup, 'egressPolicy' | 'operatorPorts'>): EgressGuard {
+  const { ports, probePort, names } = setup.operatorPorts;
+  const own = new Set(ports);
+  return new EgressGuard(
+    resolveEgressPolicy(setup.egressPolicy),
+    {
+      isOwnPort: (p) => own.has(p),
+      describe: (p) => names?.[p],
+      ...(probePort === undefined ? {} : { probePort }),
+    },
+    undefined,
+    { field: 'gateway.egressPolicy', ...(setup.egressPolicy ? { config: setup.egressPolicy } : {}) },
+  );
+}
+
 /** Serves the gateway until `signal` aborts; returns without listening when it is off ('0'). */
 export async function runGateway(
   setup: GatewaySetup,
@@ -67,11 +86,7 @@ export async function runGateway(
 ): Promise<void> {
   const bind = parseBindAddress(setup.bindAddress, '--gateway-bind-address');
   if (bind === null || signal.aborted) return;
-  const own = new Set(setup.operatorPorts.ports);
-  const egress = new EgressGuard(resolveEgressPolicy(setup.egressPolicy), {
-    isOwnPort: (p) => own.has(p),
-    ...(setup.operatorPorts.probePort === undefined ? {} : { probePort: setup.operatorPorts.probePort }),
-  });
+  const egress = gatewayEgressGuard(setup);
   const chooser = deps.chooser ?? new LeaseStoreChooser(deps.leases, deps.clock);
   const gateway = new Gateway({
     bind,

@@ -6,36 +6,17 @@
  */
 
 import type net from 'node:net';
-import type { Duplex } from 'node:stream';
 import { type Span, SpanStatusCode } from '@opentelemetry/api';
-import { parseAuthority } from '../provider/local/forward-proxy.ts';
+import { EGRESS_POLICY_HEADER, EGRESS_REFUSAL } from '../provider/local/egress.ts';
+import { endRaw, parseAuthority } from '../provider/local/forward-proxy.ts';
 import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
 import { dialTunnel, type UpstreamReader } from './dial.ts';
 import type { GatewayResult } from './metrics.ts';
 import type { Acquired } from './upstreams.ts';
 import type { RoutingOptions } from './username.ts';
 
-/** A complete answer on a socket the HTTP parser has let go of, then close it. */
-export function endRaw(
-  socket: Duplex,
-  status: number,
-  reason: string,
-  extra: string[] = [],
-  body = '',
-): void {
-  if (socket.destroyed || socket.writableEnded) return;
-  const lines = [
-    `HTTP/1.1 ${status} ${reason}`,
-    ...extra,
-    ...(body === '' ? [] : ['Content-Type: text/plain; charset=utf-8']),
-    `Content-Length: ${Buffer.byteLength(body)}`,
-    'Connection: close',
-    '',
-    body,
-  ];
-  socket.once('finish', () => socket.destroy());
-  socket.end(lines.join('\r\n'));
-}
+/** The one raw answer writer, shared with the local proxies (server.ts answers with it too). */
+export { endRaw };
 
 /** Handles one authenticated CONNECT `authority` from `client`. */
 export async function handleConnect(
@@ -62,9 +43,19 @@ export async function handleConnect(
     const unresolvable = decision.reason === 'unresolvable';
     done(unresolvable ? 'bad_request' : 'denied');
     span.end();
-    return unresolvable
-      ? endRaw(client, 502, 'Bad Gateway', [], 'target host does not resolve\n')
-      : endRaw(client, 403, 'Forbidden', [], 'destination not allowed by the egress policy\n');
+    if (unresolvable) return endRaw(client, 502, 'Bad Gateway', [], 'target host does not resolve\n');
+    ctx.log.debug(
+      { target: authority, reason: decision.reason, rule: decision.rule },
+      'egress denied by rule',
+    );
+    // The header too: curl shows a refused CONNECT's headers (-v) but never its body.
+    return endRaw(
+      client,
+      403,
+      'Forbidden',
+      [`${EGRESS_POLICY_HEADER}: ${decision.rule}`],
+      `${EGRESS_REFUSAL}: ${decision.rule}\n`,
+    );
   }
   // The upstream connects to the address that was checked, so a name cannot resolve elsewhere later.
   const checked = decision.address.includes(':')

@@ -70,6 +70,11 @@ export interface HealthEngineOptions {
   tracer?: Tracer;
   /** The process's credentials resolver; one of the engine's own when omitted. */
   credentials?: CredentialsResolver;
+  /**
+   * `host:port` of the operator's discovery API as the proxies reach it: what the placeholder
+   * host `operator.invalid` of a health-check URL stands for (api/health-defaults).
+   */
+  operatorAddress?: string;
 }
 
 export interface HealthEngineStats {
@@ -88,6 +93,7 @@ export class HealthEngine {
   private readonly clock: Clock;
   private readonly log: Logger;
   private readonly defaults: HealthCheckDefaults;
+  private readonly operatorAddress: string | undefined;
   private readonly probeFn: ProbeFn;
   private readonly probeOptions: Omit<ProbeOptions, 'signal'>;
   private readonly listener: ((v: HealthVerdict) => void) | undefined;
@@ -111,6 +117,7 @@ export class HealthEngine {
     this.log = opts.logger ?? silentLogger();
     this.defaults = { ...DEFAULT_HEALTH_CHECK, ...stripUndefined(opts.defaults ?? {}) };
     validateDefaults(this.defaults);
+    this.operatorAddress = opts.operatorAddress;
     const concurrency = opts.concurrency ?? 512;
     if (!Number.isInteger(concurrency) || concurrency < 1) {
       throw new Error(`health concurrency: must be an integer ≥ 1, got ${opts.concurrency}`);
@@ -263,7 +270,7 @@ export class HealthEngine {
       this.markNotServing(proxy, key, uid, 'the proxy serves no instance now');
       return;
     }
-    const check = resolveCheck(this.defaults, proxy);
+    const check = resolveCheck(this.defaults, proxy, this.operatorAddress);
     const generation = proxy.status?.credentialsGeneration;
     this.credentials.track(key, proxy, generation);
     const current = this.targets.get(key);
@@ -292,7 +299,7 @@ export class HealthEngine {
       this.targets.remove(rkey, existing.uid);
     }
     if (!pending || !endpoint) return;
-    const check = resolveCheck(this.defaults, proxy);
+    const check = resolveCheck(this.defaults, proxy, this.operatorAddress);
     const generation = pending.credentialsGeneration;
     this.credentials.track(rkey, proxy, generation);
     const current = this.targets.get(rkey);
@@ -308,7 +315,7 @@ export class HealthEngine {
   private promote(proxy: ProxyObject, rep: ProbedInstance, endpoint: { host: string; port: number }): void {
     const key = rep.proxyKey;
     this.targets.remove(rep.key, rep.uid);
-    const check = resolveCheck(this.defaults, proxy);
+    const check = resolveCheck(this.defaults, proxy, this.operatorAddress);
     const generation = proxy.status?.credentialsGeneration;
     this.credentials.track(key, proxy, generation);
     const t = this.targets.add(

@@ -9,6 +9,7 @@ import {
   DEFAULT_HEALTH_URL,
   DEFAULT_INTERVAL_SECONDS,
   DEFAULT_SUCCESS_THRESHOLD,
+  OPERATOR_PROBE_HOST,
 } from '../api/health-defaults.ts';
 import type { ProxyObject } from '../api/proxy.ts';
 import { isHttpUrl, redactUrl } from '../api/url.ts';
@@ -77,7 +78,31 @@ export function validateDefaults(d: HealthCheckDefaults): void {
   if (d.timeoutMs !== undefined) int('timeoutMs', d.timeoutMs, 1, 3_600_000);
 }
 
-export function resolveCheck(defaults: HealthCheckDefaults, proxy: ProxyObject): ResolvedCheck {
+/**
+ * `url` with the placeholder host `operator.invalid` (and any port written with it) replaced by
+ * `operator`, the `host:port` the discovery API serves at; unchanged when it names another host
+ * or the operator's address is not known (the API is off or on an ephemeral port): the
+ * placeholder never resolves, so such probes fail visibly rather than reach something else.
+ */
+export function withOperatorAddress(url: string, operator: string | undefined): string {
+  if (operator === undefined) return url;
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return url;
+  }
+  if (u.hostname !== OPERATOR_PROBE_HOST) return url;
+  u.host = operator;
+  return u.href;
+}
+
+/** `operator`: where the discovery API serves (`127.0.0.1:8090`), for the placeholder URL. */
+export function resolveCheck(
+  defaults: HealthCheckDefaults,
+  proxy: ProxyObject,
+  operator?: string,
+): ResolvedCheck {
   const hc = proxy.spec.healthCheck ?? {};
   const intervalMs = hc.intervalSeconds !== undefined ? hc.intervalSeconds * 1000 : defaults.intervalMs;
   const failureThreshold = hc.failureThreshold ?? defaults.failureThreshold;
@@ -86,7 +111,7 @@ export function resolveCheck(defaults: HealthCheckDefaults, proxy: ProxyObject):
       ? hc.timeoutSeconds * 1000
       : (defaults.timeoutMs ??
         Math.max(1, Math.min(5000, Math.floor((intervalMs * failureThreshold * 2) / 3))));
-  const url = hc.url ?? defaults.url;
+  const url = withOperatorAddress(hc.url ?? defaults.url, operator);
   return {
     url,
     shownUrl: redactUrl(url),

@@ -5,7 +5,7 @@
  * process killed (whole process group) when the test ends.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -18,7 +18,6 @@ export const REPO_ROOT = resolve(import.meta.dirname, '../..');
 export const NODE = join(REPO_ROOT, 'node_modules/.bin/node');
 export const MAIN = join(REPO_ROOT, 'src/cmd/main.ts');
 const EXAMPLE = join(REPO_ROOT, 'examples/standalone');
-const EXAMPLE_DISCOVERY = '127.0.0.1:8090';
 const EXAMPLE_RANGE = /portRange: \{from: \d+, to: \d+\}/;
 const RANGE_SIZE = 40;
 
@@ -75,7 +74,8 @@ export async function freePort(): Promise<number> {
 export const EXAMPLE_POOL_FILE = 'pool.yaml';
 
 /**
- * Copies examples/standalone to a temp dir and points every port at a free one. `openPorts`:
+ * Copies examples/standalone to a temp dir and points every port at a free one (the local
+ * provider's range here; the listeners' through standaloneArgs). `openPorts`:
  * loopback origin ports the tests send traffic to through the proxies, which the default egress
  * policy refuses; the workspace's local provider allows exactly 127.0.0.1 on those ports.
  * `pool`: keep the example ProxyPool (off by default, so the fleet is the three named Proxies).
@@ -106,14 +106,9 @@ export async function createWorkspace(
       }`,
     ),
   );
+  // The manifests' health checks name no port (`operator.invalid`): they follow the workspace's
+  // --discovery-bind-address as they are.
   const proxiesDir = join(dir, 'proxies');
-  for (const f of readdirSync(proxiesDir)) {
-    const path = join(proxiesDir, f);
-    writeFileSync(
-      path,
-      readFileSync(path, 'utf8').replaceAll(EXAMPLE_DISCOVERY, `127.0.0.1:${discoveryPort}`),
-    );
-  }
   return {
     dir,
     providersFile,

@@ -11,7 +11,7 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import type { Credentials } from '../../api/credentials.ts';
 import { type LeaseCredentialsCheck, PROXY_AUTHENTICATE, proxyAuthChecker } from './auth.ts';
-import { type DenialReason, EgressGuard } from './egress.ts';
+import { type DenialReason, EGRESS_POLICY_HEADER, EGRESS_REFUSAL, EgressGuard } from './egress.ts';
 
 /** Timeouts and the connection cap of one listener (docs/providers/local.md). */
 export interface ProxyLimits {
@@ -251,15 +251,23 @@ export class ForwardProxy {
         this.log.debug({ target: req.url, err: d.error }, 'tunnel target did not resolve');
         return endRaw(client, 502, 'Bad Gateway', [marker('origin-unresolvable')]);
       }
-      this.denied(req.url ?? '', d.reason);
-      endRaw(client, 403, 'Forbidden', [marker('egress-denied')]);
+      this.denied(req.url ?? '', d.reason, d.rule);
+      // The header too: curl shows a refused CONNECT's headers (-v) but never its body.
+      endRaw(
+        client,
+        403,
+        'Forbidden',
+        [marker('egress-denied'), `${EGRESS_POLICY_HEADER}: ${d.rule}`],
+        `${EGRESS_REFUSAL}: ${d.rule}\n`,
+      );
     });
   }
 
-  private denied(target: string, reason: DenialReason): void {
+  private denied(target: string, reason: DenialReason, rule: string): void {
     this.onDenied(reason);
     // Only authenticated clients get this far, so the line cannot be flooded anonymously.
     this.log.info({ target, reason }, 'egress denied');
+    this.log.debug({ target, reason, rule }, 'egress denied by rule');
   }
 
   /** Connects the tunnel to the checked address and pipes both ways. */
@@ -338,8 +346,8 @@ export class ForwardProxy {
         this.log.debug({ target: url.host, err: d.error }, 'forwarding target did not resolve');
         return plain(res, 502, 'origin unreachable', 'origin-unresolvable');
       }
-      this.denied(url.host, d.reason);
-      plain(res, 403, 'destination not allowed by the egress policy', 'egress-denied');
+      this.denied(url.host, d.reason, d.rule);
+      plain(res, 403, `${EGRESS_REFUSAL}: ${d.rule}`, 'egress-denied', { [EGRESS_POLICY_HEADER]: d.rule });
     });
   }
 
@@ -435,20 +443,44 @@ function marker(kind: ProxyErrorKind): string {
   return `${PROXY_ERROR_HEADER}: ${kind}`;
 }
 
-function plain(res: http.ServerResponse, status: number, body: string, kind?: ProxyErrorKind): void {
+function plain(
+  res: http.ServerResponse,
+  status: number,
+  body: string,
+  kind?: ProxyErrorKind,
+  extra: Record<string, string> = {},
+): void {
   res
     .writeHead(status, {
       'Content-Type': 'text/plain; charset=utf-8',
       Connection: 'close',
       ...(kind ? { [PROXY_ERROR_HEADER]: kind } : {}),
+      ...extra,
     })
     .end(`${body}\n`);
 }
 
-/** A complete response on a socket the HTTP parser has let go of (CONNECT), then close it. */
-function endRaw(socket: Duplex, status: number, reason: string, extra: string[] = []): void {
+/**
+ * A complete response on a socket the HTTP parser has let go of (CONNECT), then close it; the
+ * local proxies and the gateway answer a CONNECT they will not tunnel with it.
+ */
+export function endRaw(
+  socket: Duplex,
+  status: number,
+  reason: string,
+  extra: string[] = [],
+  body = '',
+): void {
   if (socket.destroyed || socket.writableEnded) return;
-  const lines = [`HTTP/1.1 ${status} ${reason}`, ...extra, 'Content-Length: 0', 'Connection: close', '', ''];
+  const lines = [
+    `HTTP/1.1 ${status} ${reason}`,
+    ...extra,
+    ...(body === '' ? [] : ['Content-Type: text/plain; charset=utf-8']),
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    'Connection: close',
+    '',
+    body,
+  ];
   // The listener sockets are half-open capable, so close fully once the answer is flushed.
   socket.once('finish', () => socket.destroy());
   socket.end(lines.join('\r\n'));

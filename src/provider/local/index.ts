@@ -44,7 +44,7 @@ export interface LocalProviderOptions {
    * holders on this host whatever the policy allows, except the discovery API's probe route.
    * The proxies' own port range is always included.
    */
-  operator?: { ports: readonly number[]; probePort?: number };
+  operator?: { ports: readonly number[]; probePort?: number; names?: Readonly<Record<number, string>> };
   /** Timeouts and connection cap of every listener; defaults in DEFAULT_PROXY_LIMITS. */
   limits?: Partial<ProxyLimits>;
   /** A cap on the connections of all listeners together (shared with other local providers). */
@@ -163,10 +163,22 @@ class LocalProxyProvider implements Provider, Checker {
     this.connectTimeoutMs = opts.connectTimeoutMs;
     const own = new Set(opts.operator?.ports ?? []);
     const { from, to } = range;
-    this.egress = new EgressGuard(resolveEgressPolicy(cfg.egressPolicy), {
-      isOwnPort: (p) => own.has(p) || (p >= from && p <= to),
-      ...(opts.operator?.probePort === undefined ? {} : { probePort: opts.operator.probePort }),
-    });
+    const names = opts.operator?.names;
+    this.egress = new EgressGuard(
+      resolveEgressPolicy(cfg.egressPolicy),
+      {
+        isOwnPort: (p) => own.has(p) || (p >= from && p <= to),
+        describe: (p) =>
+          names?.[p] ??
+          (p >= from && p <= to ? `local proxy ports (providers[${opts.name}].local.portRange)` : undefined),
+        ...(opts.operator?.probePort === undefined ? {} : { probePort: opts.operator.probePort }),
+      },
+      undefined,
+      {
+        field: `providers[${opts.name}].local.egressPolicy`,
+        ...(cfg.egressPolicy ? { config: cfg.egressPolicy } : {}),
+      },
+    );
     this.limits = opts.limits;
     this.sharedCap = opts.sharedCap;
     this.dial = opts.dial;
@@ -350,7 +362,7 @@ class LocalProxyProvider implements Provider, Checker {
         if (code === 'EADDRINUSE') continue;
         if (code === 'EACCES') {
           throw permanent(
-            `${this.name} create ${req.name}: not allowed to listen on ${this.bindAddress}:${port}; use a portRange above 1023`,
+            `${this.name} create ${req.name}: not allowed to listen on ${this.bindAddress}:${port}; set providers[${this.name}].local.portRange above 1023`,
             this.where('create'),
           );
         }
@@ -385,7 +397,7 @@ class LocalProxyProvider implements Provider, Checker {
       return entry;
     }
     throw quotaExceeded(
-      `${this.name} create ${req.name}: no free port in ${this.from}-${this.to} on ${this.bindAddress}`,
+      `${this.name} create ${req.name}: no free port in ${this.from}-${this.to} on ${this.bindAddress} (another copy of the operator, or other programs, hold them); give this copy its own range with providers[${this.name}].local.portRange`,
       this.where('create'),
     );
   }
