@@ -3,8 +3,10 @@
  * config/default` creates the CRDs (structural schemas, CEL rules within the cost budget), RBAC,
  * the namespace, ConfigMap, Service and Deployment; `kubectl get px,pxp,ph` prints the CRDs'
  * columns; `kubectl scale pxp/NAME` goes through the scale subresource; applying it a second time
- * changes nothing. Then the commands of docs/deployment.md as written there: the Secrets, the
- * client-side `kubectl apply -k`, a Proxy from config/samples, and the uninstall.
+ * changes nothing. Then config/default alone, client-side: the optional Secrets, a Proxy from
+ * config/samples, and `kubectl delete -k` once no Proxy is left. docs/deployment.md itself (an
+ * overlay with the gateway, the operator running, scripts/uninstall.sh) is run as written by
+ * deployment-doc.test.ts.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -156,7 +158,7 @@ describe('config/default on the real API server', () => {
     );
   });
 
-  it('the commands of docs/deployment.md, as written: Secrets, install, a sample Proxy, uninstall', async () => {
+  it('config/default client-side: Secrets, a sample Proxy, delete -k once no Proxy is left', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'e2e-kube-docs-'));
     try {
       writeFileSync(join(dir, 'id_ed25519'), 'not a real key\n');
@@ -200,7 +202,7 @@ describe('config/default on the real API server', () => {
       kubectl(cp, ['apply', '-f', '-'], sample);
       expect(run(['get', 'px', '-A'])).toMatch(/crawl-docs\s+partner-1\s+External/);
       run(['get', 'ph']); // none until an operator runs: answered, empty
-      // Uninstall, in the documented order; nothing of the installation is left.
+      // No operator runs here, so the External sample carries no finalizer yet; nothing is left.
       run(['delete', 'px', '--all', '-A', '--wait']);
       run(['delete', '-k', resolve(ROOT, 'config/default'), '--wait']);
       run(['delete', 'namespace', 'crawl-docs', '--wait']);

@@ -167,7 +167,8 @@ describe('config/ tree', () => {
     const services = find('Service') as (Obj & {
       spec: { selector: Record<string, string>; ports: { port: number; targetPort: string }[] };
     })[];
-    expect(services.map((s) => s.spec.ports[0]?.port).sort()).toEqual([8080, 8090, 8888]);
+    // The gateway Service comes with its component (config/components/gateway), which also serves it.
+    expect(services.map((s) => s.spec.ports[0]?.port).sort()).toEqual([8080, 8090]);
     for (const s of services) {
       expect(podLabels).toMatchObject(s.spec.selector);
       for (const p of s.spec.ports) expect(portNames.has(p.targetPort), p.targetPort).toBe(true);

@@ -98,7 +98,7 @@ export async function startOperator(o: OperatorOptions): Promise<RunningOperator
     `127.0.0.1:${discoveryPort}`,
     '--health-probe-bind-address',
     `127.0.0.1:${probePort}`,
-    // The gateway Service of config/manager, served by every replica.
+    // The gateway (config/components/gateway), served by every replica.
     '--gateway-bind-address',
     `127.0.0.1:${gatewayPort}`,
     '--log-level',

@@ -1,0 +1,462 @@
+/**
+ * docs/deployment.md, run as written on the real API server. Every fenced block of that page is
+ * preceded by a marker, `<!-- tier: MODE ID -->`:
+ *   run       the block runs here, with bash -e, in order, in a fresh copy of the repository
+ *             (config/, src/, scripts/uninstall.sh and package.json copied; node_modules linked), with
+ *             the tier's kubectl first on PATH and KUBECONFIG set to the cluster admin;
+ *   operator  not run (it waits for the Deployment's rollout, and no kubelet runs the image
+ *             here): the tier starts the operator in its place, as a local process with the
+ *             Deployment's flags and its ServiceAccount's token, and the node agent runs the
+ *             kubernetes provider's Squid Pods;
+ *   skip      not run (Docker, kind, a registry), and the page says so in the block.
+ * Around the blocks: the overlay renders the gateway component; the validation command tells a
+ * valid providers file from an invalid one; the page's inventory names every installed object;
+ * the uninstall script refuses while no operator leads; the documented uninstall with the
+ * operator leading leaves no Proxy on a finalizer, and the operator deleted every instance Pod
+ * before the Deployment was deleted (the API server's audit log).
+ */
+import { spawn } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import YAML from 'yaml';
+import { FINALIZER, INSTANCE_LABEL_INSTALLATION } from '../../../src/api/constants.ts';
+import { parseCommandLine } from '../../../src/cmd/flags.ts';
+import { until } from '../../support/wait.ts';
+import { kubectl } from './support/control-plane.ts';
+import { type NodeAgent, startNodeAgent } from './support/node-agent.ts';
+import {
+  OPERATOR_NS,
+  OPERATOR_SA,
+  OPERATOR_USER,
+  type RunningOperator,
+  serviceAccountKubeconfig,
+  startOperator,
+} from './support/operator.ts';
+
+const ROOT = resolve(import.meta.dirname, '../../..');
+const DOC = resolve(ROOT, 'docs/deployment.md');
+const cp = inject('controlPlane');
+const k = (...args: string[]) => kubectl(cp, args);
+
+type Mode = 'run' | 'operator' | 'skip';
+interface Block {
+  mode: Mode;
+  id: string;
+  code: string;
+  line: number;
+}
+
+/** The fenced blocks of the page with their markers; a block without one is an error. */
+function docBlocks(markdown: string): Block[] {
+  const lines = markdown.split('\n');
+  const blocks: Block[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    if (!/^```/.test(lines[i] ?? '')) continue;
+    const open = i;
+    let j = i + 1;
+    while (j < lines.length && !/^```\s*$/.test(lines[j] ?? '')) j++;
+    const code = lines.slice(open + 1, j).join('\n');
+    let m = open - 1;
+    while (m >= 0 && (lines[m] ?? '').trim() === '') m--;
+    const marker = /^<!-- tier: (run|operator|skip) ([a-z0-9-]+) -->$/.exec((lines[m] ?? '').trim());
+    if (!marker)
+      throw new Error(
+        `docs/deployment.md:${open + 1}: a fenced block without a <!-- tier: MODE ID --> marker`,
+      );
+    blocks.push({ mode: marker[1] as Mode, id: marker[2] as string, code, line: open + 1 });
+    i = j;
+  }
+  return blocks;
+}
+
+let clone: string;
+let scratch: string;
+let agent: NodeAgent | undefined;
+let operator: RunningOperator | undefined;
+let operatorKubeconfig: string;
+const env = () => ({
+  ...process.env,
+  PATH: `${cp.bin}:${process.env.PATH ?? ''}`,
+  KUBECONFIG: cp.kubeconfig,
+});
+
+/**
+ * Runs a block as a shell does, stopping at its first failing command. Asynchronous: the node
+ * agent runs in this process and must go on binding and removing Pods meanwhile.
+ */
+function sh(code: string): Promise<{ out: string; code: number }> {
+  return new Promise((done) => {
+    const child = spawn('bash', ['-e', '-c', code], {
+      cwd: clone,
+      env: env(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString('utf8');
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      out += d.toString('utf8');
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 600_000);
+    child.once('close', (status) => {
+      clearTimeout(timer);
+      done({ out, code: status ?? -1 });
+    });
+  });
+}
+
+async function runBlock(b: Block): Promise<string> {
+  const r = await sh(b.code);
+  if (r.code !== 0)
+    throw new Error(`block ${b.id} (docs/deployment.md:${b.line}) exited ${r.code}:\n${r.out}`);
+  return r.out;
+}
+
+const exists = (...args: string[]) => {
+  try {
+    k('get', ...args, '-o', 'name');
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+async function startTheOperator(): Promise<RunningOperator> {
+  const token = Buffer.from(
+    k(
+      '-n',
+      OPERATOR_NS,
+      'get',
+      'secret',
+      'egress-proxies-operator-discovery-token',
+      '-o',
+      'jsonpath={.data.token}',
+    ),
+    'base64',
+  ).toString('utf8');
+  operator = await startOperator({
+    name: 'doc',
+    dir: scratch,
+    kubeconfig: operatorKubeconfig,
+    // What the ConfigMap of the overlay holds.
+    providersConfig: join(clone, 'my-install/providers.yaml'),
+    discoveryToken: token,
+    extraArgs: ['--drain-timeout', '15s', '--gc-interval', '10s'],
+  });
+  return operator;
+}
+
+async function stopTheOperator(): Promise<void> {
+  await operator?.stop();
+  operator = undefined;
+}
+
+interface AuditEntry {
+  stage: string;
+  verb: string;
+  user: { username: string };
+  objectRef?: { resource?: string; namespace?: string; name?: string };
+  responseStatus?: { code?: number };
+  stageTimestamp: string;
+}
+
+function audit(): AuditEntry[] {
+  return readFileSync(cp.auditLog, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as AuditEntry)
+    .filter((e) => e.stage === 'ResponseComplete');
+}
+
+beforeAll(() => {
+  scratch = mkdtempSync(join(tmpdir(), 'e2e-kube-deploydoc-'));
+  // A fresh copy of the repository, as a user's clone after `npm ci`.
+  clone = join(scratch, 'clone');
+  mkdirSync(clone);
+  cpSync(join(ROOT, 'config'), join(clone, 'config'), { recursive: true });
+  mkdirSync(join(clone, 'scripts'));
+  cpSync(join(ROOT, 'scripts/uninstall.sh'), join(clone, 'scripts/uninstall.sh'));
+  // src/ copied: the CLI runs only as the entry point it is, not through a link.
+  cpSync(join(ROOT, 'src'), join(clone, 'src'), { recursive: true });
+  for (const f of ['package.json', 'Dockerfile']) cpSync(join(ROOT, f), join(clone, f));
+  symlinkSync(join(ROOT, 'node_modules'), join(clone, 'node_modules'));
+  // The user's own files named by the Secrets block.
+  writeFileSync(join(clone, 'id_ed25519'), 'not a real key\n');
+  writeFileSync(join(clone, 'known_hosts'), 'nas1 ssh-ed25519 AAAA\n');
+  writeFileSync(join(clone, 'gcp-key.json'), '{}\n');
+  // A clean cluster: what an earlier file installed goes (its Proxies' finalizers released).
+  if (exists('crd', 'proxies.crawl.example.com')) {
+    const rows = k(
+      'get',
+      'proxies.crawl.example.com',
+      '-A',
+      '-o',
+      'jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{"\\n"}{end}',
+    );
+    for (const row of rows.split('\n').filter(Boolean)) {
+      const [ns, name] = row.split('/') as [string, string];
+      k(
+        '-n',
+        ns,
+        'patch',
+        'proxies.crawl.example.com',
+        name,
+        '--type=merge',
+        '-p',
+        '{"metadata":{"finalizers":null}}',
+      );
+    }
+  }
+  k('delete', '-k', resolve(ROOT, 'config/default'), '--ignore-not-found', '--wait');
+  k('delete', 'namespace', 'crawl', '--ignore-not-found', '--wait');
+});
+
+afterAll(async () => {
+  await stopTheOperator();
+  await agent?.stop();
+  // Whatever a failed test left: no finalizer may outlive the tier's operator.
+  try {
+    if (exists('crd', 'proxies.crawl.example.com')) {
+      const rows = k(
+        'get',
+        'proxies.crawl.example.com',
+        '-A',
+        '-o',
+        'jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{"\\n"}{end}',
+      );
+      for (const row of rows.split('\n').filter(Boolean)) {
+        const [ns, name] = row.split('/') as [string, string];
+        k(
+          '-n',
+          ns,
+          'patch',
+          'proxies.crawl.example.com',
+          name,
+          '--type=merge',
+          '-p',
+          '{"metadata":{"finalizers":null}}',
+        );
+      }
+    }
+  } catch {
+    // nothing left to release
+  }
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
+});
+
+describe('docs/deployment.md, every command as written', () => {
+  const blocks = docBlocks(readFileSync(DOC, 'utf8'));
+
+  it('marks every block, and runs all but the few that need Docker, kind or a kubelet', () => {
+    expect(new Set(blocks.map((b) => b.id)).size).toBe(blocks.length);
+    expect(blocks.filter((b) => b.mode !== 'run').map((b) => `${b.mode} ${b.id}`)).toEqual([
+      'skip build',
+      'operator rollout',
+      'skip kind',
+    ]);
+    for (const b of blocks.filter((x) => x.mode !== 'run'))
+      expect(b.code, b.id).toMatch(/^# not run by the tests: /);
+    // Every block that runs is in order of the page: the overlay before the install before the uninstall.
+    const ids = blocks.map((b) => b.id);
+    expect(ids.indexOf('overlay')).toBeLessThan(ids.indexOf('install'));
+    expect(ids.at(-2)).toBe('uninstall');
+  });
+
+  it('installs, runs a Proxy and a pool, exposes, upgrades and uninstalls without leaking an instance', async () => {
+    let instancePods: string[] = [];
+    const started = Date.now();
+    for (const b of blocks) {
+      if (b.mode === 'skip') continue;
+      if (b.mode === 'operator') {
+        operatorKubeconfig = serviceAccountKubeconfig(
+          cp,
+          OPERATOR_NS,
+          OPERATOR_SA,
+          join(scratch, 'operator.kubeconfig'),
+        ).file;
+        agent = await startNodeAgent(cp);
+        await startTheOperator();
+        continue;
+      }
+      if (b.id === 'uninstall') {
+        instancePods = await beforeUninstall();
+      }
+      const out = await runBlock(b);
+      await after(b.id, out);
+    }
+
+    // The uninstall: no Proxy on a finalizer, nothing of the installation left.
+    expect(exists('crd', 'proxies.crawl.example.com')).toBe(false);
+    expect(exists('namespace', OPERATOR_NS)).toBe(false);
+    expect(k('get', 'clusterrole', '-o', 'name')).not.toContain('egress-proxies-operator');
+    // Every instance Pod was deleted by the operator (its finalizer), before the Deployment went.
+    const entries = audit().filter((e) => Date.parse(e.stageTimestamp) >= started);
+    // The first request that takes the operator away: its Deployment or its namespace.
+    const removal = entries
+      .filter(
+        (e) =>
+          e.verb === 'delete' &&
+          ((e.objectRef?.resource === 'deployments' && e.objectRef.name === 'egress-proxies-operator') ||
+            (e.objectRef?.resource === 'namespaces' && e.objectRef.name === OPERATOR_NS)),
+      )
+      .map((e) => Date.parse(e.stageTimestamp))
+      .sort((a, b) => a - b)[0];
+    expect(removal, 'the Deployment deleted').toBeDefined();
+    expect(instancePods.length).toBe(3);
+    for (const pod of instancePods) {
+      const deletes = entries.filter(
+        (e) =>
+          e.verb === 'delete' &&
+          e.objectRef?.resource === 'pods' &&
+          e.objectRef.namespace === OPERATOR_NS &&
+          e.objectRef.name === pod &&
+          (e.responseStatus?.code ?? 0) < 300,
+      );
+      expect(
+        deletes.map((e) => e.user.username),
+        pod,
+      ).toContain(OPERATOR_USER);
+      const first = Math.min(...deletes.map((e) => Date.parse(e.stageTimestamp)));
+      expect(first, `${pod} deleted before the Deployment`).toBeLessThan(removal as number);
+    }
+    expect(agent?.running().size).toBe(0);
+    expect(agent?.problems()).toEqual([]);
+    k('delete', 'namespace', 'crawl', '--wait');
+  });
+});
+
+/** What the tier checks after a block ran. */
+async function after(id: string, out: string): Promise<void> {
+  switch (id) {
+    case 'overlay': {
+      // The overlay serves the gateway: its flag, its Service, a required token.
+      const objs = YAML.parseAllDocuments(k('kustomize', join(clone, 'my-install'))).map(
+        (d) => d.toJS() as { kind: string; metadata: { name: string }; spec?: Record<string, unknown> },
+      );
+      const deploy = objs.find((o) => o.kind === 'Deployment') as unknown as {
+        spec: {
+          template: {
+            spec: {
+              containers: {
+                image: string;
+                args: string[];
+                env: { name: string; valueFrom?: { secretKeyRef?: { name: string; optional?: boolean } } }[];
+              }[];
+            };
+          };
+        };
+      };
+      const manager = deploy.spec.template.spec.containers[0];
+      expect(manager?.image).toBe('registry.example.com/crawl/egress-proxies-operator:0.1.0');
+      const parsed = parseCommandLine(manager?.args ?? []);
+      expect(parsed.command).toBe('operator');
+      if (parsed.command === 'operator') expect(parsed.flags.gateway.bindAddress).toBe(':8888');
+      const envOf = (n: string) => manager?.env.find((e) => e.name === n)?.valueFrom?.secretKeyRef;
+      expect(envOf('DISCOVERY_TOKEN')).toMatchObject({
+        name: 'egress-proxies-operator-discovery-token',
+        optional: false,
+      });
+      expect(envOf('GATEWAY_TOKEN')).toMatchObject({
+        name: 'egress-proxies-operator-gateway-token',
+        optional: true,
+      });
+      expect(objs.filter((o) => o.kind === 'Service').map((o) => o.metadata.name)).toContain(
+        'egress-proxies-operator-gateway',
+      );
+      expect(objs.filter((o) => o.kind === 'ConfigMap')).toHaveLength(1);
+      // The page's inventory names every object the overlay installs.
+      const doc = readFileSync(DOC, 'utf8');
+      for (const o of objs) {
+        const name = o.kind === 'ConfigMap' ? o.metadata.name.replace(/-[a-z0-9]{10}$/, '') : o.metadata.name;
+        expect(doc, `${o.kind} ${name} in "What gets installed"`).toContain(name);
+      }
+      return;
+    }
+    case 'validate': {
+      expect(out.trim()).toBe('providers config OK');
+      // The same command tells an invalid file apart (and never dies of the system Node).
+      writeFileSync(join(scratch, 'bad.yaml'), 'providers:\n  - name: x\n    type: nope\n');
+      const bad = await sh(
+        `npm exec -- node src/cmd/main.ts operator --providers-config ${join(scratch, 'bad.yaml')} \\\n  --kubeconfig /dev/null 2>&1 | sed 's/.*kubeconfig: .*/providers config OK/'`,
+      );
+      expect(bad.out).toContain('invalid providers config');
+      expect(bad.out).not.toContain('providers config OK');
+      expect(bad.out).not.toContain('ERR_UNKNOWN_FILE_EXTENSION');
+      return;
+    }
+    case 'install': {
+      const objs = YAML.parseAllDocuments(k('kustomize', join(clone, 'my-install'))).map(
+        (d) => d.toJS() as { kind: string; metadata: { name: string; namespace?: string } },
+      );
+      for (const o of objs)
+        expect(
+          exists(
+            o.kind.toLowerCase(),
+            o.metadata.name,
+            ...(o.metadata.namespace ? ['-n', o.metadata.namespace] : []),
+          ),
+          `${o.kind} ${o.metadata.name}`,
+        ).toBe(true);
+      return;
+    }
+    case 'first-proxies': {
+      expect(out).toMatch(/crawl\s+squid-1\s+Managed\s+kubernetes/);
+      // The operator runs them: the Proxy and both pool members get a Pod, a Squid and the finalizer.
+      await until(
+        'three Proxies Ready on Squid Pods',
+        () => {
+          const items = JSON.parse(k('get', 'px', '-n', 'crawl', '-o', 'json')).items as {
+            metadata: { finalizers?: string[] };
+            status?: { phase?: string };
+          }[];
+          return (
+            items.length === 3 &&
+            items.every((p) => p.status?.phase === 'Ready' && p.metadata.finalizers?.includes(FINALIZER))
+          );
+        },
+        { timeoutMs: 120_000, intervalMs: 500 },
+      );
+      expect(agent?.running().size).toBe(3);
+      return;
+    }
+    case 'expose-gateway':
+      expect(
+        k('-n', OPERATOR_NS, 'get', 'svc', 'egress-proxies-operator-gateway', '-o', 'jsonpath={.spec.type}'),
+      ).toBe('LoadBalancer');
+      return;
+    case 'leader':
+      expect(out.split(/\s+/)[0]).toBe(operator?.identity());
+      return;
+    default:
+      return;
+  }
+}
+
+/**
+ * Before the documented uninstall: the script refuses while no operator leads (and deletes
+ * nothing); then the operator runs again. Returns the instance Pods that must go.
+ */
+async function beforeUninstall(): Promise<string[]> {
+  await stopTheOperator();
+  const refused = await sh('scripts/uninstall.sh my-install');
+  expect(refused.code).toBe(1);
+  expect(refused.out).toContain('no operator is leading');
+  expect(k('get', 'pxp', '-n', 'crawl', '-o', 'name').trim()).toBe('proxypool.crawl.example.com/fleet');
+  expect(k('get', 'px', '-n', 'crawl', '-o', 'name').trim().split('\n')).toHaveLength(3);
+  expect(exists('deployment', 'egress-proxies-operator', '-n', OPERATOR_NS)).toBe(true);
+  await startTheOperator();
+  const pods = k(
+    'get',
+    'pods',
+    '-n',
+    OPERATOR_NS,
+    '-l',
+    INSTANCE_LABEL_INSTALLATION,
+    '-o',
+    'jsonpath={range .items[*]}{.metadata.name}{"\\n"}{end}',
+  );
+  return pods.split('\n').filter(Boolean);
+}
