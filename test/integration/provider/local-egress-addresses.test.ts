@@ -226,9 +226,10 @@ describe('egress guard and a source address family', () => {
       '::1',
     ]);
     // The IPv4 address is still checked (and denied) for an IPv6 proxy.
-    expect(await strict.decide('dual.example', 443, undefined, 6)).toEqual({
+    expect(await strict.decide('dual.example', 443, undefined, 6)).toMatchObject({
       allowed: false,
       reason: 'address',
+      rule: expect.stringContaining('127.0.0.1'),
     });
   });
 });
