@@ -7,6 +7,7 @@
  * only an old one no overlay uses any more is removed (provider/kvm/image).
  */
 import type { Logger } from 'pino';
+import { locationOf } from '../../api/location.ts';
 import type { TargetCheck } from '../../api/providerhealth.ts';
 import { kvmWithDefaults } from '../../config/defaults.ts';
 import { type EgressPolicy, type OperatorEndpoints, resolveEgressPolicy } from '../../config/egress.ts';
@@ -414,6 +415,9 @@ class LibvirtProvider implements Provider, Checker {
   ): Instance {
     const inst: Instance = { id: providerIDOf({ host, name }), name, state };
     if (address) inst.address = address;
+    // The host is the failure domain a KVM fleet has: its name is the zone, no region.
+    const location = locationOf(undefined, host);
+    if (location) inst.location = location;
     if (meta.uid) inst.uid = meta.uid;
     if (meta.namespace) inst.namespace = meta.namespace;
     if (meta.installation) inst.installation = meta.installation;
