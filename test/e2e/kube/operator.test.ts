@@ -74,6 +74,7 @@ interface ProxyObj {
     address?: string;
     port?: number;
     providerID?: string;
+    location?: { region?: string; zone?: string };
     conditions?: Condition[];
   };
 }
