@@ -3,6 +3,7 @@
  * health engine pass in, what clients ask for, and what they get back — grants, refusal
  * counts, snapshots — with the limits the API enforces.
  */
+import type { Location } from '../api/location.ts';
 import type { Selector } from '../runtime/selector.ts';
 
 export const DEFAULT_TTL_SECONDS = 300;
@@ -18,6 +19,11 @@ export interface ProxyInfo {
   name: string;
   uid: string;
   labels: Record<string, string>;
+  /**
+   * Where it runs (status.location): selectors match it as the topology label keys
+   * (api/location `selectableLabels`) beside `labels`.
+   */
+  location?: Location;
   phase: string;
   /** Initial health, from the status Healthy condition; health-engine verdicts override it. */
   healthy: boolean;
