@@ -86,12 +86,15 @@ class PodProvider implements Provider, Checker {
     this.apiHost = opts.apiHost;
     // buildProviders hands every provider a logger already bound to its name.
     this.log = opts.log ?? silentLogger();
-    this.nodes = new NodeLocations(this.core, this.log, opts.nodeCacheMs);
     this.settings = podSettings(
       opts.config ?? {},
       opts.defaultNamespace ?? operatorNamespace(),
       opts.operator,
     );
+    this.nodes = new NodeLocations(this.core, this.log, {
+      zoneLabel: this.settings.zoneLabel,
+      ...(opts.nodeCacheMs === undefined ? {} : { cacheMs: opts.nodeCacheMs }),
+    });
   }
 
   async create(ctx: CallContext, req: CreateRequest): Promise<Instance> {

@@ -1,6 +1,7 @@
 /**
- * provider/kubernetes/node-location — where a Pod runs: the `topology.kubernetes.io/region` and
- * `…/zone` labels of the Node it is scheduled on (spec.nodeName). Node labels hardly ever change,
+ * provider/kubernetes/node-location — where a Pod runs: the `topology.kubernetes.io/region` label
+ * and the zone label (the provider's `zoneLabel`, the one `placement.zone` selects Nodes by,
+ * default `topology.kubernetes.io/zone`) of the Node it is scheduled on (spec.nodeName). Node labels hardly ever change,
  * so each Node is read once per cache period, not on every reconcile. A location is a nicety:
  * a Node that cannot be read (gone, not permitted by a narrowed RBAC, a flaky call) gives no
  * location, never a failed `get`.
@@ -16,16 +17,17 @@ export const NODE_CACHE_MS = 10 * 60_000;
 /** Nodes remembered at most (oldest dropped first): bounded whatever the cluster size. */
 const MAX_NODES = 4096;
 
-/** The location a Node's topology labels give. */
-export function locationOfNode(node: V1Node): Location | undefined {
+/** The location a Node's labels give: its region label, and its zone by `zoneLabel`. */
+export function locationOfNode(node: V1Node, zoneLabel: string = LABEL_ZONE): Location | undefined {
   const labels = node.metadata?.labels ?? {};
-  return locationOf(labels[LABEL_REGION], labels[LABEL_ZONE]);
+  return locationOf(labels[LABEL_REGION], labels[zoneLabel]);
 }
 
 export class NodeLocations {
   private readonly core: CoreV1Api;
   private readonly log: Logger;
   private readonly cacheMs: number;
+  private readonly zoneLabel: string;
   private readonly now: () => number;
   /** Per node name: its location (undefined: no topology labels, or unreadable) and when read. */
   private readonly cache = new Map<string, { location: Location | undefined; at: number }>();
@@ -33,11 +35,16 @@ export class NodeLocations {
   private refusedUntil = 0;
   private warnedRefused = false;
 
-  constructor(core: CoreV1Api, log: Logger, cacheMs = NODE_CACHE_MS, now: () => number = Date.now) {
+  constructor(
+    core: CoreV1Api,
+    log: Logger,
+    opts: { zoneLabel?: string; cacheMs?: number; now?: () => number } = {},
+  ) {
     this.core = core;
     this.log = log;
-    this.cacheMs = cacheMs;
-    this.now = now;
+    this.zoneLabel = opts.zoneLabel ?? LABEL_ZONE;
+    this.cacheMs = opts.cacheMs ?? NODE_CACHE_MS;
+    this.now = opts.now ?? Date.now;
   }
 
   /** The location of node `name`, from the cache or one read; undefined when unknown. */
@@ -48,7 +55,7 @@ export class NodeLocations {
     if (now < this.refusedUntil) return hit?.location;
     let location: Location | undefined;
     try {
-      location = locationOfNode(await this.core.readNode({ name }, callOptions({ signal })));
+      location = locationOfNode(await this.core.readNode({ name }, callOptions({ signal })), this.zoneLabel);
     } catch (err) {
       if (signal.aborted) throw err;
       const code = apiCode(err);

@@ -1,6 +1,6 @@
 /**
- * The kubernetes provider's location: a scheduled Pod reports its Node's topology labels as
- * region and zone, each Node read once per cache period; an unscheduled Pod, a Node without
+ * The kubernetes provider's location: a scheduled Pod reports its Node's region label and zone
+ * label (`zoneLabel`) as region and zone, each Node read once per cache period; an unscheduled Pod, a Node without
  * the labels, a Node gone or not readable (no `get nodes`) give no location and never fail a get.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -77,6 +77,25 @@ describe('kubernetes provider: region and zone from the Node', () => {
     const inst = await provider.get(ctx(), gone.id);
     expect(inst.location).toBeUndefined();
     expect(inst.name).toBe('px-gone');
+  });
+
+  it('reads the zone by the provider’s zoneLabel, the label placement.zone selects Nodes by', async () => {
+    server.resource('nodes').create({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: {
+        name: 'node-rack',
+        labels: { 'topology.kubernetes.io/region': 'home', 'example.com/rack': 'rack-2' },
+      },
+    });
+    const racks = createKubernetesProvider({
+      name: 'racks',
+      config: { namespace: 'proxies', zoneLabel: 'example.com/rack' },
+      core: clients.core,
+    });
+    const inst = await racks.create(ctx(), req('px-rack'));
+    schedule('px-rack', 'node-rack');
+    expect((await racks.get(ctx(), inst.id)).location).toEqual({ region: 'home', zone: 'rack-2' });
   });
 
   it('without permission to read Nodes: no location, one warning, no retry on every get', async () => {
