@@ -186,6 +186,7 @@ export function snapshotOf(e: Entry, target: string | undefined, now: number): P
     reason,
     problem: e.problem ? { ...e.problem } : null,
   };
+  if (e.location) snap.location = { ...e.location };
   if (e.drainingInstances.length > 0) {
     snap.drainingInstances = e.drainingInstances.map((d) => ({
       host: d.host,

@@ -151,6 +151,8 @@ export interface ProxySnapshot {
   port: number | null;
   /** The source address its traffic leaves from, when known (status.egressIP). */
   egressIP: string | null;
+  /** Where it runs (status.location); present only when its provider reports it. */
+  location?: Location;
   latencyMillis: number | null;
   activeLeases: number;
   maxLeases: number;

@@ -42,6 +42,12 @@ describe('lease selectors on location', () => {
       expect(names(`${ZONE} in (nas1,europe-west1-c)`)).toEqual(['c1', 'nas']);
       expect(names(`!${REGION}`)).toEqual(['ext', 'nas']);
       expect(names(routingSelector('crawler-region-europe-west1-zone-europe-west1-c'))).toEqual(['c1']);
+      // Listings show it; a proxy without one has no `location` field.
+      const [nas] = store.snapshot({ selector: `${ZONE}=nas1` });
+      expect(nas?.location).toEqual({ zone: 'nas1' });
+      expect(store.snapshot({ selector: '!pool' }).find((s) => s.name === 'ext')).not.toHaveProperty(
+        'location',
+      );
       const g = store.lease({ selector: `${ZONE}=nas1` });
       expect(g.granted && g.grant.proxy.name).toBe('nas');
     } finally {
