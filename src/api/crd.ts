@@ -214,6 +214,8 @@ export function proxyCrd(): JsonObject {
       { name: 'Phase', type: 'string', jsonPath: '.status.phase' },
       { name: 'Address', type: 'string', jsonPath: '.status.address' },
       { name: 'Healthy', type: 'string', jsonPath: '.status.conditions[?(@.type=="Healthy")].status' },
+      // Wide output only (-o wide): the default view stays as narrow as before.
+      { name: 'Zone', type: 'string', jsonPath: '.status.location.zone', priority: 1 },
       AGE,
     ],
   });

@@ -6,6 +6,7 @@
  */
 import Type from 'typebox';
 import { DEFAULT_PROXY_PORT } from './constants.ts';
+import { LocationSchema } from './location.ts';
 import { ConditionSchema, ObjectMetaSchema } from './meta.ts';
 import {
   CLOUD_INIT_RULES,
@@ -314,6 +315,7 @@ export const ProxyStatusSchema = Type.Object(
           'Source address of the upstream traffic: assigned by the local provider (egressAddresses) or reported by the optional egress-IP check. Proxies sharing it share per-target blocked cooldowns.',
       }),
     ),
+    location: Type.Optional(LocationSchema),
     observedGeneration: Type.Optional(Type.Integer()),
     message: Type.Optional(Type.String({ description: 'Human-readable detail of the current phase.' })),
   },

@@ -7,6 +7,7 @@
  */
 import { setCondition } from '../api/conditions.ts';
 import { CONDITION_PROVISIONED, DEFAULT_PROXY_PORT, PROVISIONED_REASONS } from '../api/constants.ts';
+import type { Location } from '../api/location.ts';
 import type { Condition } from '../api/meta.ts';
 import type {
   DrainingInstance,
@@ -36,6 +37,8 @@ export interface StatusIntent {
   url?: string | null;
   /** The source address the provider assigned (local `egressAddresses`); left alone otherwise. */
   egressIP?: string | null;
+  /** Where the current instance runs (the provider's `Instance.location`). */
+  location?: Location | null;
   retiring?: string[];
   credentialsGeneration?: number | null;
   /** When the generated credentials were last rotated (spec.credentialsRotation), RFC 3339. */
@@ -74,6 +77,7 @@ export function readyIntent(p: ProxyObject, inst: Instance, name: string, genera
     url: proxyUrl(address, port),
     // Only a provider that assigns the source address says so; the egress-IP check owns the rest.
     ...(inst.egressIP ? { egressIP: inst.egressIP } : {}),
+    location: locationIntent(inst),
     message: null,
     provisioned: {
       status: 'True',
@@ -93,6 +97,7 @@ export function provisioningIntent(inst: Instance, name: string, generation?: nu
     address: null,
     port: null,
     url: null,
+    location: locationIntent(inst),
     message: null,
     provisioned: {
       status: 'False',
@@ -102,6 +107,14 @@ export function provisioningIntent(inst: Instance, name: string, generation?: nu
   };
 }
 
+/**
+ * The location of the instance now recorded: what its provider says, and nothing when it says
+ * nothing — a location left over from an earlier instance would place this one wrongly.
+ */
+function locationIntent(inst: Instance): Location | null {
+  return inst.location ? { ...inst.location } : null;
+}
+
 /** The recorded instance died for good and is being deleted to be recreated. */
 export function lostIntent(message: string): StatusIntent {
   return {
@@ -109,6 +122,7 @@ export function lostIntent(message: string): StatusIntent {
     address: null,
     port: null,
     url: null,
+    location: null,
     provisioned: { status: 'False', reason: PROVISIONED_REASONS.lost, message },
   };
 }
@@ -122,6 +136,7 @@ export const RECONCILER_FIELDS = [
   'port',
   'url',
   'egressIP',
+  'location',
   'retiring',
   'credentialsGeneration',
   'credentialsRotatedAt',
@@ -152,6 +167,7 @@ export function applyIntent(
   set('port', intent.port);
   set('url', intent.url);
   set('egressIP', intent.egressIP);
+  set('location', intent.location);
   set('message', intent.message);
   set('credentialsGeneration', intent.credentialsGeneration);
   set('credentialsRotatedAt', intent.credentialsRotatedAt);

@@ -13,6 +13,7 @@ import type {
   RouteGenericInterface,
 } from 'fastify';
 import Type, { type TSchema } from 'typebox';
+import { LocationSchema } from '../api/location.ts';
 import {
   DashboardFileParams,
   DashboardStateBody,
@@ -176,6 +177,13 @@ export const ProxyStatusBody = Type.Object({
     Type.String({
       description:
         'The source address its traffic leaves from (status.egressIP), null when unknown. Proxies sharing one share blocked cooldowns.',
+    }),
+  ),
+  location: Type.Optional(
+    Type.Object(LocationSchema.properties, {
+      additionalProperties: false,
+      description:
+        'Where it runs (status.location), present when its provider reports it: selectors match it as topology.kubernetes.io/region and topology.kubernetes.io/zone.',
     }),
   ),
   latencyMillis: Nullable(Type.Number()),

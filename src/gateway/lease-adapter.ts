@@ -5,6 +5,7 @@
  * docs/gateway.md). Built on the store's parts (lease/store, `LeaseStoreParts`) with the same
  * leasing rule as every grant (lease/entry), so the store itself carries nothing gateway-only.
  */
+import type { Location } from '../api/location.ts';
 import type { LateReports } from '../lease/ended.ts';
 import { notLeasableReason } from '../lease/entry.ts';
 import { checkSeconds } from '../lease/input.ts';
@@ -18,6 +19,8 @@ export interface GatewayUpstream {
   key: string;
   namespace: string;
   labels: Record<string, string>;
+  /** Where it runs (status.location), when known: replicas select on it as the leader does. */
+  location?: Location;
   /** 0 = unlimited. */
   maxLeases: number;
   /** Why no connection may use it now, capacity and target cooldowns aside; null = usable. */
@@ -56,6 +59,7 @@ export class GatewayLeaseAdapter {
         reason: reason === 'AtCapacity' || reason === undefined ? null : reason,
         latencyMillis: e.latencyMillis ?? null,
       };
+      if (e.location) u.location = e.location;
       if (cooldowns) {
         u.cooldowns = [];
         for (const c of e.targetUntil.values()) if (c.at > now) u.cooldowns.push([c.target, c.at]);

@@ -11,6 +11,7 @@
  * cooldown arrives.
  */
 
+import { selectableLabels } from '../api/location.ts';
 import { LeaseInputError } from '../lease/errors.ts';
 import { toSelector } from '../lease/input.ts';
 import { LeaseStore } from '../lease/store.ts';
@@ -45,6 +46,8 @@ export const SHARE_WAIT_MS = 3000;
 const MIRROR_DRAIN_TIMEOUT_MS = 365 * 24 * 3_600_000;
 
 interface Known extends UpstreamState {
+  /** What selectors match: labels plus the location's topology keys (api/location). */
+  selectable: Readonly<Record<string, string>>;
   slots: Slot[];
   inUse: number;
   upstream: Upstream | undefined;
@@ -133,6 +136,7 @@ export class ReplicaChooser implements UpstreamChooser {
       const old = this.known.get(u.key);
       next.set(u.key, {
         ...u,
+        selectable: selectableLabels(u.labels, u.location),
         slots: old?.slots ?? [],
         inUse: old?.inUse ?? 0,
         upstream: old?.upstream,
@@ -346,7 +350,7 @@ export class ReplicaChooser implements UpstreamChooser {
     for (const k of this.known.values()) {
       if (k.reason !== null) continue;
       if (routing.namespace && k.namespace !== routing.namespace) continue;
-      if (selector && !matchesSelector(selector, k.labels)) continue;
+      if (selector && !matchesSelector(selector, k.selectable)) continue;
       const full = !k.upstream || (k.maxLeases > 0 && k.inUse >= k.slots.length);
       if (!full) continue;
       atShare++;
@@ -410,7 +414,7 @@ export class ReplicaChooser implements UpstreamChooser {
   /** Tells the mirror what changed about `k`: the leader's state, and this replica's share as capacity. */
   private mirrorOne(k: Known): void {
     const info = mirrorInfo(k);
-    const sig = `${k.reason}|${info.maxLeases}|${info.host}:${info.port}|${info.latencyMillis}|${k.namespace}|${JSON.stringify(k.labels)}`;
+    const sig = `${k.reason}|${info.maxLeases}|${info.host}:${info.port}|${info.latencyMillis}|${k.namespace}|${JSON.stringify(k.selectable)}`;
     if (sig === k.mirrored) return;
     k.mirrored = sig;
     this.mirror.upsertProxy(info);
@@ -429,6 +433,7 @@ function mirrorInfo(k: Known): ProxyInfo {
     name: k.key.slice(k.key.indexOf('/') + 1),
     uid: 'mirror',
     labels: k.labels,
+    ...(k.location ? { location: k.location } : {}),
     phase: k.reason === 'NotReady' ? 'Pending' : 'Ready',
     healthy: k.reason !== 'Unhealthy' && k.reason !== 'CoolingDown',
     draining: k.reason === 'Draining',

@@ -11,6 +11,7 @@
  */
 import Type, { type Static, type TSchema } from 'typebox';
 import { Compile } from 'typebox/compile';
+import { LocationSchema } from '../api/location.ts';
 import { schemaErrors } from '../api/schema-errors.ts';
 import { LeaseInputError } from '../lease/errors.ts';
 import { normalizeTarget } from '../lease/target.ts';
@@ -133,6 +134,7 @@ const UpstreamStateBody = Type.Object({
   key: UpstreamKey,
   namespace: Type.String({ maxLength: 253 }),
   labels: Type.Record(Type.String(), Type.String()),
+  location: Type.Optional(LocationSchema),
   maxLeases: Type.Integer({ minimum: 0, description: '0 = unlimited.' }),
   reason: Nullable(
     Type.Union(

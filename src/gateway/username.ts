@@ -4,6 +4,7 @@
  * `crawler-pool-eu-session-a1b2` = label selector `pool=eu`, sticky session `a1b2`. Pure: a
  * user name in, routing options or one message saying what is wrong out.
  */
+import { isLocationValue, LABEL_REGION, LABEL_ZONE } from '../api/location.ts';
 
 export const USERNAME_PREFIX = 'crawler';
 /** Sticky sessions idle longer than this are forgotten unless the user name says otherwise. */
@@ -11,7 +12,7 @@ export const DEFAULT_SESSION_TTL_SECONDS = 600;
 export const MAX_SESSION_TTL_SECONDS = 86_400;
 
 export interface RoutingOptions {
-  /** Label selector text (Kubernetes syntax) built from `pool-…` and `label-…` options. */
+  /** Label selector text (Kubernetes syntax) built from `pool-…`, `label-…`, `region-…` and `zone-…`. */
   selector?: string;
   namespace?: string;
   session?: string;
@@ -20,8 +21,14 @@ export interface RoutingOptions {
 
 const VALUE = /^[A-Za-z0-9_.]{1,63}$/;
 const LABEL_KEY = /^[A-Za-z0-9_.]{1,63}$/;
-const KNOWN = ['pool', 'label', 'ns', 'session', 'ttl'] as const;
+const KNOWN = ['pool', 'label', 'ns', 'session', 'ttl', 'region', 'zone'] as const;
 type Option = (typeof KNOWN)[number];
+/**
+ * Options whose values are region and zone names, which have dashes (`europe-west1-b`): their
+ * value runs over the following parts up to the next part that is an option name.
+ */
+const DASHED: ReadonlySet<string> = new Set<Option>(['region', 'zone']);
+const LOCATION_KEYS: Readonly<Record<string, string>> = { region: LABEL_REGION, zone: LABEL_ZONE };
 
 export type ParsedUsername = { ok: true; options: RoutingOptions } | { ok: false; message: string };
 
@@ -37,7 +44,8 @@ function shown(text: string): string {
 /**
  * Parses `crawler[-option-value]…`. Options: `pool-<v>` (label pool=v), `label-<key>_<v>`
  * (label key=v; the first `_` splits), `ns-<namespace>`, `session-<id>`, `ttl-<seconds>`
- * (session idle TTL). Values are letters, digits, `_` and `.`; each option at most once.
+ * (session idle TTL), `region-<r>` and `zone-<z>` (where the proxy runs; dashes allowed, see
+ * DASHED). Values are letters, digits, `_` and `.`; each option at most once.
  */
 export function parseUsername(username: string): ParsedUsername {
   const parts = username.split('-');
@@ -47,16 +55,24 @@ export function parseUsername(username: string): ParsedUsername {
   const seen = new Set<Option>();
   const labels: string[] = [];
   const out: RoutingOptions = { sessionTtlSeconds: DEFAULT_SESSION_TTL_SECONDS };
-  for (let i = 1; i < parts.length; i += 2) {
+  for (let i = 1; i < parts.length; ) {
     const name = parts[i] as string;
-    if (!(KNOWN as readonly string[]).includes(name)) {
+    if (!isOption(name)) {
       return fail(`unknown option ${shown(name)}; known options: ${KNOWN.join(', ')}`);
     }
-    const option = name as Option;
-    const value = parts[i + 1];
-    if (value === undefined || !VALUE.test(value)) {
-      return fail(`option "${option}" needs a value of letters, digits, "_" or "." (1-63 characters)`);
+    const option = name;
+    let end = i + 2;
+    if (DASHED.has(option)) while (end < parts.length && !isOption(parts[end] as string)) end++;
+    const valueParts = parts.slice(i + 1, end);
+    i = end;
+    if (valueParts.length === 0 || !valueParts.every((v) => VALUE.test(v))) {
+      return fail(
+        DASHED.has(option)
+          ? `option "${option}" needs a name of letters, digits, "_", "." and single dashes (1-63 characters), e.g. ${option}-europe-west1${option === 'zone' ? '-b' : ''}`
+          : `option "${option}" needs a value of letters, digits, "_" or "." (1-63 characters)`,
+      );
     }
+    const value = valueParts.join('-');
     if (seen.has(option) && option !== 'label') return fail(`option "${option}" is given twice`);
     seen.add(option);
     const problem = apply(out, labels, option, value);
@@ -66,8 +82,19 @@ export function parseUsername(username: string): ParsedUsername {
   return { ok: true, options: out };
 }
 
+function isOption(part: string): part is Option {
+  return (KNOWN as readonly string[]).includes(part);
+}
+
 function apply(out: RoutingOptions, labels: string[], option: Option, value: string): string | undefined {
   switch (option) {
+    case 'region':
+    case 'zone':
+      if (!isLocationValue(value)) {
+        return `option "${option}" is a label value: at most 63 characters, starting and ending with a letter or digit`;
+      }
+      labels.push(`${LOCATION_KEYS[option]}=${value}`);
+      return undefined;
     case 'pool':
       labels.push(`pool=${value}`);
       return undefined;

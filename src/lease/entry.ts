@@ -28,6 +28,8 @@ export interface TargetCooldown {
 export interface Entry
   extends Omit<ProxyInfo, 'credentials' | 'latencyMillis' | 'problem' | 'instance' | 'drainingInstances'> {
   problem: ProxyInfo['problem'];
+  /** What selectors match: `labels` plus the location's topology keys (api/location). */
+  selectable: Readonly<Record<string, string>>;
   /** providerID of the serving instance ('' when unknown, e.g. External proxies). */
   instance: string;
   drainingInstances: DrainingInstanceInfo[];
@@ -60,6 +62,7 @@ export function newEntry(info: Pick<ProxyInfo, 'key' | 'namespace' | 'name' | 'u
     name: info.name,
     uid: info.uid,
     labels: {},
+    selectable: {},
     phase: '',
     healthy: false,
     healthFromVerdict: false,
@@ -183,6 +186,7 @@ export function snapshotOf(e: Entry, target: string | undefined, now: number): P
     reason,
     problem: e.problem ? { ...e.problem } : null,
   };
+  if (e.location) snap.location = { ...e.location };
   if (e.drainingInstances.length > 0) {
     snap.drainingInstances = e.drainingInstances.map((d) => ({
       host: d.host,

@@ -1,7 +1,7 @@
 /**
  * lease/feed — keeps the lease store in step with the Proxy objects: every Proxy event becomes
  * an upsert/remove of its lease-relevant facts (address, phase, Healthy condition, drain,
- * deletion, maxLeases, labels, a problem only a person can fix, the instance it serves from and
+ * deletion, maxLeases, labels, location, a problem only a person can fix, the instance it serves from and
  * the replaced ones draining) with the credentials its serving instance actually has (its
  * credentials generation, api/served-credentials; else the credentials Secret); a change to a
  * Secret re-resolves the proxies that use it. Health verdicts come from the health engine.
@@ -90,6 +90,7 @@ export function proxyInfo(p: ProxyObject, credentials: Credentials | undefined):
   const problem = proxyProblem(p);
   if (problem) info.problem = problem;
   if (s?.egressIP) info.egressIP = s.egressIP;
+  if (s?.location) info.location = s.location;
   const latency = p.status?.health?.latencyMillis;
   if (latency !== undefined) info.latencyMillis = latency;
   return info;

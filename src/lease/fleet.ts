@@ -4,6 +4,7 @@
  * aside, adopted when the same uid arrives). Every change to a proxy goes through the selection
  * (lease/selection), so its views never lag behind.
  */
+import { selectableLabels } from '../api/location.ts';
 import { proxyUrlWithCredentials } from '../api/url.ts';
 import type { Clock } from '../runtime/clock.ts';
 import type { Selector } from '../runtime/selector.ts';
@@ -137,6 +138,8 @@ export class Fleet {
 
   private assign(e: Entry, info: ProxyInfo): void {
     e.labels = { ...info.labels };
+    e.location = info.location ? { ...info.location } : undefined;
+    e.selectable = selectableLabels(e.labels, e.location);
     e.phase = info.phase;
     if (!e.healthFromVerdict) {
       e.healthy = info.healthy;

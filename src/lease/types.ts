@@ -3,6 +3,7 @@
  * health engine pass in, what clients ask for, and what they get back — grants, refusal
  * counts, snapshots — with the limits the API enforces.
  */
+import type { Location } from '../api/location.ts';
 import type { Selector } from '../runtime/selector.ts';
 
 export const DEFAULT_TTL_SECONDS = 300;
@@ -18,6 +19,11 @@ export interface ProxyInfo {
   name: string;
   uid: string;
   labels: Record<string, string>;
+  /**
+   * Where it runs (status.location): selectors match it as the topology label keys
+   * (api/location `selectableLabels`) beside `labels`.
+   */
+  location?: Location;
   phase: string;
   /** Initial health, from the status Healthy condition; health-engine verdicts override it. */
   healthy: boolean;
@@ -145,6 +151,8 @@ export interface ProxySnapshot {
   port: number | null;
   /** The source address its traffic leaves from, when known (status.egressIP). */
   egressIP: string | null;
+  /** Where it runs (status.location); present only when its provider reports it. */
+  location?: Location;
   latencyMillis: number | null;
   activeLeases: number;
   maxLeases: number;

@@ -265,14 +265,17 @@ export function rendezvousScore(affinity: string, key: string): number {
   return h;
 }
 
-/** Whether `e` is in `namespace` (any when undefined) and matches `selector` (all when undefined). */
+/**
+ * Whether `e` is in `namespace` (any when undefined) and matches `selector` (all when undefined),
+ * on its labels and its location's topology keys.
+ */
 export function matchesFilter(
   e: Entry,
   namespace: string | undefined,
   selector: Selector | undefined,
 ): boolean {
   if (namespace !== undefined && e.namespace !== namespace) return false;
-  return selector === undefined || matchesSelector(selector, e.labels);
+  return selector === undefined || matchesSelector(selector, e.selectable);
 }
 
 /**

@@ -4,6 +4,7 @@
  */
 import type { Logger } from 'pino';
 import type { Credentials } from '../api/credentials.ts';
+import type { Location } from '../api/location.ts';
 import type { TargetCheck } from '../api/providerhealth.ts';
 
 export const INSTANCE_STATES = [
@@ -61,6 +62,11 @@ export interface Instance {
   port?: number;
   /** The source address its upstream connections use, when the backend assigns one (local). */
   egressIP?: string;
+  /**
+   * Where it runs, as far as the backend knows (api/location `locationOf` keeps only values a
+   * selector can name). Absent when unknown, e.g. a Pod not scheduled yet.
+   */
+  location?: Location;
   /** Read back from the backend's labels: GC relies on them. */
   uid?: string;
   namespace?: string;

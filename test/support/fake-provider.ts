@@ -174,6 +174,8 @@ export class FakeProvider implements Provider, Checker {
         port: req.port,
         pendingGets: this.pendingGets,
         request: { ...req },
+        // Like a cloud placing the instance where placement.zone says.
+        ...(req.zone ? { location: { zone: req.zone } } : {}),
       };
       this.settle(inst);
       this.instances.set(id, inst);
@@ -315,6 +317,7 @@ function snapshot(inst: FakeInstance): Instance {
   if (inst.address !== undefined) out.address = inst.address;
   if (inst.port !== undefined) out.port = inst.port;
   if (inst.uid !== undefined) out.uid = inst.uid;
+  if (inst.location !== undefined) out.location = { ...inst.location };
   if (inst.namespace !== undefined) out.namespace = inst.namespace;
   if (inst.installation !== undefined) out.installation = inst.installation;
   if (inst.createdAt !== undefined) out.createdAt = new Date(inst.createdAt);

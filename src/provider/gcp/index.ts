@@ -28,6 +28,7 @@ import {
   buildInsertResource,
   type GceInstance,
   type GcpSettings,
+  gcpLocation,
   gcpSettings,
   instanceFromGce,
   lastSegment,
@@ -173,12 +174,14 @@ class GceProvider implements Provider, Checker {
     const where = { ...this.where('create', id), secrets };
     const c = await this.client(ctx, 'create', id);
     const ref = { project: this.settings.project, zone, name: req.name };
+    const location = gcpLocation(zone);
     const pending: Instance = {
       id,
       name: req.name,
       state: 'Pending',
       uid: req.uid,
       namespace: req.namespace,
+      ...(location ? { location } : {}),
     };
     // An insert of this name GCE is still working on is followed, never sent a second time;
     // one that failed meanwhile is reported once, after which a create inserts anew.

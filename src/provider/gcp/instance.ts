@@ -10,6 +10,7 @@ import {
   INSTANCE_LABEL_UID,
   MANAGED_BY_VALUE,
 } from '../../api/constants.ts';
+import { locationOf } from '../../api/location.ts';
 import { GCP_DEFAULTS } from '../../config/defaults.ts';
 import type { GcpProviderConfig } from '../../config/schema.ts';
 import type { CreateRequest, Instance, InstanceState } from '../contract.ts';
@@ -139,6 +140,8 @@ export function instanceFromGce(inst: GceInstance, project: string, zoneHint?: s
     state: stateFromStatus(inst.status, address !== undefined),
   };
   if (address) out.address = address;
+  const location = gcpLocation(zone);
+  if (location) out.location = location;
   const uid = inst.labels?.[INSTANCE_LABEL_UID];
   if (uid) out.uid = uid;
   const ns = inst.labels?.[INSTANCE_LABEL_NAMESPACE];
@@ -217,6 +220,12 @@ export function machineTypeURL(zone: string, machineType: string | undefined): s
 /** Region of a zone: `europe-west1-b` → `europe-west1`. */
 export function regionOf(zone: string): string {
   return zone.replace(/-[a-z0-9]+$/, '');
+}
+
+/** Where an instance of `zone` runs: that zone and its region (none for an unknown zone). */
+export function gcpLocation(zone: string): Instance['location'] {
+  if (!ZONE.test(zone)) return undefined;
+  return locationOf(regionOf(zone), zone);
 }
 
 /** Everything about a request that would produce an invalid instance, as one list. */

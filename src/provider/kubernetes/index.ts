@@ -15,6 +15,7 @@ import { callOptions } from '../../runtime/kube/client.ts';
 import type { CallContext, Checker, CreateRequest, Instance, Provider } from '../contract.ts';
 import { notFound, permanent } from '../errors.ts';
 import { apiCode, checkMessage, checkReason, toProviderError } from './errors.ts';
+import { NodeLocations } from './node-location.ts';
 import {
   buildPod,
   buildSecret,
@@ -46,6 +47,8 @@ export interface KubernetesProviderOptions {
   listPageSize?: number;
   /** The operator's own listeners, denied in every Pod's squid.conf (cmd/modes operatorEndpoints). */
   operator?: OperatorEndpoints;
+  /** How long a Node's topology labels are reused (default node-location NODE_CACHE_MS). */
+  nodeCacheMs?: number;
 }
 
 export type KubernetesProvider = Provider & Checker & { adopt: NonNullable<Provider['adopt']> };
@@ -74,6 +77,7 @@ class PodProvider implements Provider, Checker {
   private readonly apiHost: string | undefined;
   private readonly log: Logger;
   private readonly pageSize: number;
+  private readonly nodes: NodeLocations;
 
   constructor(opts: KubernetesProviderOptions) {
     this.pageSize = opts.listPageSize ?? LIST_PAGE_SIZE;
@@ -87,6 +91,10 @@ class PodProvider implements Provider, Checker {
       opts.defaultNamespace ?? operatorNamespace(),
       opts.operator,
     );
+    this.nodes = new NodeLocations(this.core, this.log, {
+      zoneLabel: this.settings.zoneLabel,
+      ...(opts.nodeCacheMs === undefined ? {} : { cacheMs: opts.nodeCacheMs }),
+    });
   }
 
   async create(ctx: CallContext, req: CreateRequest): Promise<Instance> {
@@ -124,12 +132,31 @@ class PodProvider implements Provider, Checker {
       }
     }
     await this.ensureSecret(ctx, req, pod, id);
-    return instanceFromPod(pod);
+    return this.located(ctx, pod);
   }
 
   async get(ctx: CallContext, providerID: string): Promise<Instance> {
     const { namespace, name } = parseProviderID(providerID, this.name);
-    return instanceFromPod(await this.readPod(ctx, namespace, name, 'get'));
+    return this.located(ctx, await this.readPod(ctx, namespace, name, 'get'));
+  }
+
+  /**
+   * The instance with its node's region and zone, once the Pod is scheduled. Only create and
+   * get carry a location (what status is written from); listByTag, for the orphan sweep, does
+   * not read Nodes.
+   */
+  private async located(ctx: CallContext, pod: V1Pod): Promise<Instance> {
+    const inst = instanceFromPod(pod);
+    const node = pod.spec?.nodeName;
+    if (!node) return inst;
+    let location: Instance['location'];
+    try {
+      location = await this.nodes.of(node, ctx.signal);
+    } catch (err) {
+      throw toProviderError(err, this.where('get', inst.id), ctx.signal);
+    }
+    if (location) inst.location = location;
+    return inst;
   }
 
   async delete(ctx: CallContext, providerID: string): Promise<void> {

@@ -7,6 +7,7 @@
  * only an old one no overlay uses any more is removed (provider/kvm/image).
  */
 import type { Logger } from 'pino';
+import { type Location, locationOf } from '../../api/location.ts';
 import type { TargetCheck } from '../../api/providerhealth.ts';
 import { kvmWithDefaults } from '../../config/defaults.ts';
 import { type EgressPolicy, type OperatorEndpoints, resolveEgressPolicy } from '../../config/egress.ts';
@@ -74,6 +75,15 @@ export type KvmProvider = Provider & Checker & { close(): Promise<void> };
 
 export function createKvmProvider(opts: KvmProviderOptions): KvmProvider {
   return new LibvirtProvider(opts);
+}
+
+/**
+ * Where an instance on `host` runs: the host is the failure domain a KVM fleet has, so its
+ * name (kvm.hosts[].name) is the zone; there is no region. A host name that is not a label
+ * value gives no location.
+ */
+export function kvmLocation(host: string): Location | undefined {
+  return locationOf(undefined, host);
 }
 
 class LibvirtProvider implements Provider, Checker {
@@ -414,6 +424,8 @@ class LibvirtProvider implements Provider, Checker {
   ): Instance {
     const inst: Instance = { id: providerIDOf({ host, name }), name, state };
     if (address) inst.address = address;
+    const location = kvmLocation(host);
+    if (location) inst.location = location;
     if (meta.uid) inst.uid = meta.uid;
     if (meta.namespace) inst.namespace = meta.namespace;
     if (meta.installation) inst.installation = meta.installation;

@@ -5,8 +5,10 @@
  * restart `get` answers NotFound and the reconciler re-creates them (on the same port when it can).
  */
 import net from 'node:net';
+import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 import type { Counter, Registry } from 'prom-client';
+import { type Location, locationOf } from '../../api/location.ts';
 import type { TargetCheck } from '../../api/providerhealth.ts';
 import { resolveEgressPolicy } from '../../config/egress.ts';
 import { egressAddressProblems, expandEgressAddresses } from '../../config/egress-addresses.ts';
@@ -62,6 +64,16 @@ export interface LocalProviderOptions {
    * the object store): with `egressAddresses`, another Proxy's address is not handed out.
    */
   egressReservations?: () => EgressReservation[];
+  /** The machine's host name, its instances' zone (default: os.hostname()). */
+  hostname?: string;
+}
+
+/**
+ * Where local instances run: the machine, named by its host name's first label (the zone); no
+ * region. A host name that is not a label value gives no location.
+ */
+export function localLocation(host: string): Location | undefined {
+  return locationOf(undefined, host.split('.')[0]);
 }
 
 interface Entry {
@@ -119,6 +131,7 @@ class LocalProxyProvider implements Provider, Checker {
   /** The `egressAddresses` and who holds which; undefined when the system picks the source. */
   private readonly pool: EgressAddressPool | undefined;
   private readonly reservations: () => EgressReservation[];
+  private readonly location: Location | undefined;
   private closed = false;
 
   constructor(opts: LocalProviderOptions) {
@@ -136,6 +149,7 @@ class LocalProxyProvider implements Provider, Checker {
       throw new Error(`providers[${opts.name}].local.advertiseAddress: must not be empty`);
     }
     this.advertiseAddress = cfg.advertiseAddress ?? this.bindAddress;
+    this.location = localLocation(opts.hostname ?? hostname());
     const range = cfg.portRange ?? DEFAULT_LOCAL_PORT_RANGE;
     for (const [field, v] of [
       ['from', range.from],
@@ -433,6 +447,7 @@ class LocalProxyProvider implements Provider, Checker {
       address: this.advertiseAddress,
       port: e.port,
       ...(e.egressIP === undefined ? {} : { egressIP: e.egressIP }),
+      ...(this.location ? { location: { ...this.location } } : {}),
       uid: e.uid,
       namespace: e.namespace,
       ...(e.installation ? { installation: e.installation } : {}),

@@ -31,7 +31,7 @@ import {
 import { type Origin, startTlsOrigin, testPki } from '../../support/origins.ts';
 import { until } from '../../support/wait.ts';
 import { kubectl } from './support/control-plane.ts';
-import { type NodeAgent, startNodeAgent } from './support/node-agent.ts';
+import { NODE_REGION, NODE_ZONE, type NodeAgent, startNodeAgent } from './support/node-agent.ts';
 import {
   auditedRequests,
   LEADER_LEASE,
@@ -74,6 +74,7 @@ interface ProxyObj {
     address?: string;
     port?: number;
     providerID?: string;
+    location?: { region?: string; zone?: string };
     conditions?: Condition[];
   };
 }
@@ -300,6 +301,8 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
     expect(await instanceObjects(ready.metadata.uid)).toHaveLength(2); // the Pod and its Squid config Secret
     const pod = (ready.status?.providerID ?? '').split('/').pop() as string;
     expect(agent.running().get(`${OPERATOR_NS}/${pod}`)).toBe(ready.status?.address);
+    // Where it runs: its Node's topology labels (a `get nodes` the RBAC check below sees used).
+    expect(ready.status?.location).toEqual({ region: NODE_REGION, zone: NODE_ZONE });
     // The generated credentials Secret names its Proxy as owner (blockOwnerDeletion: the
     // finalizers rule of the ClusterRole is what lets the operator set it).
     const auth = await api.call('GET', `/api/v1/namespaces/${NS}/secrets/kube-1-auth`);
@@ -315,7 +318,7 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
     // Lease, then an HTTPS request through the Pod's Squid; without credentials: 407.
     const g = await lease(a, {
       namespace: NS,
-      selector: 'pool=e2e',
+      selector: `pool=e2e,topology.kubernetes.io/zone=${NODE_ZONE}`,
       target: 'shop.example',
       ttlSeconds: 120,
     });

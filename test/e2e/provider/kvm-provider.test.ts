@@ -353,6 +353,8 @@ describe('kvm provider on a real libvirtd', () => {
 
     const got = await p.get(ctx(), inst.id);
     expect(got).toMatchObject({ id: inst.id, name, uid: 'c0ffee-uid', namespace: 'ns-x', state: 'Pending' });
+    // The host is the zone.
+    expect(got.location).toEqual({ zone: 'ci' });
     expect(got.createdAt?.getTime()).toBe(inst.createdAt?.getTime());
 
     const listed = await p.listByTag(ctx());

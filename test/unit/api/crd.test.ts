@@ -79,7 +79,20 @@ describe('generated CRDs', () => {
     const v = version(crd);
     expect(v.subresources).toEqual({ status: {} });
     const columns = v.additionalPrinterColumns as Node[];
-    expect(columns.map((c) => c.name)).toEqual(['Type', 'Provider', 'Phase', 'Address', 'Healthy', 'Age']);
+    expect(columns.map((c) => c.name)).toEqual([
+      'Type',
+      'Provider',
+      'Phase',
+      'Address',
+      'Healthy',
+      'Zone',
+      'Age',
+    ]);
+    // Where it runs, in `kubectl get px -o wide` only.
+    expect(columns.find((c) => c.name === 'Zone')).toMatchObject({
+      jsonPath: '.status.location.zone',
+      priority: 1,
+    });
     expect(columns.find((c) => c.name === 'Healthy')?.jsonPath).toBe(
       '.status.conditions[?(@.type=="Healthy")].status',
     );

@@ -241,6 +241,30 @@ describe.each(['memory', 'embedded'] as const)('on the %s store', (backend) => {
       expect(h.fake.instances.size).toBe(1);
     });
 
+    it('writes where the instance runs and follows it to a replacement; a lost one has none', async () => {
+      const h = await mk();
+      await h.seed('eu-1', { placement: { zone: 'z1' } });
+      await h.reconcile('eu-1');
+      expect(h.proxy('eu-1')!.status?.location).toEqual({ zone: 'z1' });
+      const cur = h.proxy('eu-1')!;
+      await h.store.proxies.update({ ...cur, spec: { ...cur.spec, placement: { zone: 'z2' } } });
+      await h.reconcile('eu-1');
+      let p = h.proxy('eu-1')!;
+      expect(p.status).toMatchObject({ phase: 'Ready', location: { zone: 'z2' } });
+      h.fake.setState(p.status!.providerID!, 'Terminated');
+      await h.reconcile('eu-1');
+      p = h.proxy('eu-1')!;
+      expect(p.status?.phase).toBe('Provisioning');
+      expect(p.status?.location).toBeUndefined();
+      // A provider that knows no location for the new instance leaves none behind.
+      const again = h.proxy('eu-1')!;
+      await h.store.proxies.update({ ...again, spec: { ...again.spec, placement: undefined } });
+      await untilQuiet(h, 'eu-1');
+      p = h.proxy('eu-1')!;
+      expect(p.status?.phase).toBe('Ready');
+      expect(p.status?.location).toBeUndefined();
+    });
+
     it('clears a dead instance holding the replacement name, then completes the replacement', async () => {
       const h = await mk();
       await h.seed('eu-1');

@@ -356,6 +356,12 @@ const API_CALLS: ApiCall[] = [
     why: 'kubernetes provider instances; cluster-wide list for orphan sweep and the provider check',
   },
   {
+    source: 'src/provider/kubernetes/node-location.ts',
+    calls: ['readNode'],
+    needs: [{ ...CORE, resource: 'nodes', verbs: ['get'] }],
+    why: "a proxy Pod's region and zone: its Node's topology labels",
+  },
+  {
     source: 'src/provider/kubernetes/index.ts',
     calls: ['patchNamespacedPod'],
     needs: [{ ...CORE, resource: 'pods', verbs: ['patch'] }],

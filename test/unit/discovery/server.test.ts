@@ -144,6 +144,16 @@ describe('routes', () => {
     expect(s.logLines.join('')).not.toContain('hunter2');
   });
 
+  it('GET /v1/proxies selects on and shows where a proxy runs', async () => {
+    const s = await setup({
+      proxies: [info('a', { location: { region: 'eu', zone: 'eu-b' } }), info('b')],
+    });
+    const list = await s.call('GET', '/v1/proxies?selector=topology.kubernetes.io%2Fzone%3Deu-b');
+    expect(list.status).toBe(200);
+    const proxies = list.body.proxies as Record<string, unknown>[];
+    expect(proxies.map((p) => [p.name, p.location])).toEqual([['a', { region: 'eu', zone: 'eu-b' }]]);
+  });
+
   it('POST /v1/leases without a body uses defaults (TTL 300 s)', async () => {
     const s = await setup();
     const res = await fetch(`${s.server.url}/v1/leases`, {

@@ -19,6 +19,42 @@ describe('gateway user names', () => {
     expect(parseUsername('crawler')).toEqual({ ok: true, options: { sessionTtlSeconds: 600 } });
   });
 
+  it('reads region and zone names with dashes, up to the next option', () => {
+    expect(parseUsername('crawler-zone-europe-west1-b')).toEqual({
+      ok: true,
+      options: { selector: 'topology.kubernetes.io/zone=europe-west1-b', sessionTtlSeconds: 600 },
+    });
+    expect(parseUsername('crawler-pool-eu-region-us-east-1-session-s1-zone-us-east-1a')).toEqual({
+      ok: true,
+      options: {
+        selector: 'pool=eu,topology.kubernetes.io/region=us-east-1,topology.kubernetes.io/zone=us-east-1a',
+        session: 's1',
+        sessionTtlSeconds: 600,
+      },
+    });
+    // The first part after the option name is always its value, even when it is an option name.
+    expect(parseUsername('crawler-zone-ns-1')).toEqual({
+      ok: true,
+      options: { selector: 'topology.kubernetes.io/zone=ns-1', sessionTtlSeconds: 600 },
+    });
+    expect(parseUsername('crawler-zone-nas1')).toMatchObject({
+      options: { selector: 'topology.kubernetes.io/zone=nas1' },
+    });
+  });
+
+  it.each([
+    ['crawler-zone', 'option "zone" needs a name'],
+    ['crawler-zone-europe--b', 'option "zone" needs a name'],
+    ['crawler-region-eu-', 'option "region" needs a name'],
+    ['crawler-zone-a-zone-b', 'option "zone" is given twice'],
+    ['crawler-zone-_a', 'option "zone" is a label value'],
+    [`crawler-zone-${'a'.repeat(40)}-${'b'.repeat(30)}`, 'option "zone" is a label value'],
+  ])('refuses the location option in %s', (name, message) => {
+    const r = parseUsername(name);
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.message).toContain(message);
+  });
+
   it.each([
     ['robot-session-1', 'must start with "crawler"'],
     ['crawler-color-red', 'unknown option "color"'],

@@ -1,6 +1,6 @@
 /**
  * test/e2e/kube/support/node-agent — a test-only node for the real API server, since no kubelet runs
- * here: it registers a Ready Node, binds unscheduled Pods to it, and runs each Squid Pod for real —
+ * here: it registers a Ready Node (with topology labels), binds unscheduled Pods to it, and runs each Squid Pod for real —
  * the container's files from the Pod's Secret and ConfigMap volumes written into a directory per
  * Pod (mount paths rewritten), Squid started as the unprivileged `proxy` user on the Pod's own
  * loopback address (127.0.0.2, 127.0.0.3, … — a Pod IP each, as in a cluster) — then reports the
@@ -29,6 +29,9 @@ import type { ControlPlaneInfo } from './control-plane.ts';
 import { type Rest, rest } from './rest.ts';
 
 export const NODE_NAME = 'e2e-node';
+/** The Node's topology labels: the region and zone its proxy Pods report. */
+export const NODE_REGION = 'e2e-region';
+export const NODE_ZONE = 'e2e-region-a';
 const PROXY_UID = 13;
 
 interface Volume {
@@ -93,7 +96,14 @@ export async function startNodeAgent(cp: ControlPlaneInfo): Promise<NodeAgent> {
   const created = await api.call('POST', '/api/v1/nodes', {
     apiVersion: 'v1',
     kind: 'Node',
-    metadata: { name: NODE_NAME, labels: { 'kubernetes.io/hostname': NODE_NAME } },
+    metadata: {
+      name: NODE_NAME,
+      labels: {
+        'kubernetes.io/hostname': NODE_NAME,
+        'topology.kubernetes.io/region': NODE_REGION,
+        'topology.kubernetes.io/zone': NODE_ZONE,
+      },
+    },
   });
   if (created.status !== 201 && created.status !== 409)
     throw new Error(`registering node ${NODE_NAME}: ${created.status} ${JSON.stringify(created.body)}`);
