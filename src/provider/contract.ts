@@ -67,12 +67,14 @@ export interface Instance {
   /** The installation label read back; absent on instances created before installations existed. */
   installation?: string;
   createdAt?: Date;
+  /** Where it runs, when the backend knows (aws: the region and availability zone). */
+  location?: { region?: string; zone?: string };
 }
 
 export interface Provider {
   /** Provider name from the config (e.g. `gcp-main`). */
   readonly name: string;
-  /** Provider type (kubernetes, gcp, kvm, local). */
+  /** Provider type (kubernetes, gcp, kvm, local, aws). */
   readonly type: string;
   create(ctx: CallContext, req: CreateRequest): Promise<Instance>;
   /** Throws a NotFound-class error when the instance is gone. */
