@@ -116,6 +116,8 @@ export interface Fault {
   count?: number;
   /** Only requests whose body contains this (e.g. a subnet ID). */
   bodyIncludes?: string;
+  /** moto still gets the request and acts on it; only its answer is replaced (a lost answer). */
+  passThrough?: boolean;
 }
 
 export interface MotoFront {
@@ -124,6 +126,8 @@ export interface MotoFront {
   clear(): void;
   /** Requests seen, by action. */
   calls: Map<string, number>;
+  /** Called with every request's action and form body (tests read parameters sent). */
+  onBody: ((action: string, body: string) => void) | undefined;
   /** Rewrite public IPv4 addresses in answers to 127.x.y.z (a test can listen there). */
   loopbackAddresses: boolean;
   close(): Promise<void>;
@@ -157,19 +161,43 @@ export async function startMotoFront(motoUrl: string): Promise<MotoFront> {
       faults = [];
     },
     calls,
+    onBody: undefined,
     loopbackAddresses: false,
     close: () => new Promise((r) => server.close(() => r())),
   };
+  /** Sends a request to moto and drops its answer. */
+  const forward = (req: IncomingMessage, raw: Buffer) =>
+    new Promise<void>((resolve) => {
+      const up = httpRequest(
+        {
+          host: target.hostname,
+          port: target.port,
+          method: req.method,
+          path: req.url,
+          headers: { ...req.headers, host: target.host },
+        },
+        (ur) => {
+          ur.resume();
+          ur.on('end', () => resolve());
+        },
+      );
+      up.on('error', () => resolve());
+      up.end(raw);
+    });
   const server: Server = createServer(async (req, res) => {
     const raw = await body(req);
     const text = raw.toString('utf8');
-    const action = new URLSearchParams(text).get('Action') ?? '';
+    // EC2 speaks the query protocol (Action=…); SSM JSON with the action in X-Amz-Target.
+    const amzTarget = String(req.headers['x-amz-target'] ?? '');
+    const action = new URLSearchParams(text).get('Action') ?? amzTarget.slice(amzTarget.lastIndexOf('.') + 1);
     calls.set(action, (calls.get(action) ?? 0) + 1);
+    front.onBody?.(action, text);
     const fault = faults.find(
       (f) => f.action === action && (!f.bodyIncludes || text.includes(f.bodyIncludes)),
     );
     if (fault) {
       if (fault.count !== undefined && --fault.count <= 0) faults = faults.filter((f) => f !== fault);
+      if (fault.passThrough) await forward(req, raw);
       res.writeHead(fault.status ?? 400, { 'content-type': 'text/xml' });
       res.end(errorXml(fault.code));
       return;
