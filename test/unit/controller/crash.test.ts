@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { API_VERSION, FINALIZER, PROXY_KIND } from '../../../src/api/constants.ts';
 import { createProxyReconciler, type ProxyReconciler } from '../../../src/controller/reconciler.ts';
-import type { CallContext, Provider } from '../../../src/provider/contract.ts';
+import type { Provider } from '../../../src/provider/contract.ts';
 import type { ObjectStore } from '../../../src/runtime/store.ts';
 import { Chaos } from '../../support/controller/chaos.ts';
 import { type Backend, createTestStore, NS, testOptions } from '../../support/controller/harness.ts';
