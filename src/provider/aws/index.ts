@@ -77,11 +77,11 @@ export interface AwsProviderOptions {
   now?: () => number;
 }
 
+/** `restart` is absent on a spot provider: one-time spot instances cannot be stopped. */
 export type AwsProvider = Provider &
   Checker & {
     close(): Promise<void>;
     adopt: NonNullable<Provider['adopt']>;
-    restart: NonNullable<Provider['restart']>;
   };
 
 export function createAwsProvider(opts: AwsProviderOptions): AwsProvider {
@@ -124,6 +124,11 @@ class Ec2Provider implements Provider, Checker {
       endpoint: opts.config.endpoint,
       ...opts.clientOptions,
     });
+    if (this.settings.spot) {
+      // canRestart() must say no, so a pool with strategy: Restart is refused at admission
+      // instead of failing each restart: an own property hides the prototype's method.
+      Object.defineProperty(this, 'restart', { value: undefined });
+    }
     this.groups = this.settings.sourceRanges
       ? new SecurityGroupKeeper({
           sourceRanges: this.settings.sourceRanges,
@@ -310,12 +315,6 @@ class Ec2Provider implements Provider, Checker {
     const where = this.where('restart', providerID);
     const sinceMs = since.getTime();
     if (Number.isNaN(sinceMs)) throw permanent(`${this.name} restart ${providerID}: invalid since`, where);
-    if (this.settings.spot) {
-      throw permanent(
-        `${this.name} restart ${providerID}: one-time spot instances cannot be stopped; use strategy: Replace`,
-        where,
-      );
-    }
     let mine = this.restarts.get(providerID);
     if (mine && mine.since !== sinceMs) {
       this.restarts.delete(providerID);

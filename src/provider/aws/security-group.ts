@@ -17,6 +17,7 @@ import {
 import type { Logger } from 'pino';
 import { INSTANCE_LABEL_MANAGED, MANAGED_BY_VALUE } from '../../api/constants.ts';
 import type { CallContext } from '../contract.ts';
+import { transient } from '../errors.ts';
 import { parseError, toProviderError, type Where } from './errors.ts';
 
 export function securityGroupName(port: number): string {
@@ -96,8 +97,13 @@ export class SecurityGroupKeeper {
         }),
         opts,
       );
-      const existing = found.SecurityGroups?.[0]?.GroupId;
-      if (existing) return existing;
+      const existing = found.SecurityGroups?.[0];
+      if (existing?.GroupId) {
+        // A group whose rule never got added (a crash between the two calls) gets it now.
+        const open = (existing.IpPermissions ?? []).some((p) => p.FromPort === port && p.ToPort === port);
+        if (!open) await this.authorize(ctx, ec2, existing.GroupId, port);
+        return existing.GroupId;
+      }
       let groupId: string | undefined;
       try {
         const made = await ec2.send(
@@ -119,22 +125,26 @@ export class SecurityGroupKeeper {
         );
         groupId = made.GroupId;
       } catch (err) {
-        // Another process made it in between: read it back.
-        if (parseError(err).code !== 'InvalidGroup.Duplicate') throw err;
-        const again = await ec2.send(
-          new DescribeSecurityGroupsCommand({
-            Filters: [
-              { Name: 'vpc-id', Values: [vpcId] },
-              { Name: 'group-name', Values: [name] },
-            ],
-          }),
-          opts,
-        );
-        return again.SecurityGroups?.[0]?.GroupId ?? '';
+        // Another process made it in between: the next ensure finds it (and adds its rule).
+        if (parseError(err).code === 'InvalidGroup.Duplicate') {
+          throw transient(`${where.provider} create: security group ${name} was created concurrently`, where);
+        }
+        throw err;
       }
       if (!groupId) throw new Error('CreateSecurityGroup answered no GroupId');
-      const v4 = this.o.sourceRanges.filter((r) => isIP(r.split('/')[0] ?? '') === 4);
-      const v6 = this.o.sourceRanges.filter((r) => isIP(r.split('/')[0] ?? '') === 6);
+      await this.authorize(ctx, ec2, groupId, port);
+      this.o.log.info({ securityGroup: name, vpc: vpcId, groupId }, 'aws security group created');
+      return groupId;
+    } catch (err) {
+      throw toProviderError(err, where, ctx.signal);
+    }
+  }
+
+  /** Admits `port` from the source ranges; a rule already there is success. */
+  private async authorize(ctx: CallContext, ec2: EC2Client, groupId: string, port: number): Promise<void> {
+    const v4 = this.o.sourceRanges.filter((r) => isIP(r.split('/')[0] ?? '') === 4);
+    const v6 = this.o.sourceRanges.filter((r) => isIP(r.split('/')[0] ?? '') === 6);
+    try {
       await ec2.send(
         new AuthorizeSecurityGroupIngressCommand({
           GroupId: groupId,
@@ -148,12 +158,10 @@ export class SecurityGroupKeeper {
             },
           ],
         }),
-        opts,
+        { abortSignal: ctx.signal },
       );
-      this.o.log.info({ securityGroup: name, vpc: vpcId, groupId }, 'aws security group created');
-      return groupId;
     } catch (err) {
-      throw toProviderError(err, where, ctx.signal);
+      if (parseError(err).code !== 'InvalidPermission.Duplicate') throw err;
     }
   }
 }

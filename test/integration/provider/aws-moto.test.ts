@@ -7,6 +7,7 @@
  * always moto's. Integration tier: moto_server is a child process from a private venv.
  */
 import {
+  CreateSecurityGroupCommand,
   DescribeInstanceAttributeCommand,
   DescribeInstancesCommand,
   DescribeSecurityGroupsCommand,
@@ -143,6 +144,24 @@ describe('aws provider against moto', () => {
     expect(text).toContain('fd00:ec2::254');
   });
 
+  it('a managed group left without its rule (a crash between the two calls) gets the rule', async () => {
+    await ec2.send(
+      new CreateSecurityGroupCommand({
+        GroupName: 'egress-proxy-tcp-8888',
+        VpcId: seed.vpcId,
+        Description: 'left over',
+      }),
+    );
+    const p = provider();
+    await p.create(ctx(), createRequest(uniq('repair'), { port: 8888 }));
+    const groups = await ec2.send(
+      new DescribeSecurityGroupsCommand({
+        Filters: [{ Name: 'group-name', Values: ['egress-proxy-tcp-8888'] }],
+      }),
+    );
+    expect(groups.SecurityGroups?.[0]?.IpPermissions?.[0]).toMatchObject({ FromPort: 8888, ToPort: 8888 });
+  });
+
   it('RunInstances carries the ClientToken of installation, Proxy, name and subnet', async () => {
     // moto 5.2.5 does not honour ClientToken (a second RunInstances with the same token makes a
     // second instance; EC2 returns the first): the token is checked as sent, and the retry
@@ -186,7 +205,7 @@ describe('aws provider against moto', () => {
     const idBefore = (await raw(name))[0]?.InstanceId;
     let inst = first;
     for (let i = 0; i < 10; i++) {
-      inst = await p.restart(ctx(), first.id, since);
+      inst = await p.restart!(ctx(), first.id, since);
       if (inst.state === 'Running' && i > 0) break;
     }
     expect(inst.state).toBe('Running');
@@ -197,7 +216,7 @@ describe('aws provider against moto', () => {
     expect(inst.address).not.toBe(first.address);
     // Asked again for the same restart: done, nothing stopped again.
     const stops = front.calls.get('StopInstances');
-    await p.restart(ctx(), first.id, since);
+    await p.restart!(ctx(), first.id, since);
     expect(front.calls.get('StopInstances')).toBe(stops);
   });
 

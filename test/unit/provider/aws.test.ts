@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { deniedAddressMatcher } from '../../../src/config/egress.ts';
 import type { AwsProviderConfig } from '../../../src/config/schema.ts';
 import { classForCode, toProviderError } from '../../../src/provider/aws/errors.ts';
-import { awsEgressPolicy } from '../../../src/provider/aws/index.ts';
+import { awsEgressPolicy, createAwsProvider } from '../../../src/provider/aws/index.ts';
 import {
   awsSettings,
   buildRunInstancesInput,
@@ -21,6 +21,7 @@ import {
   resolveInstanceType,
   stateFromEc2,
 } from '../../../src/provider/aws/instance.ts';
+import { canRestart } from '../../../src/provider/contract.ts';
 import { createRequest } from '../../support/provider-calls.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..', '..');
@@ -137,6 +138,13 @@ describe('aws request building', () => {
     expect(stateFromEc2('running', false)).toBe('Pending');
     expect(stateFromEc2('stopped', false)).toBe('Stopped');
     expect(stateFromEc2('shutting-down', true)).toBe('Terminated');
+  });
+});
+
+describe('aws restart', () => {
+  it('is offered on demand, not on spot (one-time spot instances cannot be stopped)', () => {
+    expect(canRestart(createAwsProvider({ name: 'a', config }))).toBe(true);
+    expect(canRestart(createAwsProvider({ name: 'b', config: { ...config, market: 'spot' } }))).toBe(false);
   });
 });
 
