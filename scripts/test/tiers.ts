@@ -4,8 +4,8 @@
  * (test/e2e/kube, its control plane built first) and the KVM suite (test/e2e/kvm, its guest
  * image built first as root); `npm run test:integration` and `npm run test:e2e` run one tier
  * (`--tier <name>`). Arguments after `--` go to vitest and leave the kube and KVM suites out.
- * Before the tests, the schemathesis virtual environment of the integration tier's API fuzzing
- * is made (or found cached). See docs/testing.md.
+ * Before the tests, the private Python virtual environments of the integration tier are made (or
+ * found cached): schemathesis (API fuzzing) and moto (the aws provider tests). See docs/testing.md.
  */
 import { join } from 'node:path';
 import { GUEST_IMAGE_SCRIPT } from './prerequisites.ts';
@@ -14,8 +14,13 @@ import type { FollowUp } from './session.ts';
 export const KUBE_TIER_CONFIG = 'test/e2e/kube/vitest.config.ts';
 export const KVM_TIER_CONFIG = 'test/e2e/kvm/vitest.config.ts';
 export const CONTROL_PLANE_BUILD = 'test/e2e/kube/control-plane/build.sh';
-/** Creates (or finds cached) the private venv test/integration/discovery/openapi-fuzz.test.ts runs. */
-export const FUZZ_VENV_SCRIPT = 'scripts/ci/schemathesis/venv.sh';
+/** Creates (or finds cached) a private venv: `bash VENV_SCRIPT <name>` (scripts/ci/<name>/requirements.txt). */
+export const VENV_SCRIPT = 'scripts/ci/venv.sh';
+/**
+ * The venvs of the integration tier: schemathesis (test/integration/discovery/openapi-fuzz.test.ts)
+ * and moto's server (test/support/moto.ts, the aws provider tests).
+ */
+export const INTEGRATION_VENVS = ['schemathesis', 'moto'] as const;
 
 /** The tiers run.ts can run alone; `unit` needs no machine set-up and runs as plain vitest. */
 export const RUN_TIERS = ['integration', 'e2e'] as const;
@@ -132,11 +137,15 @@ export function planRun(o: {
   } else if (withSuites) {
     afterwards = [...kubeSuite(vitest), ...kvmSuite(vitest, o.isRoot)];
   }
-  // The API fuzzing is an integration test: the e2e tier alone needs no schemathesis.
+  // Their tests are integration tests: the e2e tier alone needs none of them.
   const setup: SetupStep[] =
     o.tier === 'e2e'
       ? []
-      : [{ what: 'the schemathesis virtual environment', command: 'bash', args: [FUZZ_VENV_SCRIPT] }];
+      : INTEGRATION_VENVS.map((name) => ({
+          what: `the ${name} virtual environment`,
+          command: 'bash',
+          args: [VENV_SCRIPT, name],
+        }));
   return {
     tier: o.tier,
     checks: o.tier === undefined,

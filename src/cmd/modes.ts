@@ -16,6 +16,7 @@ import type { Authorize } from '../metrics/authorize.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
 import { readTlsDir, type TlsFiles } from '../metrics/listener.ts';
 import { selfSignedCertificate } from '../metrics/selfsigned.ts';
+import { createAwsProvider } from '../provider/aws/index.ts';
 import { createGcpProvider } from '../provider/gcp/index.ts';
 import { createKvmProvider } from '../provider/kvm/index.ts';
 import type { EgressReservation } from '../provider/local/address-pool.ts';
@@ -248,6 +249,15 @@ export function providerFactories(
         config: entry.gcp,
         log: deps.log,
         wireLog: flags.gcpWireFullPayloads,
+        operator: operatorEndpoints(flags),
+      });
+    },
+    aws: (entry, deps) => {
+      if (!entry.aws) throw new Error('the aws block is required for a provider of type aws');
+      return createAwsProvider({
+        name: entry.name,
+        config: entry.aws,
+        log: deps.log,
         operator: operatorEndpoints(flags),
       });
     },

@@ -33,6 +33,15 @@ export const LOCAL_DEFAULTS = {
 /** Ports below this need privileges the operator does not have (it runs as non-root). */
 export const LOCAL_MIN_PORT = 1024;
 
+export const AWS_DEFAULTS = {
+  instanceType: 't3.micro',
+  /** Ubuntu 24.04 (runs cloud-init; Debian's Squid package and layout), by Canonical's public parameter. */
+  image: 'ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id',
+  publicIPv4: true,
+  ipv6: false,
+  market: 'on-demand',
+} as const;
+
 export const GCP_DEFAULTS = {
   network: 'default',
   diskSizeGb: 10,

@@ -5,7 +5,7 @@
  */
 import Type from 'typebox';
 
-export const PROVIDER_TYPES = ['kubernetes', 'gcp', 'kvm', 'local'] as const;
+export const PROVIDER_TYPES = ['kubernetes', 'gcp', 'kvm', 'local', 'aws'] as const;
 export type ProviderType = (typeof PROVIDER_TYPES)[number];
 
 const strict = { additionalProperties: false } as const;
@@ -197,6 +197,83 @@ export const LocalProviderConfigSchema = Type.Object(
 export type LocalEgressAddresses = NonNullable<LocalProviderConfig['egressAddresses']>;
 export type LocalProviderConfig = Type.Static<typeof LocalProviderConfigSchema>;
 
+export const AWS_MARKETS = ['on-demand', 'spot'] as const;
+
+/** One region of an aws provider entry: its subnets (one per zone, tried in order) and groups. */
+export const AwsRegionSchema = Type.Object(
+  {
+    name: Type.String({ description: 'Region, e.g. eu-west-1.' }),
+    subnets: Type.Array(
+      Type.Object(
+        {
+          id: Type.String({ description: 'Subnet ID, e.g. subnet-0abc….' }),
+          zone: Type.String({
+            description: 'Its availability zone, e.g. eu-west-1a (placement.zone names it).',
+          }),
+        },
+        strict,
+      ),
+      { description: 'Tried in order: on insufficient capacity the next one.' },
+    ),
+    securityGroupIds: Type.Optional(
+      Type.Array(Type.String(), {
+        description: 'Security groups to use instead of the managed one (aws.securityGroup).',
+      }),
+    ),
+  },
+  strict,
+);
+export type AwsRegion = Type.Static<typeof AwsRegionSchema>;
+
+export const AwsProviderConfigSchema = Type.Object(
+  {
+    regions: Type.Array(AwsRegionSchema, {
+      description: 'The first is used when placement.zone is not set.',
+    }),
+    profile: Type.Optional(
+      Type.String({ description: 'Named profile of the shared AWS config. Default: the SDK default chain.' }),
+    ),
+    instanceTypes: Type.Optional(
+      Type.Record(Type.String(), Type.String(), {
+        description:
+          'Machine classes (placement.machineType) → instance types; `default` when none is named.',
+      }),
+    ),
+    images: Type.Optional(
+      Type.Record(Type.String(), Type.String(), {
+        description:
+          'Image keys (placement.image) → an AMI id or ssm:<public parameter>; `default` when none is named.',
+      }),
+    ),
+    securityGroup: Type.Optional(
+      Type.Object(
+        {
+          sourceRanges: Type.Array(Type.String(), {
+            description: 'CIDR ranges the managed group admits to the proxy port.',
+          }),
+        },
+        strict,
+      ),
+    ),
+    publicIPv4: Type.Optional(Type.Boolean({ description: 'A public IPv4 address. Default true.' })),
+    ipv6: Type.Optional(
+      Type.Boolean({ description: 'An IPv6 address (the subnet needs an IPv6 range). Default false.' }),
+    ),
+    market: Type.Optional(Type.Enum(AWS_MARKETS, { description: 'Default on-demand.' })),
+    maxPrice: Type.Optional(
+      Type.String({
+        description: 'Spot only: the highest hourly price in USD, e.g. "0.01". Default: on-demand price.',
+      }),
+    ),
+    egressPolicy,
+    endpoint: Type.Optional(
+      Type.String({ description: 'Testing and EC2-compatible endpoints only: the EC2 (and SSM) API URL.' }),
+    ),
+  },
+  strict,
+);
+export type AwsProviderConfig = Type.Static<typeof AwsProviderConfigSchema>;
+
 export const ProviderEntrySchema = Type.Object(
   {
     name: Type.String(),
@@ -205,6 +282,7 @@ export const ProviderEntrySchema = Type.Object(
     gcp: Type.Optional(GcpProviderConfigSchema),
     kvm: Type.Optional(KvmProviderConfigSchema),
     local: Type.Optional(LocalProviderConfigSchema),
+    aws: Type.Optional(AwsProviderConfigSchema),
   },
   strict,
 );

@@ -14,6 +14,7 @@ import { LOCAL_MIN_PORT } from './defaults.ts';
 import { cidrProblem, type EgressPolicyConfig } from './egress.ts';
 import { egressAddressProblems } from './egress-addresses.ts';
 import {
+  type AwsProviderConfig,
   type GcpProviderConfig,
   type KubernetesProviderConfig,
   type KvmImage,
@@ -194,6 +195,97 @@ function checkGcp(c: GcpProviderConfig, x: Issues): void {
   }
 }
 
+const AWS_REGION = /^[a-z]{2}(-[a-z]+)+-\d+$/;
+const AWS_ZONE = /^[a-z]{2}(-[a-z]+)+-\d+[a-z]$/;
+const AWS_SUBNET = /^subnet-[0-9a-f]{8,17}$/;
+const AWS_GROUP = /^sg-[0-9a-f]{8,17}$/;
+const AWS_AMI = /^ami-[0-9a-f]{8,17}$/;
+const AWS_SSM_PARAMETER = /^ssm:\/[A-Za-z0-9_.\-/]+$/;
+const AWS_INSTANCE_TYPE = /^[a-z][a-z0-9-]*\.[a-z0-9]+$/;
+const AWS_PRICE = /^\d+(\.\d+)?$/;
+
+function checkAws(c: AwsProviderConfig, x: Issues): void {
+  if (c.regions.length === 0) x.error('aws.regions', 'must list at least one region');
+  const seenRegions = new Map<string, number>();
+  c.regions.forEach((r, i) => {
+    const at = `aws.regions[${i}]`;
+    if (!AWS_REGION.test(r.name))
+      x.error(`${at}.name`, `${q(r.name)} must be an AWS region such as eu-west-1`);
+    const first = seenRegions.get(r.name);
+    if (first !== undefined)
+      x.error(`${at}.name`, `duplicate region ${q(r.name)} (also aws.regions[${first}])`);
+    else seenRegions.set(r.name, i);
+    if (r.subnets.length === 0)
+      x.error(`${at}.subnets`, 'must list at least one subnet — instances are started in them');
+    r.subnets.forEach((s, j) => {
+      if (!AWS_SUBNET.test(s.id))
+        x.error(`${at}.subnets[${j}].id`, `${q(s.id)} must be a subnet ID such as subnet-0123456789abcdef0`);
+      if (!AWS_ZONE.test(s.zone) || !s.zone.startsWith(r.name)) {
+        x.error(
+          `${at}.subnets[${j}].zone`,
+          `${q(s.zone)} must be an availability zone of ${r.name} such as ${r.name}a`,
+        );
+      }
+    });
+    (r.securityGroupIds ?? []).forEach((g, j) => {
+      if (!AWS_GROUP.test(g))
+        x.error(
+          `${at}.securityGroupIds[${j}]`,
+          `${q(g)} must be a security group ID such as sg-0123456789abcdef0`,
+        );
+    });
+    if (c.securityGroup === undefined && (r.securityGroupIds ?? []).length === 0) {
+      x.error(
+        `${at}.securityGroupIds`,
+        'must list at least one group unless aws.securityGroup is set — otherwise the VPC default group decides who reaches the proxies',
+      );
+    }
+  });
+  nonEmpty(x, 'aws.profile', c.profile);
+  for (const [key, t] of Object.entries(c.instanceTypes ?? {})) {
+    const at = childPath('aws.instanceTypes', key);
+    if (key.trim() === '') x.error(at, 'key must not be empty — placement.machineType names it');
+    if (!AWS_INSTANCE_TYPE.test(t)) x.error(at, `${q(t)} must be an EC2 instance type such as t3.micro`);
+  }
+  for (const [key, image] of Object.entries(c.images ?? {})) {
+    const at = childPath('aws.images', key);
+    if (key.trim() === '') x.error(at, 'key must not be empty — placement.image names it');
+    if (!AWS_AMI.test(image) && !AWS_SSM_PARAMETER.test(image)) {
+      x.error(
+        at,
+        `${q(image)} must be an AMI ID (ami-…) or ssm:<parameter>, e.g. ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id`,
+      );
+    }
+  }
+  if (c.securityGroup) {
+    c.securityGroup.sourceRanges.forEach((r, i) => {
+      if (!isCidr(r))
+        x.error(
+          `aws.securityGroup.sourceRanges[${i}]`,
+          `${q(r)} must be a CIDR range such as 203.0.113.0/24`,
+        );
+    });
+    if (c.securityGroup.sourceRanges.length === 0) {
+      x.error(
+        'aws.securityGroup.sourceRanges',
+        'must list at least one CIDR range — the managed group admits only these sources',
+      );
+    }
+  }
+  if (c.publicIPv4 === false && c.ipv6 !== true) {
+    x.error('aws.publicIPv4', 'is false and aws.ipv6 is not true: the proxies would have no public address');
+  }
+  if (c.maxPrice !== undefined) {
+    if ((c.market ?? 'on-demand') !== 'spot') x.error('aws.maxPrice', 'is only used with market: spot');
+    if (!AWS_PRICE.test(c.maxPrice) || Number(c.maxPrice) <= 0) {
+      x.error('aws.maxPrice', `${q(c.maxPrice)} must be a positive price in USD per hour such as "0.01"`);
+    }
+  }
+  if (c.endpoint !== undefined && !isHttpUrl(c.endpoint)) {
+    x.error('aws.endpoint', `${q(c.endpoint)} must be an http(s) URL such as http://127.0.0.1:5000`);
+  }
+}
+
 const hasControlCharacter = (s: string) => [...s].some((c) => c.charCodeAt(0) < 0x20 || c === '\x7f');
 
 /**
@@ -335,10 +427,11 @@ const CHECKS: Record<ProviderEntry['type'], (e: ProviderEntry, x: Issues) => voi
   gcp: (e, x) => e.gcp && checkGcp(e.gcp, x),
   kvm: (e, x) => e.kvm && checkKvm(e.kvm, x),
   local: (e, x) => checkLocal(e.local ?? {}, x),
+  aws: (e, x) => e.aws && checkAws(e.aws, x),
 };
 
 /** Types whose block has required fields, so leaving it out cannot mean "all defaults". */
-const BLOCK_REQUIRED: ReadonlySet<string> = new Set(['gcp', 'kvm']);
+const BLOCK_REQUIRED: ReadonlySet<string> = new Set(['gcp', 'kvm', 'aws']);
 
 function checkEntry(entry: ProviderEntry, x: Issues): void {
   if (entry.name.trim() === '') x.error('name', 'must not be empty');

@@ -78,7 +78,7 @@ export interface Instance {
 export interface Provider {
   /** Provider name from the config (e.g. `gcp-main`). */
   readonly name: string;
-  /** Provider type (kubernetes, gcp, kvm, local). */
+  /** Provider type (kubernetes, gcp, kvm, local, aws). */
   readonly type: string;
   create(ctx: CallContext, req: CreateRequest): Promise<Instance>;
   /** Throws a NotFound-class error when the instance is gone. */

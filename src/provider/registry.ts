@@ -40,7 +40,7 @@ export interface ProviderRegistry {
   entries(): Array<[string, Provider]>;
   /** The raw providers that implement Checker, by name: checks bypass metrics and tracing. */
   checkers(): Map<string, Checker>;
-  /** The provider's type (kubernetes, gcp, kvm, local), or undefined when not configured. */
+  /** The provider's type (kubernetes, gcp, kvm, local, aws), or undefined when not configured. */
   type(name: string): string | undefined;
   /**
    * Whether the provider can give a running instance a new IP in place (contract `restart`,

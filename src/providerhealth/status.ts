@@ -11,7 +11,7 @@ import type { ProviderHealthStatus, TargetCheck, TargetStatus } from '../api/pro
 const MAX_MESSAGE_LENGTH = 1024;
 
 export interface CheckResult {
-  /** Provider type (kubernetes, gcp, kvm, local). */
+  /** Provider type (kubernetes, gcp, kvm, local, aws). */
   type: string;
   /** false: the provider has no Checker. */
   supported: boolean;

@@ -1,7 +1,7 @@
 /**
  * The lease API fuzzed from its own OpenAPI document: schemathesis (PyPI, every package pinned in
  * scripts/ci/schemathesis/requirements.txt, run from the private virtual environment npm test
- * makes with scripts/ci/schemathesis/venv.sh) against the real standalone operator on the bundled
+ * makes with `bash scripts/ci/venv.sh schemathesis`) against the real standalone operator on the bundled
  * example, with the bearer token, through every phase (coverage, fuzzing, stateful) from a fixed
  * seed: no server error (5xx), no response outside the document (a status it does not declare, a
  * body that does not match the declared schema, another content type or headers), no invalid
@@ -10,7 +10,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RUN_MARKER } from '../../../scripts/test/prerequisites.ts';
-import { FUZZ_VENV_SCRIPT } from '../../../scripts/test/tiers.ts';
+import { VENV_SCRIPT } from '../../../scripts/test/tiers.ts';
 import { DiscoveryClient } from '../../../src/discovery/client.ts';
 import {
   CliProcess,
@@ -36,7 +36,7 @@ let proc: CliProcess;
 /** The venv's directory; throws with the command that makes it (npm test runs it before the tests). */
 function schemathesisVenv(): string {
   try {
-    const out = execFileSync('bash', [FUZZ_VENV_SCRIPT, '--check'], {
+    const out = execFileSync('bash', [VENV_SCRIPT, 'schemathesis', '--check'], {
       cwd: REPO_ROOT,
       encoding: 'utf8',
       stdio: ['ignore', 'pipe', 'pipe'],

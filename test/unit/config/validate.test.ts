@@ -83,8 +83,8 @@ const CASES: Case[] = [
   },
   {
     name: 'unknown type',
-    config: cfg({ name: 'x', type: 'aws' }),
-    errors: [['providers[0].type', 'must be one of kubernetes, gcp, kvm, local']],
+    config: cfg({ name: 'x', type: 'azure' }),
+    errors: [['providers[0].type', 'must be one of kubernetes, gcp, kvm, local, aws']],
   },
   {
     name: 'unknown entry key',

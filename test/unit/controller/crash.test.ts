@@ -1,67 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { API_VERSION, FINALIZER, PROXY_KIND } from '../../../src/api/constants.ts';
 import { createProxyReconciler, type ProxyReconciler } from '../../../src/controller/reconciler.ts';
-import type { CallContext, Provider } from '../../../src/provider/contract.ts';
+import type { Provider } from '../../../src/provider/contract.ts';
 import type { ObjectStore } from '../../../src/runtime/store.ts';
+import { Chaos } from '../../support/controller/chaos.ts';
 import { type Backend, createTestStore, NS, testOptions } from '../../support/controller/harness.ts';
 import { FakeProvider } from '../../support/fake-provider.ts';
 import { seededRandom, TEST_SEED } from '../../support/random.ts';
-
-/**
- * "Kills" the reconciler: aborts the signal of the reconcile in flight (so nothing after this
- * point reaches the store or the provider) — before an operation, or after it took effect.
- */
-class Chaos {
-  rate = 0.1;
-  kills = 0;
-  private current: AbortController | undefined;
-  private readonly rnd: () => number;
-  constructor(seed: number) {
-    this.rnd = seededRandom(seed);
-  }
-  begin(): AbortSignal {
-    this.current = new AbortController();
-    return this.current.signal;
-  }
-  maybeKill(): void {
-    if (this.current && !this.current.signal.aborted && this.rnd() < this.rate) {
-      this.kills++;
-      this.current.abort(new Error('killed'));
-      throw new Error('killed');
-    }
-  }
-  wrapProvider(p: FakeProvider): Provider {
-    const around =
-      <A extends unknown[], R>(fn: (ctx: CallContext, ...a: A) => Promise<R>) =>
-      async (ctx: CallContext, ...a: A): Promise<R> => {
-        this.maybeKill();
-        const out = await fn.call(p, ctx, ...a);
-        this.maybeKill(); // the backend did it; the answer never made it to the status
-        return out;
-      };
-    return {
-      name: p.name,
-      type: p.type,
-      create: around(p.create),
-      get: around(p.get),
-      delete: around(p.delete),
-      listByTag: around(p.listByTag),
-    };
-  }
-  wrapStore(s: ObjectStore): ObjectStore {
-    const proxies = Object.create(s.proxies) as ObjectStore['proxies'];
-    for (const m of ['patchStatus', 'update', 'removeFinalizer', 'addFinalizer'] as const) {
-      const orig = (s.proxies[m] as (...a: unknown[]) => Promise<unknown>).bind(s.proxies);
-      (proxies as unknown as Record<string, unknown>)[m] = async (...a: unknown[]) => {
-        this.maybeKill();
-        const out = await orig(...a);
-        this.maybeKill();
-        return out;
-      };
-    }
-    return { ...s, proxies };
-  }
-}
 
 /**
  * Plays the health engine and the lease store around the reconciler: a pending replacement

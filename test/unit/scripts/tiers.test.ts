@@ -8,7 +8,7 @@
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { FUZZ_VENV_SCRIPT, parseRunArgs, planRun } from '../../../scripts/test/tiers.ts';
+import { parseRunArgs, planRun, VENV_SCRIPT } from '../../../scripts/test/tiers.ts';
 
 const BIN = '/repo/node_modules/.bin';
 const plan = (argv: string[], isRoot = true) => {
@@ -34,9 +34,10 @@ describe('npm test', () => {
     expect(p.notes).toEqual([]);
   });
 
-  it('makes the schemathesis venv of the API fuzzing first, unless only the e2e tier runs', () => {
+  it('makes the schemathesis and moto venvs of the integration tier first, unless only the e2e tier runs', () => {
     const venv = [
-      { what: 'the schemathesis virtual environment', command: 'bash', args: [FUZZ_VENV_SCRIPT] },
+      { what: 'the schemathesis virtual environment', command: 'bash', args: [VENV_SCRIPT, 'schemathesis'] },
+      { what: 'the moto virtual environment', command: 'bash', args: [VENV_SCRIPT, 'moto'] },
     ];
     expect(plan([]).setup).toEqual(venv);
     expect(plan(['test/unit/lease']).setup).toEqual(venv);
