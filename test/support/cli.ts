@@ -122,7 +122,7 @@ export async function createWorkspace(
   };
 }
 
-/** The health-check URL the example manifests use, on this workspace's discovery port. */
+/** A health-check URL on this workspace's discovery port, for manifests a test writes itself. */
 export function healthCheckUrl(ws: Workspace): string {
   return `http://127.0.0.1:${ws.discoveryPort}/generate_204`;
 }
