@@ -237,9 +237,15 @@ describe('npm start', () => {
       slow.destroy();
     });
     await new Promise<void>((r) => slow.once('connect', () => r()));
+    let answer = '';
+    slow.on('data', (d: Buffer) => {
+      answer += d.toString('latin1');
+    });
     slow.write(
-      'POST /v1/leases HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{',
+      'POST /v1/leases HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n{',
     );
+    // Only a request the server has read holds the drain: an unread one is an idle connection.
+    await waitFor(() => answer.startsWith('HTTP/1.1 100 Continue'), 'the server to read the request', 10_000);
 
     ctrlC(first.proc);
     const stopping = await waitFor(
