@@ -39,8 +39,12 @@ function oid(dotted: string): Buffer {
   return der(0x06, Buffer.from(out));
 }
 
+/** A DER INTEGER of the unsigned big-endian `b`: minimal, so no leading zero byte a strict parser refuses. */
 function integer(b: Buffer): Buffer {
-  return der(0x02, (b[0] ?? 0) & 0x80 ? Buffer.concat([Buffer.from([0]), b]) : b);
+  let start = 0;
+  while (start < b.length - 1 && b[start] === 0) start++;
+  const v = b.subarray(start);
+  return der(0x02, (v[0] ?? 0) & 0x80 ? Buffer.concat([Buffer.from([0]), v]) : v);
 }
 
 function utcTime(d: Date): Buffer {
