@@ -39,7 +39,7 @@ export type TargetStatus = Type.Static<typeof TargetStatusSchema>;
 export type TargetCheck = Omit<TargetStatus, 'lastTransitionTime'>;
 
 export const ProviderHealthStatusSchema = Type.Object({
-  type: Type.Optional(Type.String({ description: 'Provider type: kubernetes, gcp, kvm or local.' })),
+  type: Type.Optional(Type.String({ description: 'Provider type: kubernetes, gcp, aws, kvm or local.' })),
   conditions: Type.Optional(
     Type.Array(ConditionSchema, {
       'x-kubernetes-list-type': 'map',

@@ -91,7 +91,7 @@ export const RotationSchema = Type.Object(
       Type.Enum(ROTATION_STRATEGIES, {
         default: 'Replace',
         description:
-          'Replace: a new Proxy comes up, the old one drains and goes. Restart: the same instance is drained, stopped and started for a new IP (providers that can: gcp); needs rollingUpdate.maxUnavailable ≥ 1.',
+          'Replace: a new Proxy comes up, the old one drains and goes. Restart: the same instance is drained, stopped and started for a new IP (providers that can: gcp, and aws on demand); needs rollingUpdate.maxUnavailable ≥ 1.',
       }),
     ),
   },
