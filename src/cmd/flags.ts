@@ -116,6 +116,7 @@ export type ParsedCommand =
   | { command: 'standalone'; flags: StandaloneFlags }
   | { command: 'operator'; flags: OperatorFlags }
   | { command: 'status'; flags: StatusFlags }
+  | { command: 'check-config'; providersConfig: string }
   | { command: 'help'; topic?: string }
   | { command: 'version' };
 
@@ -474,8 +475,20 @@ export function parseCommandLine(argv: string[]): ParsedCommand {
         flags: { server, output, token: token?.trim() || undefined, ...(target ? { target } : {}) },
       };
     }
+    case 'check-config': {
+      const { values } = parse(rest, {
+        'providers-config': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      });
+      if (values.help) return { command: 'help', topic: 'check-config' };
+      const providersConfig = values['providers-config'] as string | undefined;
+      if (!providersConfig) throw new FlagError('--providers-config is required');
+      return { command: 'check-config', providersConfig };
+    }
     default:
-      throw new FlagError(`unknown command "${first}": use standalone, operator or status (see --help)`);
+      throw new FlagError(
+        `unknown command "${first}": use standalone, operator, status or check-config (see --help)`,
+      );
   }
 }
 

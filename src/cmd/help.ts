@@ -11,6 +11,7 @@ Usage:
   egress-proxies-operator standalone --config <dir|file> [--state <file>] [flags]
   egress-proxies-operator operator --providers-config <file> [flags]
   egress-proxies-operator status [--server http://127.0.0.1:8090] [-o table|json] [--target HOST]
+  egress-proxies-operator check-config --providers-config <file>
   egress-proxies-operator --version
 
 Commands:
@@ -18,6 +19,7 @@ Commands:
                state in a local file. The quick start: npm start.
   operator     Run in a Kubernetes cluster on Proxy / ProviderHealth custom resources.
   status       Print the proxies of a running operator (phase, address, health, leases).
+  check-config Validate a providers config file as the operator would at start, and exit.
 
 Run 'egress-proxies-operator <command> --help' for the flags of a command.`,
   standalone: `Usage: egress-proxies-operator standalone --config <dir|file> [flags]
@@ -52,6 +54,12 @@ ${'COMMON'}`,
   -o, --output <fmt>     table (default) or json.
   -t, --target <host>    Leasable or not for this site (host, host:port or URL), and only its
                          cooldowns; ends with how many proxies it can get now.`,
+  'check-config': `Usage: egress-proxies-operator check-config --providers-config <file>
+
+  Reads and validates the file exactly as a start would, connects nowhere, and prints
+  "providers config OK" (exit 0) or every problem, one line each, naming the field (exit 2).
+
+      --providers-config <file>   The providers config to check.`,
   common: `Common flags:
       --discovery-bind-address <addr>     Lease / discovery API (standalone 127.0.0.1:8090, operator :8090).
       --metrics-bind-address <addr>       Prometheus /metrics; 0 = off (default 0).

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * cmd/main — the executable: parse the command line, then hand over to the composition root
- * (standalone / operator) or the status printer. Bad flags or config fail fast with one line.
+ * (standalone / operator), the status printer or the config check. Bad flags or config fail fast with one line.
  */
 // First: the V8 settings must be in place before the rest of the program allocates anything.
 import '../runtime/v8-flags.ts';
@@ -37,6 +37,10 @@ export async function main(argv: string[]): Promise<number> {
     case 'status': {
       const { runStatus } = await import('./status.ts');
       return runStatus(parsed.flags);
+    }
+    case 'check-config': {
+      const { checkProvidersConfig } = await import('./check-config.ts');
+      return checkProvidersConfig(parsed.providersConfig);
     }
     case 'standalone':
     case 'operator': {
