@@ -104,3 +104,10 @@ export function callSite(where: { op: string; provider: string; providerID?: str
     },
   };
 }
+
+/** Replaces every occurrence of each secret (longer than 3 characters) with `[redacted]`. */
+export function redact(text: string, secrets: readonly string[] = []): string {
+  let out = text;
+  for (const s of secrets) if (s.length > 3) out = out.split(s).join('[redacted]');
+  return out;
+}

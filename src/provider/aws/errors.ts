@@ -5,8 +5,7 @@
  * (redacted) server message, and the code is in every message, so a condition names it.
  */
 import { errorMessage } from '../../log/errors.ts';
-import { callSite, type ErrorClass, ProviderError } from '../errors.ts';
-import { redact } from '../gcp/errors.ts';
+import { callSite, type ErrorClass, ProviderError, redact } from '../errors.ts';
 
 /** Throttled: the SDK already retried with backoff; the reconciler's backoff takes over. */
 export const THROTTLING_CODES: ReadonlySet<string> = new Set([

@@ -5,7 +5,7 @@
  * GcpApiError holding only the status, the reason and the (redacted) server message.
  */
 import { errorMessage } from '../../log/errors.ts';
-import { callSite, type ErrorClass, ProviderError } from '../errors.ts';
+import { callSite, type ErrorClass, ProviderError, redact } from '../errors.ts';
 
 /** google-gax keeps the raw body of an HTTP error under this global symbol. */
 const RAW_PAYLOAD = Symbol.for('google-gax.rawHttpResponsePayload');
@@ -186,13 +186,6 @@ export function checkMessage(err: unknown): string {
   if (p.http === undefined && p.timeout) return 'request aborted or timed out';
   const status = p.http === undefined ? '' : `HTTP ${p.http}${p.reason ? ` ${p.reason}` : ''}: `;
   return `${status}${p.message}`.slice(0, 1024);
-}
-
-/** Replaces every occurrence of each secret (longer than 3 characters) with `[redacted]`. */
-export function redact(text: string, secrets: readonly string[] = []): string {
-  let out = text;
-  for (const s of secrets) if (s.length > 3) out = out.split(s).join('[redacted]');
-  return out;
 }
 
 /**

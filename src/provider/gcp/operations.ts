@@ -9,14 +9,13 @@
  * missing instance again (the reconciler's lost path), which is the behaviour before this.
  */
 import type { Logger } from 'pino';
-import { type ErrorClass, notFound, ProviderError } from '../errors.ts';
+import { type ErrorClass, notFound, ProviderError, redact } from '../errors.ts';
 import type { Clients } from './clients.ts';
 import {
   classForOperation,
   GcpApiError,
   parseError,
   raceSignal,
-  redact,
   toProviderError,
   type Where,
 } from './errors.ts';

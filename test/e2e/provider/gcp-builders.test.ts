@@ -14,9 +14,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { resolveEgressPolicy } from '../../../src/config/egress.ts';
 import type { CreateRequest } from '../../../src/provider/contract.ts';
-import { ProviderError } from '../../../src/provider/errors.ts';
+import { ProviderError, redact } from '../../../src/provider/errors.ts';
 import { credentialsFromFile, endpointOptions } from '../../../src/provider/gcp/clients.ts';
-import { classForStatus, GcpApiError, redact, toProviderError } from '../../../src/provider/gcp/errors.ts';
+import { classForStatus, GcpApiError, toProviderError } from '../../../src/provider/gcp/errors.ts';
 import { buildFirewallRule, firewallRuleName, ruleMatches } from '../../../src/provider/gcp/firewall.ts';
 import {
   buildInsertResource,
