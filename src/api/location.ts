@@ -1,11 +1,8 @@
 /**
- * api/location — where an instance runs (`region`, `zone`), defined once: the status schema,
- * the value rule every provider's location goes through, and the one place a location becomes
+ * api/location — where an instance runs (`region`, `zone`), defined once: the value rule every provider's location goes through, and the one place a location becomes
  * selectable — as the Kubernetes well-known topology label keys, matched by lease selectors
  * and the gateway's `region-…`/`zone-…` user-name options alongside the proxy's own labels.
  */
-import Type from 'typebox';
-
 /** The Kubernetes well-known keys: a selector written for Nodes means the same here. */
 export const LABEL_REGION = 'topology.kubernetes.io/region';
 export const LABEL_ZONE = 'topology.kubernetes.io/zone';
@@ -13,35 +10,17 @@ export const LABEL_ZONE = 'topology.kubernetes.io/zone';
 /** A label value (Kubernetes syntax), so a location can always be written in a selector. */
 export const LOCATION_VALUE_PATTERN = '^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$';
 const VALUE = new RegExp(LOCATION_VALUE_PATTERN);
-const MAX_VALUE = 63;
+export const MAX_LOCATION_VALUE = 63;
 
-const Value = (description: string) =>
-  Type.String({ minLength: 1, maxLength: MAX_VALUE, pattern: LOCATION_VALUE_PATTERN, description });
-
-export const LocationSchema = Type.Object(
-  {
-    region: Type.Optional(
-      Value(
-        "Region the instance runs in, where its provider knows one (kubernetes: the node's topology label; gcp: from the zone).",
-      ),
-    ),
-    zone: Type.Optional(
-      Value(
-        "Zone the instance runs in (kubernetes: the node's topology label; gcp: the zone; kvm: the host; local: the machine).",
-      ),
-    ),
-  },
-  {
-    additionalProperties: false,
-    description:
-      "Where the current instance runs, as its provider reports it (written by the reconciler). Lease selectors and the gateway's region-/zone- options match it as the labels topology.kubernetes.io/region and topology.kubernetes.io/zone.",
-  },
-);
-export type Location = Type.Static<typeof LocationSchema>;
+/** Where an instance runs. Plain (no schema library) so the crawler package's types stay light. */
+export interface Location {
+  region?: string;
+  zone?: string;
+}
 
 /** Whether `v` can be a location value (a label value of 1-63 characters). */
 export function isLocationValue(v: string | undefined): v is string {
-  return v !== undefined && v.length <= MAX_VALUE && VALUE.test(v);
+  return v !== undefined && v.length <= MAX_LOCATION_VALUE && VALUE.test(v);
 }
 
 /**

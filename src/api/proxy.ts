@@ -6,7 +6,7 @@
  */
 import Type from 'typebox';
 import { DEFAULT_PROXY_PORT } from './constants.ts';
-import { LocationSchema } from './location.ts';
+import { LOCATION_VALUE_PATTERN, type Location, MAX_LOCATION_VALUE } from './location.ts';
 import { ConditionSchema, ObjectMetaSchema } from './meta.ts';
 import {
   CLOUD_INIT_RULES,
@@ -16,6 +16,38 @@ import {
   SPEC_RULES,
   TYPE_RULES,
 } from './rules.ts';
+
+const LocationValue = (description: string) =>
+  Type.String({ minLength: 1, maxLength: MAX_LOCATION_VALUE, pattern: LOCATION_VALUE_PATTERN, description });
+
+/** The status schema of api/location's Location (the types are checked equal below). */
+export const LocationSchema = Type.Object(
+  {
+    region: Type.Optional(
+      LocationValue(
+        "Region the instance runs in, where its provider knows one (kubernetes: the node's topology label; gcp: from the zone).",
+      ),
+    ),
+    zone: Type.Optional(
+      LocationValue(
+        "Zone the instance runs in (kubernetes: the node's topology label; gcp: the zone; kvm: the host; local: the machine).",
+      ),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      "Where the current instance runs, as its provider reports it (written by the reconciler). Lease selectors and the gateway's region-/zone- options match it as the labels topology.kubernetes.io/region and topology.kubernetes.io/zone.",
+  },
+);
+
+const _locationMatchesSchema: [Location, Type.Static<typeof LocationSchema>] extends [
+  Type.Static<typeof LocationSchema>,
+  Location,
+]
+  ? true
+  : never = true;
+void _locationMatchesSchema;
 
 const Port = (description: string) => Type.Integer({ minimum: 1, maximum: 65535, description });
 const Name = (description: string, extra: Record<string, unknown> = {}) =>

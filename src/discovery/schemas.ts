@@ -13,7 +13,7 @@ import type {
   RouteGenericInterface,
 } from 'fastify';
 import Type, { type TSchema } from 'typebox';
-import { LocationSchema } from '../api/location.ts';
+import { LocationSchema } from '../api/proxy.ts';
 import {
   DashboardFileParams,
   DashboardStateBody,

@@ -11,7 +11,7 @@
  */
 import Type, { type Static, type TSchema } from 'typebox';
 import { Compile } from 'typebox/compile';
-import { LocationSchema } from '../api/location.ts';
+import { LocationSchema } from '../api/proxy.ts';
 import { schemaErrors } from '../api/schema-errors.ts';
 import { LeaseInputError } from '../lease/errors.ts';
 import { normalizeTarget } from '../lease/target.ts';

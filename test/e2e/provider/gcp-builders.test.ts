@@ -123,6 +123,8 @@ describe('stateFromStatus', () => {
       uid: 'u-1',
       namespace: 'crawl',
       createdAt: new Date('2026-11-30T12:05:06.789Z'),
+      // Where it runs: the zone, and the region it belongs to.
+      location: { region: 'us-central1', zone: 'us-central1-a' },
     });
     expect(
       instanceFromGce({ name: 'x', creationTimestamp: 'garbage' }, 'p', 'z1-a').createdAt,
