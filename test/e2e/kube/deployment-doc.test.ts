@@ -244,6 +244,20 @@ afterAll(async () => {
   } catch {
     // nothing left to release
   }
+  // The tier's other files share this API server: whatever the page installed goes, even when a
+  // block failed halfway (a client-side applied Deployment would conflict with their server-side
+  // apply, a leftover binding with their `create`).
+  for (const args of [
+    ['delete', '-k', join(clone, 'my-install'), '--ignore-not-found', '--wait'],
+    ['delete', 'clusterrolebinding', 'prometheus-egress-proxies-metrics', '--ignore-not-found'],
+    ['delete', 'namespace', 'crawl', '--ignore-not-found', '--wait'],
+  ]) {
+    try {
+      k(...args);
+    } catch {
+      // already gone, or never made
+    }
+  }
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
 

@@ -496,14 +496,18 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
     }
     k('create', 'serviceaccount', 'prometheus', '-n', 'monitoring');
     k('create', 'serviceaccount', 'stranger', '-n', 'monitoring');
-    // The command of docs/deployment.md.
-    k(
+    // The binding of docs/deployment.md (which another file of the tier may have made already).
+    const binding = k(
       'create',
       'clusterrolebinding',
       'prometheus-egress-proxies-metrics',
       '--clusterrole=egress-proxies-operator-metrics-reader',
       '--serviceaccount=monitoring:prometheus',
+      '--dry-run=client',
+      '-o',
+      'yaml',
     );
+    kubectl(cp, ['apply', '-f', '-'], binding);
     // The metrics certificate is self-signed at start (no --metrics-cert-dir).
     const insecure = new Agent({ connect: { rejectUnauthorized: false } });
     const scrape = async (token?: string) => {
