@@ -124,6 +124,32 @@ const exists = (...args: string[]) => {
   }
 };
 
+/** Releases the finalizer of every Proxy left in the cluster, so nothing waits on an operator. */
+function releaseEveryFinalizer(): void {
+  if (exists('crd', 'proxies.crawl.example.com')) {
+    const rows = k(
+      'get',
+      'proxies.crawl.example.com',
+      '-A',
+      '-o',
+      'jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{"\\n"}{end}',
+    );
+    for (const row of rows.split('\n').filter(Boolean)) {
+      const [ns, name] = row.split('/') as [string, string];
+      k(
+        '-n',
+        ns,
+        'patch',
+        'proxies.crawl.example.com',
+        name,
+        '--type=merge',
+        '-p',
+        '{"metadata":{"finalizers":null}}',
+      );
+    }
+  }
+}
+
 async function startTheOperator(): Promise<RunningOperator> {
   const token = Buffer.from(
     k(
@@ -188,28 +214,7 @@ beforeAll(() => {
   writeFileSync(join(clone, 'known_hosts'), 'nas1 ssh-ed25519 AAAA\n');
   writeFileSync(join(clone, 'gcp-key.json'), '{}\n');
   // A clean cluster: what an earlier file installed goes (its Proxies' finalizers released).
-  if (exists('crd', 'proxies.crawl.example.com')) {
-    const rows = k(
-      'get',
-      'proxies.crawl.example.com',
-      '-A',
-      '-o',
-      'jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{"\\n"}{end}',
-    );
-    for (const row of rows.split('\n').filter(Boolean)) {
-      const [ns, name] = row.split('/') as [string, string];
-      k(
-        '-n',
-        ns,
-        'patch',
-        'proxies.crawl.example.com',
-        name,
-        '--type=merge',
-        '-p',
-        '{"metadata":{"finalizers":null}}',
-      );
-    }
-  }
+  releaseEveryFinalizer();
   k('delete', '-k', resolve(ROOT, 'config/default'), '--ignore-not-found', '--wait');
   k('delete', 'namespace', 'crawl', '--ignore-not-found', '--wait');
 });
@@ -219,28 +224,7 @@ afterAll(async () => {
   await agent?.stop();
   // Whatever a failed test left: no finalizer may outlive the tier's operator.
   try {
-    if (exists('crd', 'proxies.crawl.example.com')) {
-      const rows = k(
-        'get',
-        'proxies.crawl.example.com',
-        '-A',
-        '-o',
-        'jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{"\\n"}{end}',
-      );
-      for (const row of rows.split('\n').filter(Boolean)) {
-        const [ns, name] = row.split('/') as [string, string];
-        k(
-          '-n',
-          ns,
-          'patch',
-          'proxies.crawl.example.com',
-          name,
-          '--type=merge',
-          '-p',
-          '{"metadata":{"finalizers":null}}',
-        );
-      }
-    }
+    releaseEveryFinalizer();
   } catch {
     // nothing left to release
   }
