@@ -4,10 +4,13 @@
  * fails with the fix when it or a module is missing. Also the Python package as users get it:
  * the private tool environments scripts/ci/venv.sh makes (pytools: mypy, ruff, pytest, build,
  * twine and a wheelhouse of Scrapy from PyPI), `python -m build` of clients/python, and fresh
- * virtual environments with the built wheel and one Scrapy or the other, made without a network.
+ * virtual environments with the built wheel and one Scrapy or the other, made without a network,
+ * and a package index on loopback serving them.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { createReadStream, existsSync, readdirSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { VENV_SCRIPT } from '../../scripts/test/tiers.ts';
 import { REPO_ROOT } from './cli.ts';
@@ -114,18 +117,18 @@ export interface Dist {
 }
 
 /**
- * clients/python built the standard way, `python -m build` (sdist, then the wheel from it), into
- * `outDir` with the pytools environment's pinned setuptools (`--no-isolation`: no network).
+ * clients/python built the standard way, `python -m build` (sdist, then the wheel from it, each
+ * in an isolated environment) into `outDir`: its backend needs nothing from an index, so this runs
+ * without a network.
  */
 export async function buildDist(outDir: string): Promise<Dist> {
   const tools = privateVenv('pytools');
   expectOk(
     await runCommand(
       join(tools, 'bin/python'),
-      ['-m', 'build', '--no-isolation', '--outdir', outDir, PYTHON_CLIENT],
-      {
-        cwd: REPO_ROOT,
-      },
+      ['-m', 'build', '--outdir', outDir, PYTHON_CLIENT],
+      // Nothing may come from an index.
+      { cwd: REPO_ROOT, env: { PIP_NO_INDEX: '1' } },
     ),
     'python -m build',
   );
@@ -159,7 +162,7 @@ export type ScrapyEnv = (typeof SCRAPY_ENVS)[number];
 export async function scrapyVenv(
   env: ScrapyEnv,
   dir: string,
-  wheel: string,
+  wheel: string | undefined,
   extra: string[] = [],
 ): Promise<string> {
   const debian = env.scrapy === '2.8.0';
@@ -192,4 +195,61 @@ export async function scrapyVenv(
   if (version !== env.scrapy)
     throw new Error(`${env.name}: the environment has Scrapy ${version}, not ${env.scrapy}`);
   return python;
+}
+
+export interface PackageIndex {
+  /** The simple index URL (PEP 503), for `--index-url` or PIP_INDEX_URL. */
+  url: string;
+  /** Project names pip asked for. */
+  asked: Set<string>;
+  close(): Promise<void>;
+}
+
+/** A project name as the simple index spells it (PEP 503). */
+const normalize = (name: string) => name.replace(/[-_.]+/g, '-').toLowerCase();
+
+/**
+ * A package index on loopback (the simple repository API, PEP 503) serving the wheels and sdists
+ * of `dirs`: what `pip install <name>` meets at PyPI, without a network.
+ */
+export async function startPackageIndex(dirs: string[]): Promise<PackageIndex> {
+  const files = new Map<string, string>();
+  for (const dir of dirs) {
+    for (const f of readdirSync(dir)) if (/\.(whl|tar\.gz)$/.test(f)) files.set(f, join(dir, f));
+  }
+  const asked = new Set<string>();
+  const server = createServer((req, res) => {
+    const path = decodeURIComponent(new URL(req.url ?? '/', 'http://index').pathname);
+    const project = /^\/simple\/([^/]+)\/$/.exec(path)?.[1];
+    if (project) {
+      asked.add(project);
+      const links = [...files.keys()]
+        .filter((f) => normalize(f.split('-')[0] as string) === normalize(project))
+        .map((f) => `<a href="/files/${encodeURIComponent(f)}">${f}</a>`);
+      res.writeHead(links.length > 0 ? 200 : 404, { 'Content-Type': 'text/html' });
+      res.end(`<!DOCTYPE html><html><body>${links.join('\n')}</body></html>`);
+      return;
+    }
+    const file = files.get(path.replace(/^\/files\//, ''));
+    if (!path.startsWith('/files/') || !file) {
+      res.writeHead(404).end();
+      return;
+    }
+    res.writeHead(200, { 'Content-Type': 'application/octet-stream' });
+    createReadStream(file).pipe(res);
+  });
+  await new Promise<void>((ok, fail) => {
+    server.once('error', fail);
+    server.listen(0, '127.0.0.1', () => ok());
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/simple/`,
+    asked,
+    close: () =>
+      new Promise<void>((ok) => {
+        server.close(() => ok());
+        server.closeAllConnections();
+      }),
+  };
 }

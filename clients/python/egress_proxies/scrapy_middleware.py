@@ -151,6 +151,9 @@ def _sleep(seconds: float) -> defer.Deferred[None]:
 
 
 class LeasedProxyMiddleware:
+    """The downloader middleware (behaviour: this module's docstring). Its methods' `spider`
+    arguments are optional: Scrapy 2.8 passes them, newer releases stop doing so."""
+
     def __init__(self, crawler: Crawler, cfg: EgressSettings, client: LeaseClient | None = None):
         self.crawler = crawler
         self.cfg = cfg
@@ -228,7 +231,7 @@ class LeasedProxyMiddleware:
     # ---- requests ----
 
     @defer.inlineCallbacks
-    def process_request(self, request: Request, spider: Spider) -> Flow[None]:
+    def process_request(self, request: Request, spider: Spider | None = None) -> Flow[None]:
         if request.meta.get(META_SKIP):
             return None
         previous = request.meta.get(META_LEASE)
@@ -324,7 +327,7 @@ class LeasedProxyMiddleware:
     # ---- outcomes ----
 
     def process_response(
-        self, request: Request, response: Response, spider: Spider
+        self, request: Request, response: Response, spider: Spider | None = None
     ) -> Response | Request | defer.Deferred[Any]:
         info = request.meta.get(META_LEASE)
         if not info:
@@ -350,7 +353,7 @@ class LeasedProxyMiddleware:
         return response
 
     def process_exception(
-        self, request: Request, exception: BaseException, spider: Spider
+        self, request: Request, exception: BaseException, spider: Spider | None = None
     ) -> Request | defer.Deferred[Any] | None:
         info = request.meta.get(META_LEASE)
         if not info:

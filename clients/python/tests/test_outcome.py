@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import socket
 import urllib.error
 from pathlib import Path
 from typing import Any
@@ -71,7 +70,7 @@ def test_the_standard_librarys_own_errors() -> None:
     refused = ConnectionRefusedError(111, "refused")
     assert classify_exception(refused) == PROXY_FAULT
     assert classify_exception(urllib.error.URLError(refused)) == PROXY_FAULT
-    assert classify_exception(socket.timeout("read timed out")) == UNKNOWN
+    assert classify_exception(TimeoutError("read timed out")) == UNKNOWN
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:

@@ -3,8 +3,9 @@
  * enforces them: ruff (lint and format) and mypy --strict clean; its pytest suite passing with
  * the newest Scrapy from PyPI (the pytools environment) and with Debian's Scrapy 2.8 (a fresh
  * environment over Debian's packages); `python -m build` making an sdist and a wheel that
- * `twine check --strict` passes, with py.typed, the version of egress_proxies/__init__.py (its
- * one source) equal to the operator's package.json version, and the checkout left as it was.
+ * `twine check --strict` passes (built in isolated environments with no index: the in-tree
+ * backend needs nothing), with py.typed, the version of egress_proxies/__init__.py (its one
+ * source) equal to the operator's package.json version, and the checkout left as it was.
  * Every tool runs from the private pytools environment (scripts/ci/venv.sh pytools), offline.
  */
 import { execFileSync } from 'node:child_process';
@@ -24,8 +25,10 @@ import {
   scrapyVenv,
 } from '../../support/python.ts';
 
-const work = mkdtempSync(join(tmpdir(), 'python-package-'));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+let work = '';
+afterAll(() => {
+  if (work) rmSync(work, { recursive: true, force: true });
+});
 
 /** What git sees in clients/python, ignored files included (caches and build output too). */
 const treeState = () =>
@@ -37,6 +40,7 @@ const treeState = () =>
 let tools: string;
 let before: string;
 beforeAll(() => {
+  work = mkdtempSync(join(tmpdir(), 'python-package-'));
   tools = join(privateVenv('pytools'), 'bin');
   before = treeState();
 });
@@ -118,6 +122,7 @@ describe('clients/python: python -m build and twine check', () => {
     expect(metadata).toMatch(new RegExp(`^Version: ${pkg.version.replaceAll('.', '\\.')}$`, 'm'));
     expect(metadata).toMatch(/^License-Expression: Apache-2\.0$/m);
     expect(dist.wheel).toContain(`egress_proxies-${pkg.version}-py3-none-any.whl`);
+    expect(treeState()).toBe(before);
   }, 60_000);
 
   it('the wheel carries py.typed; the sdist its build backend and no tests', async () => {
@@ -133,7 +138,7 @@ describe('clients/python: python -m build and twine check', () => {
       'import sys, tarfile; print("\\n".join(tarfile.open(sys.argv[1]).getnames()))',
     );
     const names = sdist.output.split('\n').map((n) => n.replace(/^[^/]+\//, ''));
-    expect(names).toContain('_backend/clean_build.py');
+    expect(names).toContain('_backend/egress_build.py');
     expect(names).toContain('egress_proxies/py.typed');
     expect(names.filter((n) => n.startsWith('tests/'))).toEqual([]);
   }, 60_000);
