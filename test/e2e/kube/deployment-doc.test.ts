@@ -20,9 +20,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import YAML from 'yaml';
-import { FINALIZER, INSTANCE_LABEL_INSTALLATION } from '../../../src/api/constants.ts';
+import { INSTANCE_LABEL_INSTALLATION } from '../../../src/api/constants.ts';
 import { parseCommandLine } from '../../../src/cmd/flags.ts';
-import { until } from '../../support/wait.ts';
 import { kubectl } from './support/control-plane.ts';
 import {
   auditSince,
@@ -31,9 +30,13 @@ import {
   docBlocks,
   exists as existsIn,
   instancesDeletedBeforeOperator,
+  missingObjects,
+  proxiesReady,
   ROOT,
   releaseEveryFinalizer,
+  runDocBlock,
   sh as shIn,
+  startDocOperator,
   userClone,
 } from './support/doc-page.ts';
 import { type NodeAgent, startNodeAgent } from './support/node-agent.ts';
@@ -43,7 +46,6 @@ import {
   OPERATOR_USER,
   type RunningOperator,
   serviceAccountKubeconfig,
-  startOperator,
 } from './support/operator.ts';
 
 const cp = inject('controlPlane');
@@ -57,38 +59,20 @@ let operatorKubeconfig: string;
 
 const sh = (code: string) => shIn(cp, clone, code);
 
-async function runBlock(b: Block): Promise<string> {
-  const r = await sh(b.code);
-  if (r.code !== 0)
-    throw new Error(`block ${b.id} (docs/deployment.md:${b.line}) exited ${r.code}:\n${r.out}`);
-  return r.out;
-}
+const runBlock = (b: Block) => runDocBlock(cp, clone, b);
 
 const exists = (...args: string[]) => existsIn(cp, ...args);
 
 async function startTheOperator(): Promise<RunningOperator> {
-  const token = Buffer.from(
-    k(
-      '-n',
-      OPERATOR_NS,
-      'get',
-      'secret',
-      'egress-proxies-operator-discovery-token',
-      '-o',
-      'jsonpath={.data.token}',
-    ),
-    'base64',
-  ).toString('utf8');
-  operator = await startOperator({
+  const started = await startDocOperator(cp, {
     name: 'doc',
     dir: scratch,
     kubeconfig: operatorKubeconfig,
     // What the ConfigMap of the overlay holds.
     providersConfig: join(clone, 'my-install/providers.yaml'),
-    discoveryToken: token,
-    extraArgs: ['--drain-timeout', '15s', '--gc-interval', '10s'],
   });
-  return operator;
+  operator = started;
+  return started;
 }
 
 async function stopTheOperator(): Promise<void> {
@@ -253,34 +237,13 @@ async function after(id: string, out: string): Promise<void> {
       const objs = YAML.parseAllDocuments(k('kustomize', join(clone, 'my-install'))).map(
         (d) => d.toJS() as { kind: string; metadata: { name: string; namespace?: string } },
       );
-      for (const o of objs)
-        expect(
-          exists(
-            o.kind.toLowerCase(),
-            o.metadata.name,
-            ...(o.metadata.namespace ? ['-n', o.metadata.namespace] : []),
-          ),
-          `${o.kind} ${o.metadata.name}`,
-        ).toBe(true);
+      expect(missingObjects(cp, objs)).toEqual([]);
       return;
     }
     case 'first-proxies': {
       expect(out).toMatch(/crawl\s+squid-1\s+Managed\s+kubernetes/);
       // The operator runs them: the Proxy and both pool members get a Pod, a Squid and the finalizer.
-      await until(
-        'three Proxies Ready on Squid Pods',
-        () => {
-          const items = JSON.parse(k('get', 'px', '-n', 'crawl', '-o', 'json')).items as {
-            metadata: { finalizers?: string[] };
-            status?: { phase?: string };
-          }[];
-          return (
-            items.length === 3 &&
-            items.every((p) => p.status?.phase === 'Ready' && p.metadata.finalizers?.includes(FINALIZER))
-          );
-        },
-        { timeoutMs: 120_000, intervalMs: 500 },
-      );
+      await proxiesReady(cp, 'crawl', 3);
       expect(agent?.running().size).toBe(3);
       return;
     }

@@ -16,9 +16,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import YAML from 'yaml';
-import { FINALIZER, INSTANCE_LABEL_INSTALLATION } from '../../../src/api/constants.ts';
+import { INSTANCE_LABEL_INSTALLATION } from '../../../src/api/constants.ts';
 import { parseCommandLine } from '../../../src/cmd/flags.ts';
-import { until } from '../../support/wait.ts';
 import { helmBinaries, kubectl } from './support/control-plane.ts';
 import {
   auditSince,
@@ -27,9 +26,12 @@ import {
   docBlocks,
   exists as existsIn,
   instancesDeletedBeforeOperator,
+  missingObjects,
+  proxiesReady,
   ROOT,
   releaseEveryFinalizer,
-  sh as shIn,
+  runDocBlock,
+  startDocOperator,
   userClone,
 } from './support/doc-page.ts';
 import { type NodeAgent, startNodeAgent } from './support/node-agent.ts';
@@ -39,7 +41,6 @@ import {
   OPERATOR_USER,
   type RunningOperator,
   serviceAccountKubeconfig,
-  startOperator,
 } from './support/operator.ts';
 
 const cp = inject('controlPlane');
@@ -301,6 +302,13 @@ describe('docs/deployment.md, the Helm path as written', () => {
       'helm helm-crds',
     ]);
     expect(blocks.find((b) => b.mode === 'helm-operator')?.code).toMatch(/^# not run by the tests: /);
+    // The README's Helm install is this path's commands, line for line.
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const section = /## In a Kubernetes cluster\n[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme)?.[1] ?? '';
+    const lines = section.split('\n').filter(Boolean);
+    expect(lines.length).toBeGreaterThan(3);
+    const run = blocks.map((b) => b.code).join('\n');
+    for (const l of lines) expect(run, `README: ${l}`).toContain(l);
   });
 
   it('installs, runs Proxies, upgrades with a rolling values change and uninstalls without leaking an instance', async () => {
@@ -345,12 +353,7 @@ describe('docs/deployment.md, the Helm path as written', () => {
   });
 });
 
-async function runBlock(b: Block): Promise<string> {
-  const r = await shIn(cp, clone, b.code, { path: [helmDir], env: helmEnv });
-  if (r.code !== 0)
-    throw new Error(`block ${b.id} (docs/deployment.md:${b.line}) exited ${r.code}:\n${r.out}`);
-  return r.out;
-}
+const runBlock = (b: Block) => runDocBlock(cp, clone, b, { path: [helmDir], env: helmEnv });
 
 function deployment(): Obj & DeploymentLike & { metadata: { generation: number } } {
   return JSON.parse(k('-n', OPERATOR_NS, 'get', 'deployment', RELEASE, '-o', 'json'));
@@ -369,15 +372,7 @@ function deploymentState(): { generation: number; checksum?: string } | undefine
 function afterInstall(): void {
   const manifest = parseAll(helm(['get', 'manifest', RELEASE, '--namespace', OPERATOR_NS]));
   expect(manifest.length).toBeGreaterThan(10);
-  for (const o of manifest)
-    expect(
-      exists(
-        o.kind.toLowerCase(),
-        o.metadata.name,
-        ...(o.metadata.namespace ? ['-n', o.metadata.namespace] : []),
-      ),
-      `${o.kind} ${o.metadata.name}`,
-    ).toBe(true);
+  expect(missingObjects(cp, manifest)).toEqual([]);
   for (const crd of ['proxies', 'proxypools', 'providerhealths'])
     k('wait', '--for=condition=Established', '--timeout=60s', `crd/${crd}.crawl.example.com`);
   const manager = deployment().spec.template.spec.containers[0] as unknown as {
@@ -403,26 +398,12 @@ function providersFile(): string {
 
 /** Starts the operator where the rollout would: its ServiceAccount, the ConfigMap's config. */
 async function startTheOperator(): Promise<void> {
-  const token = Buffer.from(
-    k(
-      '-n',
-      OPERATOR_NS,
-      'get',
-      'secret',
-      'egress-proxies-operator-discovery-token',
-      '-o',
-      'jsonpath={.data.token}',
-    ),
-    'base64',
-  ).toString('utf8');
-  operator = await startOperator({
+  operator = await startDocOperator(cp, {
     name: 'helm',
     dir: scratch,
     kubeconfig: serviceAccountKubeconfig(cp, OPERATOR_NS, OPERATOR_SA, join(scratch, 'operator.kubeconfig'))
       .file,
     providersConfig: providersFile(),
-    discoveryToken: token,
-    extraArgs: ['--drain-timeout', '15s', '--gc-interval', '10s'],
   });
 }
 
@@ -449,20 +430,7 @@ async function runProxies(): Promise<void> {
       '',
     ].join('\n'),
   );
-  await until(
-    'three Proxies Ready on Squid Pods',
-    () => {
-      const items = JSON.parse(k('get', 'px', '-n', 'crawl', '-o', 'json')).items as {
-        metadata: { finalizers?: string[] };
-        status?: { phase?: string };
-      }[];
-      return (
-        items.length === 3 &&
-        items.every((p) => p.status?.phase === 'Ready' && p.metadata.finalizers?.includes(FINALIZER))
-      );
-    },
-    { timeoutMs: 120_000, intervalMs: 500 },
-  );
+  await proxiesReady(cp, 'crawl', 3);
   expect(agent?.running().size).toBe(3);
 }
 

@@ -12,7 +12,10 @@
 import { spawn } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { FINALIZER } from '../../../../src/api/constants.ts';
+import { until } from '../../../support/wait.ts';
 import { type ControlPlaneInfo, kubectl } from './control-plane.ts';
+import { OPERATOR_NS, type RunningOperator, startOperator } from './operator.ts';
 
 export const ROOT = resolve(import.meta.dirname, '../../../..');
 export const DOC = resolve(ROOT, 'docs/deployment.md');
@@ -196,4 +199,80 @@ export function instancesDeletedBeforeOperator(
       problems.push(`${pod}: deleted after the Deployment`);
   }
   return problems;
+}
+
+/** Runs a block of the page; fails naming its id and line, with what it printed. */
+export async function runDocBlock(
+  cp: ControlPlaneInfo,
+  cwd: string,
+  b: Block,
+  extra: { path?: string[]; env?: Record<string, string> } = {},
+): Promise<string> {
+  const r = await sh(cp, cwd, b.code, extra);
+  if (r.code !== 0)
+    throw new Error(`block ${b.id} (docs/deployment.md:${b.line}) exited ${r.code}:\n${r.out}`);
+  return r.out;
+}
+
+/** Names of every object of `objs` that is not in the cluster (empty: all installed). */
+export function missingObjects(
+  cp: ControlPlaneInfo,
+  objs: { kind: string; metadata: { name: string; namespace?: string } }[],
+): string[] {
+  return objs
+    .filter(
+      (o) =>
+        !exists(
+          cp,
+          o.kind.toLowerCase(),
+          o.metadata.name,
+          ...(o.metadata.namespace ? ['-n', o.metadata.namespace] : []),
+        ),
+    )
+    .map((o) => `${o.kind} ${o.metadata.name}`);
+}
+
+/**
+ * Starts the operator where the page's rollout would be: as its ServiceAccount (`kubeconfig`),
+ * with the discovery token of the Secret the page made and the providers file the ConfigMap holds.
+ */
+export function startDocOperator(
+  cp: ControlPlaneInfo,
+  o: { name: string; dir: string; kubeconfig: string; providersConfig: string },
+): Promise<RunningOperator> {
+  const token = Buffer.from(
+    kubectl(cp, [
+      '-n',
+      OPERATOR_NS,
+      'get',
+      'secret',
+      'egress-proxies-operator-discovery-token',
+      '-o',
+      'jsonpath={.data.token}',
+    ]),
+    'base64',
+  ).toString('utf8');
+  return startOperator({
+    ...o,
+    discoveryToken: token,
+    extraArgs: ['--drain-timeout', '15s', '--gc-interval', '10s'],
+  });
+}
+
+/** Waits until `namespace` holds `count` Proxies, every one Ready on its instance and holding the finalizer. */
+export async function proxiesReady(cp: ControlPlaneInfo, namespace: string, count: number): Promise<void> {
+  await until(
+    `${count} Proxies Ready on Squid Pods`,
+    () => {
+      const items = JSON.parse(kubectl(cp, ['get', 'px', '-n', namespace, '-o', 'json'])).items as {
+        metadata: { finalizers?: string[] };
+        status?: { phase?: string };
+      }[];
+      return (
+        items.length === count &&
+        items.every((p) => p.status?.phase === 'Ready' && p.metadata.finalizers?.includes(FINALIZER))
+      );
+    },
+    { timeoutMs: 120_000, intervalMs: 500 },
+  );
 }
