@@ -34,6 +34,10 @@ if [ "${1:-}" = --helm ]; then
     say "usage: $0 --helm <release>"
     exit 2
   fi
+  if ! command -v "$helm" >/dev/null; then
+    say "no $helm on PATH (HELM names another binary)"
+    exit 2
+  fi
   if ! "$helm" status "$release" --namespace "$namespace" >/dev/null 2>&1; then
     say "no Helm release $release in namespace $namespace (OPERATOR_NAMESPACE names another)"
     exit 2
