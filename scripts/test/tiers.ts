@@ -1,7 +1,7 @@
 /**
  * scripts/test/tiers — what a run of scripts/test/run.ts runs, as data: `npm test` runs the three
  * vitest projects of vitest.config.ts (unit, integration, e2e), then the real-API-server suite
- * (test/e2e/kube, its control plane built first) and the KVM suite (test/e2e/kvm, its guest
+ * (test/e2e/kube, its control plane and helm built first) and the KVM suite (test/e2e/kvm, its guest
  * image built first as root); `npm run test:integration` and `npm run test:e2e` run one tier
  * (`--tier <name>`). Arguments after `--` go to vitest and leave the kube and KVM suites out.
  * Before the tests, the private Python virtual environments are made (or found cached):
@@ -87,7 +87,7 @@ export function parseRunArgs(
 function kubeSuite(vitest: string): FollowUp[] {
   return [
     {
-      name: `control plane for the real-API-server tier (${CONTROL_PLANE_BUILD}, cached after the first build)`,
+      name: `control plane and helm for the real-API-server tier (${CONTROL_PLANE_BUILD}, cached after the first build)`,
       command: 'bash',
       args: [CONTROL_PLANE_BUILD],
       gate: true,
