@@ -12,7 +12,7 @@ import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Agent, fetch as undiciFetch } from 'undici';
-import { freePort } from '../../../support/ports.ts';
+import { consecutive, freePortRange } from '../../../support/ports.ts';
 import { until } from '../../../support/wait.ts';
 
 export const BUILD_SCRIPT = resolve(import.meta.dirname, '../control-plane/build.sh');
@@ -118,12 +118,9 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
   const dir = mkdtempSync(join(tmpdir(), 'e2e-kube-'));
   const certDir = join(dir, 'certs');
   mkdirSync(certDir);
-  const [etcdPort, etcdPeer, apiPort, kcmPort] = [
-    await freePort(),
-    await freePort(),
-    await freePort(),
-    await freePort(),
-  ];
+  // Ports below the ephemeral range: a kernel-assigned one can be taken by an outgoing
+  // connection between this call and the bind (seen as EADDRINUSE).
+  const [etcdPort, etcdPeer, apiPort, kcmPort] = consecutive(await freePortRange(4));
   const etcd = `http://127.0.0.1:${etcdPort}`;
   const server = `https://127.0.0.1:${apiPort}`;
   const adminToken = randomBytes(24).toString('base64url');
