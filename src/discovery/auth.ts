@@ -3,6 +3,7 @@
  * in constant time, and checked on every route the table marks `auth` (discovery/schemas) and on
  * unknown paths.
  */
+import type { IncomingMessage } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errorBody } from './errors.ts';
 
@@ -60,14 +61,26 @@ export function discoveryTokenFromEnv(env: NodeJS.ProcessEnv): string | undefine
   return token;
 }
 
+/**
+ * Whether a request would pass the token check: what decides, for a client that sent
+ * `Expect: 100-continue`, whether it is invited to send its body (discovery/server).
+ */
+export function bearerAdmits(token: string): (req: IncomingMessage) => boolean {
+  return (req) => {
+    const given = bearerToken(req.headers.authorization);
+    return given !== undefined && sameSecret(given, token);
+  };
+}
+
 /** A request hook that answers a request it refuses and lets the others through. */
 export type Guard = (req: FastifyRequest, reply: FastifyReply, done: () => void) => void;
 
 /** The guard that answers 401 to a request without the right bearer token. */
 export function bearerGuard(token: string): Guard {
+  const admits = bearerAdmits(token);
   return (req, reply, done) => {
+    if (admits(req.raw)) return done();
     const given = bearerToken(req.headers.authorization);
-    if (given !== undefined && sameSecret(given, token)) return done();
     reply
       .code(401)
       .header('www-authenticate', 'Bearer')

@@ -3,6 +3,7 @@
  * the table in discovery/schemas, assembled from its concerns (telemetry, auth, validation, error
  * mapping, routes); listens, and says at startup whether the API is authenticated.
  */
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type Tracer, trace } from '@opentelemetry/api';
 import Fastify from 'fastify';
@@ -19,7 +20,7 @@ import {
   type ListenerLimits,
   type TlsFiles,
 } from '../metrics/listener.ts';
-import { bearerGuard, expectedToken } from './auth.ts';
+import { bearerAdmits, bearerGuard, expectedToken } from './auth.ts';
 import { installAuthority, type LeaseAuthority } from './authority.ts';
 import { errorOptions, installErrorHandling, ROUTER_MAX_PARAM_LENGTH } from './errors.ts';
 import { hostAdmitter, hostGuard } from './host.ts';
@@ -86,6 +87,19 @@ function reachableUrl(addr: AddressInfo, scheme: 'http' | 'https'): string {
   return `${scheme}://${shown === '0.0.0.0' ? '127.0.0.1' : shown === '[::]' ? '[::1]' : shown}:${addr.port}`;
 }
 
+/**
+ * Node answers `Expect: 100-continue` with 100 before any route runs, inviting a client without
+ * the token to upload its body; here only a request that would pass the token (or Host) check is
+ * invited, and every other one goes straight to the routes, which refuse it.
+ */
+function continueOnlyWhen<S extends Server>(server: S, admits: (req: IncomingMessage) => boolean): S {
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    if (admits(req)) res.writeContinue();
+    server.emit('request', req, res);
+  });
+  return server;
+}
+
 export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promise<DiscoveryServer> {
   const log = opts.log ?? silentLogger();
   const tracer = opts.tracer ?? trace.getTracer('egress-proxies-operator/discovery');
@@ -98,18 +112,23 @@ export async function startDiscoveryServer(opts: DiscoveryServerOptions): Promis
     ...opts.limits,
   };
 
+  const admitsHost = hostAdmitter(host, opts.allowedHosts ?? []);
   const app = Fastify({
     logger: false,
     bodyLimit: BODY_LIMIT_BYTES,
     return503OnClosing: true,
     routerOptions: { maxParamLength: ROUTER_MAX_PARAM_LENGTH },
-    serverFactory: (handler) => createListener(handler, limits, opts.tls),
+    serverFactory: (handler) =>
+      continueOnlyWhen(
+        createListener(handler, limits, opts.tls),
+        token ? bearerAdmits(token) : (req) => admitsHost(req.headers.host),
+      ),
     ...errorOptions(),
   });
   installValidation(app);
   // Telemetry before auth: a refused request is traced and counted too.
   installTelemetry(app, { registry: opts.registry, tracer, log });
-  const guard = token ? bearerGuard(token) : hostGuard(hostAdmitter(host, opts.allowedHosts ?? []));
+  const guard = token ? bearerGuard(token) : hostGuard(admitsHost);
   installErrorHandling(app, log, BODY_LIMIT_BYTES, guard);
   if (opts.authority) installAuthority(app, opts.authority, { log, tls: opts.tls });
   registerRoutes(app, { ...apiHandlers(opts.leases, opts.sessions), ...opts.handlers }, guard);

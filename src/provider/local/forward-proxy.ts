@@ -174,6 +174,12 @@ export class ForwardProxy {
     this.server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) =>
       this.onRequest(req, res),
     );
+    // Node would answer `Expect: 100-continue` before any check, inviting a client without
+    // credentials to upload its body: such requests go to the same handler, which sends 100
+    // only once the request is authenticated and allowed (forward).
+    this.server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) =>
+      this.onRequest(req, res),
+    );
     this.server.on('error', (err) => this.log.warn({ err }, 'local proxy listener error'));
   }
 
@@ -397,6 +403,7 @@ export class ForwardProxy {
     res.on('close', () => {
       if (!res.writableFinished) upReq.destroy();
     });
+    if (expectsContinue(req)) res.writeContinue();
     req.pipe(upReq);
   }
 }
@@ -411,6 +418,11 @@ export function parseAuthority(s: string): { host: string; port: number } | unde
 }
 
 /** Raw header pairs minus hop-by-hop ones, including any the Connection header names. */
+/** The client waits for `100 Continue` before it sends its body (the pattern Node's server uses). */
+export function expectsContinue(req: http.IncomingMessage): boolean {
+  return /(?:^|\W)100-continue(?:$|\W)/i.test(req.headers.expect ?? '');
+}
+
 export function forwardHeaders(raw: string[]): [string, string][] {
   const named = new Set<string>();
   for (let i = 0; i < raw.length; i += 2) {
