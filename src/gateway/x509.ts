@@ -98,7 +98,8 @@ function ipv6Bytes(address: string): Buffer {
   const right = rest === undefined ? [] : groups(rest);
   const zeros = Array.from({ length: Math.max(0, 8 - left.length - right.length) }, () => 0);
   const out = Buffer.alloc(16);
-  [...left, ...zeros, ...right].slice(0, 8).forEach((w, i) => out.writeUInt16BE(w & 0xffff, i * 2));
+  const words = [...left, ...zeros, ...right].slice(0, 8);
+  for (const [i, w] of words.entries()) out.writeUInt16BE(w & 0xffff, i * 2);
   return out;
 }
 
