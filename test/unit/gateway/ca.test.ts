@@ -42,7 +42,7 @@ async function handshake(ca: GatewayCa, host: string, servername?: string) {
         resolve({
           authorized: s.authorized && identity === undefined,
           ...(s.authorizationError ? { error: String(s.authorizationError) } : {}),
-          subject: peer.subject.CN ?? '',
+          subject: String(peer.subject.CN ?? ''),
           cert: new X509Certificate(peer.raw),
         });
         s.destroy();
