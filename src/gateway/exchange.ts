@@ -266,14 +266,24 @@ export async function exchange(
   const body = hasBody(req) ? new ReplayBody(req) : undefined;
   let failures = 0;
   let retried = 0;
+  /** The upstream a retry already took (so the answer it replaces was kept until it had one). */
+  let next: Acquired | undefined;
   for (let attempt = 1; ; attempt++) {
-    if (res.destroyed) return done('client_gone');
-    const got = await ctx.chooser.acquire(target.host, target.routing);
-    if (!got.ok) {
-      done('no_upstream');
-      return plain(res, got.status, got.message);
+    if (res.destroyed) {
+      if (next) ctx.chooser.release(next);
+      return done('client_gone');
     }
-    const a = got.acquired;
+    let a: Acquired;
+    if (next) a = next;
+    else {
+      const got = await ctx.chooser.acquire(target.host, target.routing);
+      if (!got.ok) {
+        done('no_upstream');
+        return plain(res, got.status, got.message);
+      }
+      a = got.acquired;
+    }
+    next = undefined;
     const key = a.upstream.key;
     span.setAttribute('gateway.upstream', key);
     // Authenticated, allowed by the policy and given an upstream: only now is the body wanted.
@@ -324,11 +334,17 @@ export async function exchange(
     else if (v.block) report(ctx, a, 'blocked');
     const retryAllowed = v.retryUnsafe || IDEMPOTENT_METHODS.has(method);
     if (retried < v.retries && retryAllowed && replayable && !res.destroyed) {
-      retried++;
-      if (sent.kind === 'answered') sent.res.destroy();
-      ctx.chooser.release(a);
-      span.addEvent('gateway retry', { 'gateway.upstream': key, 'gateway.rule': names(matched) });
-      continue;
+      // The answer is dropped only once another upstream took the request: with none left, the
+      // client gets this answer rather than a 503.
+      const got = await ctx.chooser.acquire(target.host, target.routing);
+      if (got.ok) {
+        retried++;
+        next = got.acquired;
+        if (sent.kind === 'answered') sent.res.destroy();
+        ctx.chooser.release(a);
+        span.addEvent('gateway retry', { 'gateway.upstream': key, 'gateway.rule': names(matched) });
+        continue;
+      }
     }
     if (sent.kind === 'failed') {
       ctx.chooser.release(a);
