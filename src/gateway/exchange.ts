@@ -168,7 +168,8 @@ function send(
       if (err instanceof OriginCertificateError) settle({ kind: 'certificate', reason: err.reason });
       else if (err instanceof UpstreamAnsweredError) {
         settle({ kind: 'refused', status: err.status, message: err.message });
-      } else settle({ kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? err.message, timedOut: false });
+      } else
+        settle({ kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? err.message, timedOut: false });
     });
     if (!body) upReq.end();
     else if (first) req.pipe(upReq);
@@ -183,7 +184,9 @@ interface Prefix {
   ended: boolean;
 }
 
-function decoderFor(encoding: string | undefined): zlib.Gunzip | zlib.Inflate | zlib.BrotliDecompress | undefined {
+function decoderFor(
+  encoding: string | undefined,
+): zlib.Gunzip | zlib.Inflate | zlib.BrotliDecompress | undefined {
   const e = (encoding ?? '').trim().toLowerCase();
   const flush = { finishFlush: zlib.constants.Z_SYNC_FLUSH };
   if (e === 'gzip' || e === 'x-gzip') return zlib.createGunzip(flush);
@@ -310,7 +313,12 @@ export async function exchange(
       observed = { timedOut: true };
       matched = sent.timedOut ? matchHead(rules, observed).matched : [];
     } else {
-      observed = { timedOut: false, status: sent.res.statusCode ?? 502, headers: sent.res.headers, ttfbMs: sent.ttfbMs };
+      observed = {
+        timedOut: false,
+        status: sent.res.statusCode ?? 502,
+        headers: sent.res.headers,
+        ttfbMs: sent.ttfbMs,
+      };
       const head = matchHead(rules, observed);
       matched = head.matched;
       if (head.needBody.length > 0) {
@@ -360,7 +368,12 @@ function names(rules: readonly Rule[]): string {
   return rules.map((r) => r.name).join(',');
 }
 
-function report(ctx: GatewayContext, a: Acquired, result: 'blocked' | 'failed', cooldownSeconds?: number): void {
+function report(
+  ctx: GatewayContext,
+  a: Acquired,
+  result: 'blocked' | 'failed',
+  cooldownSeconds?: number,
+): void {
   ctx.chooser.report(a, result, cooldownSeconds);
   ctx.metrics.reports.inc({ upstream: a.upstream.key, result });
 }

@@ -27,7 +27,12 @@ const site = (n: number) => `127.0.0.${20 + n}`;
 const SITES = Array.from({ length: 12 }, (_, i) => site(i));
 
 const pki = makePki({ caName: 'inspect-origin-ca', dnsNames: ['localhost'], ipAddresses: SITES, days: 2 });
-const wrongName = makePki({ caName: 'wrong-name-ca', dnsNames: ['elsewhere.test'], ipAddresses: [], days: 2 });
+const wrongName = makePki({
+  caName: 'wrong-name-ca',
+  dnsNames: ['elsewhere.test'],
+  ipAddresses: [],
+  days: 2,
+});
 const expired = makePki({ caName: 'expired-ca', dnsNames: ['localhost'], ipAddresses: SITES, days: -1 });
 
 const RULES: GatewayRuleConfig[] = [
@@ -56,7 +61,9 @@ function origin(req: IncomingMessage, res: ServerResponse): void {
   if (path === '/always403') return void res.writeHead(403).end('always blocked');
   if (path === '/limited' && !good) return void res.writeHead(429, { 'Retry-After': '120' }).end('slow down');
   if (path === '/captcha') {
-    const text = good ? '<html>the real page</html>' : `<html>${'x'.repeat(5000)} Please solve this CAPTCHA</html>`;
+    const text = good
+      ? '<html>the real page</html>'
+      : `<html>${'x'.repeat(5000)} Please solve this CAPTCHA</html>`;
     return void res.writeHead(200, { 'Content-Encoding': 'gzip' }).end(gzipSync(text));
   }
   if (path === '/slow' && !good) {
@@ -90,7 +97,7 @@ beforeAll(async () => {
   const wrongOrigin = createHttpsServer({ cert: wrongName.cert, key: wrongName.key }, origin);
   const expiredOrigin = createHttpsServer({ cert: expired.cert, key: expired.key }, origin);
   servers.push(tlsOrigin, httpOrigin, wrongOrigin, expiredOrigin);
-  [tlsPort, httpPort, wrongPort, expiredPort] = await Promise.all(servers.map(listen)) as [
+  [tlsPort, httpPort, wrongPort, expiredPort] = (await Promise.all(servers.map(listen))) as [
     number,
     number,
     number,
@@ -148,7 +155,12 @@ function ruleMatches(rule: string, action: string, mode: string): Promise<number
 
 describe('gateway HTTPS inspection', () => {
   it('terminates TLS with a leaf of the operator CA and verifies the origin', async () => {
-    const r = await httpsViaGateway(w.gateway.port, crawler, `https://${site(0)}:${tlsPort}/page`, ca.certPem);
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(0)}:${tlsPort}/page`,
+      ca.certPem,
+    );
     expect(r.status).toBe(200);
     expect(r.body).toMatch(/^page from 127\.0\.0\.1[123]$/);
     expect(r.headers['x-egress-proxy']).toMatch(/^crawl\/sq[123]$/);
@@ -158,7 +170,12 @@ describe('gateway HTTPS inspection', () => {
 
   it('answers a blocked HTTPS request from the next upstream, cooling only the blocking ones for that site', async () => {
     const before = await ruleMatches('blocked', 'block', 'enforce');
-    const r = await httpsViaGateway(w.gateway.port, crawler, `https://${site(1)}:${tlsPort}/blocked`, ca.certPem);
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(1)}:${tlsPort}/blocked`,
+      ca.certPem,
+    );
     expect(r.status).toBe(200);
     expect(r.body).toMatch(/^page from /);
     expect(r.headers['x-egress-proxy']).not.toBe(blockedUpstream(site(1)));
@@ -169,7 +186,12 @@ describe('gateway HTTPS inspection', () => {
   });
 
   it('reads a gzip body for a body rule and retries a captcha page', async () => {
-    const r = await httpsViaGateway(w.gateway.port, crawler, `https://${site(2)}:${tlsPort}/captcha`, ca.certPem);
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(2)}:${tlsPort}/captcha`,
+      ca.certPem,
+    );
     expect(r.status).toBe(200);
     expect(r.body).toBe('<html>the real page</html>');
     expect(cooling(site(2))).toEqual([blockedUpstream(site(2))]);
@@ -177,7 +199,12 @@ describe('gateway HTTPS inspection', () => {
 
   it('rate-limits for Retry-After, clamped to maxSeconds', async () => {
     const started = Date.now();
-    const r = await httpsViaGateway(w.gateway.port, crawler, `https://${site(3)}:${tlsPort}/limited`, ca.certPem);
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(3)}:${tlsPort}/limited`,
+      ca.certPem,
+    );
     expect(r.status).toBe(200);
     expect(cooling(site(3))).toEqual([blockedUpstream(site(3))]);
     const untils = w.leases
@@ -189,7 +216,12 @@ describe('gateway HTTPS inspection', () => {
   });
 
   it('gives the client the last answer when retries run out', async () => {
-    const r = await httpsViaGateway(w.gateway.port, crawler, `https://${site(4)}:${tlsPort}/always403`, ca.certPem);
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(4)}:${tlsPort}/always403`,
+      ca.certPem,
+    );
     expect(r.status).toBe(403);
     expect(r.body).toBe('always blocked');
     // One try and two retries (the default), each on another upstream.
@@ -198,7 +230,12 @@ describe('gateway HTTPS inspection', () => {
 
   it('counts an observe rule without acting on it', async () => {
     const before = await ruleMatches('watch', 'block', 'observe');
-    const r = await httpsViaGateway(w.gateway.port, crawler, `https://${site(5)}:${tlsPort}/observed`, ca.certPem);
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(5)}:${tlsPort}/observed`,
+      ca.certPem,
+    );
     expect(r.status).toBe(200);
     expect(r.body).toBe('watched');
     expect(await ruleMatches('watch', 'block', 'observe')).toBe(before + 1);
@@ -207,7 +244,12 @@ describe('gateway HTTPS inspection', () => {
 
   it('gives up on a slow answer at the time-to-first-byte limit and retries elsewhere', async () => {
     const before = await ruleMatches('slow', 'block', 'enforce');
-    const r = await httpsViaGateway(w.gateway.port, crawler, `https://${site(10)}:${tlsPort}/slow`, ca.certPem);
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(10)}:${tlsPort}/slow`,
+      ca.certPem,
+    );
     expect(r.status).toBe(200);
     expect(r.body).toMatch(/^page from /);
     expect(r.headers['x-egress-proxy']).not.toBe(blockedUpstream(site(10)));
@@ -215,7 +257,12 @@ describe('gateway HTTPS inspection', () => {
   });
 
   it('tunnels excluded hosts and inspect-off clients untouched: the origin’s own certificate', async () => {
-    const excluded = await httpsViaGateway(w.gateway.port, crawler, `https://${site(9)}:${tlsPort}/page`, pki.caCert);
+    const excluded = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(9)}:${tlsPort}/page`,
+      pki.caCert,
+    );
     expect(excluded.cert.issuer).toBe('CN=inspect-origin-ca');
     const off = await httpsViaGateway(
       w.gateway.port,
@@ -239,11 +286,21 @@ describe('gateway HTTPS inspection', () => {
   });
 
   it('answers 502 naming the reason when the origin certificate is refused', async () => {
-    const mismatch = await httpsViaGateway(w.gateway.port, crawler, `https://localhost:${wrongPort}/page`, ca.certPem);
+    const mismatch = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://localhost:${wrongPort}/page`,
+      ca.certPem,
+    );
     expect(mismatch.status).toBe(502);
     expect(mismatch.headers['x-egress-certificate-error']).toMatch(/^hostname mismatch/);
     expect(mismatch.body).toMatch(/origin certificate refused for localhost: hostname mismatch/);
-    const old = await httpsViaGateway(w.gateway.port, crawler, `https://localhost:${expiredPort}/page`, ca.certPem);
+    const old = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://localhost:${expiredPort}/page`,
+      ca.certPem,
+    );
     expect(old.status).toBe(502);
     expect(old.headers['x-egress-certificate-error']).toMatch(/^certificate has expired/);
   });
@@ -274,7 +331,10 @@ describe('gateway rules on plain HTTP', () => {
 });
 
 /** An absolute-form request through the gateway (what `curl -x` sends for http://). */
-function fetchVia(url: string, method = 'GET'): Promise<{ status: number; headers: IncomingMessage['headers'] }> {
+function fetchVia(
+  url: string,
+  method = 'GET',
+): Promise<{ status: number; headers: IncomingMessage['headers'] }> {
   return new Promise((resolve, reject) => {
     const req = createHttpRequest(url, method);
     req.once('response', (r) => {
