@@ -153,18 +153,28 @@ export function makeCaCertificate(
   now: number,
   days: number,
 ): string {
+  return selfSigned(cn, keys, now - 3_600_000, now + days * 86_400_000, [
+    extension('2.5.29.19', seq(TRUE), true), // basicConstraints CA:TRUE
+    extension('2.5.29.15', bits(Buffer.from([0x06]), 1), true), // keyUsage keyCertSign, cRLSign
+    extension('2.5.29.14', octets(keyId(keys.publicKey))), // subjectKeyIdentifier
+  ]);
+}
+
+function selfSigned(
+  cn: string,
+  keys: { publicKey: KeyObject; privateKey: KeyObject },
+  notBefore: number,
+  notAfter: number,
+  extensions: Buffer[],
+): string {
   return certificate({
     subject: commonName(cn),
     issuer: commonName(cn),
     publicKey: keys.publicKey,
     signingKey: keys.privateKey,
-    notBefore: new Date(now - 3_600_000),
-    notAfter: new Date(now + days * 86_400_000),
-    extensions: [
-      extension('2.5.29.19', seq(TRUE), true), // basicConstraints CA:TRUE
-      extension('2.5.29.15', bits(Buffer.from([0x06]), 1), true), // keyUsage keyCertSign, cRLSign
-      extension('2.5.29.14', octets(keyId(keys.publicKey))), // subjectKeyIdentifier
-    ],
+    notBefore: new Date(notBefore),
+    notAfter: new Date(notAfter),
+    extensions,
   });
 }
 
@@ -200,20 +210,12 @@ export function selfSignedServer(
   notBefore: number,
   notAfter: number,
 ): string {
-  return certificate({
-    subject: commonName(cn),
-    issuer: commonName(cn),
-    publicKey: keys.publicKey,
-    signingKey: keys.privateKey,
-    notBefore: new Date(notBefore),
-    notAfter: new Date(notAfter),
-    extensions: [
-      extension('2.5.29.19', seq(), true), // basicConstraints: not a CA
-      extension('2.5.29.15', bits(Buffer.from([0x80]), 7), true), // keyUsage: digitalSignature
-      extension('2.5.29.37', seq(oid('1.3.6.1.5.5.7.3.1'))), // extendedKeyUsage: serverAuth
-      extension('2.5.29.17', seq(...names.map(altName))), // subjectAltName
-    ],
-  });
+  return selfSigned(cn, keys, notBefore, notAfter, [
+    extension('2.5.29.19', seq(), true), // basicConstraints: not a CA
+    extension('2.5.29.15', bits(Buffer.from([0x80]), 7), true), // keyUsage: digitalSignature
+    extension('2.5.29.37', seq(oid('1.3.6.1.5.5.7.3.1'))), // extendedKeyUsage: serverAuth
+    extension('2.5.29.17', seq(...names.map(altName))), // subjectAltName
+  ]);
 }
 
 /** What signs leaves: the CA certificate (parsed) and its private key. */
