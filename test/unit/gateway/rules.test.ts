@@ -16,6 +16,8 @@ import {
   rulesForBlockedStatuses,
   verdict,
 } from '../../../src/gateway/rules.ts';
+import { gatewayRules } from '../../../src/gateway/service.ts';
+import { captureLog } from '../../support/log.ts';
 
 const answer = (status: number, headers: Record<string, string> = {}, ttfbMs = 5): Observed => ({
   timedOut: false,
@@ -139,5 +141,26 @@ describe('gateway rules', () => {
       { name: 'b', status: [403], actions: ['retry', 'block'], retries: 4, retryUnsafe: true },
     ]);
     expect(verdict(rules, answer(403), NOW)).toMatchObject({ block: true, retries: 4, retryUnsafe: true });
+  });
+});
+
+describe('gateway rules at start', () => {
+  it('warns once that --gateway-blocked-statuses is deprecated, and lets gateway.rules win', () => {
+    const a = captureLog('info');
+    expect(gatewayRules({ blockedStatuses: [403] }, a.log)).toEqual([
+      { name: 'blocked', status: [403], actions: ['block', 'retry'] },
+    ]);
+    expect(a.lines.map((l) => l.msg)).toEqual([
+      '--gateway-blocked-statuses is deprecated: write gateway.rules in the providers config (docs/gateway.md, "Rules")',
+    ]);
+    const b = captureLog('info');
+    const rules = [{ name: 'x', status: [451], actions: ['block' as const] }];
+    expect(gatewayRules({ blockedStatuses: [403], rules }, b.log)).toBe(rules);
+    expect(b.lines.map((l) => l.msg)).toEqual([
+      '--gateway-blocked-statuses is deprecated and ignored: the providers config has gateway.rules',
+    ]);
+    const c = captureLog('info');
+    expect(gatewayRules({}, c.log)).toBe(DEFAULT_RULES);
+    expect(c.lines).toEqual([]);
   });
 });
