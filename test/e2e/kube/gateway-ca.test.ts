@@ -51,7 +51,10 @@ afterAll(async () => {
 describe('gateway CA in cluster mode', () => {
   it('gives every replica the one CA of one Secret, whichever created it', async () => {
     const open = async () =>
-      GatewayCa.open(new SecretCaStore((await replica(kubeconfig)).secrets, OPERATOR_NS, GATEWAY_CA_SECRET), Date.now);
+      GatewayCa.open(
+        new SecretCaStore((await replica(kubeconfig)).secrets, OPERATOR_NS, GATEWAY_CA_SECRET),
+        Date.now,
+      );
     const [a, b] = await Promise.all([open(), open()]);
     expect(b.certPem).toBe(a.certPem);
     expect(new X509Certificate(a.certPem).subject).toBe(`CN=${CA_COMMON_NAME}`);
