@@ -109,7 +109,13 @@ class ReplayBody {
   private readonly req: http.IncomingMessage;
   constructor(req: http.IncomingMessage) {
     this.req = req;
-    req.on('data', (c: Buffer) => {
+  }
+  /**
+   * Sends the body to `upReq` as it arrives, keeping a copy. Called once, right where the pipe
+   * starts: a 'data' listener set any earlier would let chunks flow before anyone sends them.
+   */
+  pipeTo(upReq: http.ClientRequest): void {
+    this.req.on('data', (c: Buffer) => {
       this.uploaded += c.length;
       if (this.overflow) return;
       this.size += c.length;
@@ -118,6 +124,7 @@ class ReplayBody {
         this.chunks = [];
       } else this.chunks.push(c);
     });
+    this.req.pipe(upReq);
   }
   /** Whether the whole body is here to be sent again. */
   get replayable(): boolean {
@@ -172,7 +179,7 @@ function send(
         settle({ kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? err.message, timedOut: false });
     });
     if (!body) upReq.end();
-    else if (first) req.pipe(upReq);
+    else if (first) body.pipeTo(upReq);
     else upReq.end(body.bytes());
   });
 }

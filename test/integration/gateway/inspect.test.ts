@@ -24,7 +24,7 @@ import { makePki } from '../../support/pki.ts';
 
 /** Each test its own site (origins listen on every loopback address), so cooldowns stay apart. */
 const site = (n: number) => `127.0.0.${20 + n}`;
-const SITES = Array.from({ length: 12 }, (_, i) => site(i));
+const SITES = Array.from({ length: 13 }, (_, i) => site(i));
 
 const pki = makePki({ caName: 'inspect-origin-ca', dnsNames: ['localhost'], ipAddresses: SITES, days: 2 });
 const wrongName = makePki({
@@ -52,12 +52,18 @@ function origin(req: IncomingMessage, res: ServerResponse): void {
   res.setHeader('X-Peer', source);
   const host = (req.headers.host ?? '').replace(/:\d+$/, '');
   const path = req.url ?? '/';
-  if (!blockedFor.has(host) && ['/blocked', '/limited', '/captcha', '/slow'].includes(path)) {
+  if (!blockedFor.has(host) && ['/blocked', '/limited', '/captcha', '/slow', '/upload'].includes(path)) {
     blockedFor.set(host, source);
   }
   const good = blockedFor.get(host) !== source;
+  if (path === '/upload' && good) {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => res.writeHead(200).end(`got ${Buffer.concat(chunks).length} bytes`));
+    return;
+  }
   req.resume();
-  if (path === '/blocked' && !good) return void res.writeHead(403).end('blocked');
+  if ((path === '/blocked' || path === '/upload') && !good) return void res.writeHead(403).end('blocked');
   if (path === '/always403') return void res.writeHead(403).end('always blocked');
   if (path === '/limited' && !good) return void res.writeHead(429, { 'Retry-After': '120' }).end('slow down');
   if (path === '/captcha') {
@@ -213,6 +219,22 @@ describe('gateway HTTPS inspection', () => {
     expect(untils).toHaveLength(1);
     // Retry-After said 120 s; the rule caps it at 30 s.
     for (const u of untils) expect(u - started).toBeLessThanOrEqual(31_000);
+  });
+
+  it('sends a request body again on a retry (idempotent PUT, within 64 KiB)', async () => {
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(12)}:${tlsPort}/upload`,
+      ca.certPem,
+      {
+        method: 'PUT',
+        body: 'x'.repeat(40_000),
+      },
+    );
+    expect(r.status).toBe(200);
+    expect(r.body).toBe('got 40000 bytes');
+    expect(cooling(site(12))).toEqual([blockedUpstream(site(12))]);
   });
 
   it('gives the client the last answer when retries run out', async () => {
