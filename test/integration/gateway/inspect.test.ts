@@ -148,6 +148,13 @@ function cooling(target: string): string[] {
     .sort();
 }
 
+function reports(result: string): Promise<number> {
+  return w.registry
+    .getSingleMetric('proxy_operator_gateway_upstream_reports_total')!
+    .get()
+    .then((m) => m.values.filter((v) => v.labels.result === result).reduce((n, v) => n + v.value, 0));
+}
+
 function ruleMatches(rule: string, action: string, mode: string): Promise<number> {
   return w.registry
     .getSingleMetric('proxy_operator_gateway_rule_matches_total')!
@@ -325,6 +332,19 @@ describe('gateway HTTPS inspection', () => {
     );
     expect(old.status).toBe(502);
     expect(old.headers['x-egress-certificate-error']).toMatch(/^certificate has expired/);
+  });
+
+  it('answers 502 for an origin that does not speak TLS, without blaming the upstream', async () => {
+    const failedBefore = await reports('failed');
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://localhost:${httpPort}/page`,
+      ca.certPem,
+    );
+    expect(r.status).toBe(502);
+    expect(r.body).toMatch(/^localhost: TLS with the origin failed: /);
+    expect(await reports('failed')).toBe(failedBefore);
   });
 
   it('never logs the CA key', () => {
