@@ -13,6 +13,7 @@ import type { AddressInfo, Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
+import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GatewayRuleConfig } from '../../../src/config/schema.ts';
 import { FileCaStore, GatewayCa } from '../../../src/gateway/ca.ts';
@@ -96,6 +97,7 @@ let wrongPort: number;
 let expiredPort: number;
 const servers: Server[] = [];
 const log = captureLog('debug');
+const spans = new InMemorySpanExporter();
 
 beforeAll(async () => {
   const tlsOrigin = createHttpsServer({ cert: pki.cert, key: pki.key }, origin);
@@ -117,6 +119,9 @@ beforeAll(async () => {
     gateway: {
       rules: RULES,
       log: log.log,
+      tracer: new TracerProvider({
+        spanProcessors: [new SimpleSpanProcessor({ exporter: spans })],
+      }).getTracer('test'),
       inspect: {
         ca,
         exclude: [site(9)],
@@ -196,6 +201,13 @@ describe('gateway HTTPS inspection', () => {
     expect(cooling(site(1))).toEqual([blockedUpstream(site(1))]);
     expect(cooling(site(0))).toEqual([]);
     expect(await ruleMatches('blocked', 'block', 'enforce')).toBe(before + 1);
+    // The request's span names the rule and the retry.
+    const span = spans
+      .getFinishedSpans()
+      .find((s) => s.name === 'gateway HTTPS' && s.attributes['server.address'] === site(1));
+    expect(span?.attributes['gateway.rule']).toBe('blocked');
+    expect(span?.events.map((e) => e.name)).toEqual(['gateway retry']);
+    expect(span?.attributes['gateway.upstream']).toBe(r.headers['x-egress-proxy']);
   });
 
   it('reads a gzip body for a body rule and retries a captcha page', async () => {
@@ -363,6 +375,15 @@ describe('gateway rules on plain HTTP', () => {
     expect(res.status).toBe(200);
     expect(res.headers['x-egress-proxy']).not.toBe(blockedUpstream(site(7)));
     expect(cooling(site(7))).toEqual([blockedUpstream(site(7))]);
+  });
+
+  it('counts an observe rule and passes the answer on untouched', async () => {
+    const before = await ruleMatches('watch', 'block', 'observe');
+    const res = await fetchVia(`http://${site(11)}:${httpPort}/observed`);
+    expect(res.status).toBe(200);
+    expect(res.headers['x-blocked']).toBe('yes');
+    expect(await ruleMatches('watch', 'block', 'observe')).toBe(before + 1);
+    expect(cooling(site(11))).toEqual([]);
   });
 
   it('does not retry a non-idempotent method', async () => {
