@@ -13,7 +13,7 @@ import type http from 'node:http';
 import zlib from 'node:zlib';
 import { type Span, SpanStatusCode } from '@opentelemetry/api';
 import { RULE_BODY_BYTES } from '../config/gateway-rules.ts';
-import { forwardHeaders } from '../provider/local/forward-proxy.ts';
+import { expectsContinue, forwardHeaders } from '../provider/local/forward-proxy.ts';
 import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
 import type { GatewayResult } from './metrics.ts';
 import {
@@ -100,11 +100,6 @@ export function plain(
   if (upstream) headers[EGRESS_PROXY_HEADER] = upstream;
   Object.assign(headers, extra);
   res.writeHead(status, headers).end(`${body}\n`);
-}
-
-/** The client waits for `100 Continue` before it sends its body (the pattern Node's server uses). */
-function expectsContinue(req: http.IncomingMessage): boolean {
-  return /(?:^|\W)100-continue(?:$|\W)/i.test(req.headers.expect ?? '');
 }
 
 export function hasBody(req: http.IncomingMessage): boolean {
