@@ -53,6 +53,7 @@ export function chartValuesSchema(): Json {
           {
             enabled: { type: 'boolean' },
             token: secretRef('The gateway clients’ password (GATEWAY_TOKEN, optional Secret)'),
+            inspect: obj({ enabled: { type: 'boolean' }, exclude: { type: 'array', items: str } }),
             service: obj({
               type: { enum: ['ClusterIP', 'NodePort', 'LoadBalancer'] },
               loadBalancerSourceRanges: { type: 'array', items: str },

@@ -256,6 +256,24 @@ describe('the Helm chart', () => {
     for (const [key, obj] of kustomize) expect(chart.get(key), key).toEqual(obj);
   });
 
+  it('with gateway.inspect renders the inspection flags on the gateway', () => {
+    const objs = template(
+      '--set',
+      'gateway.enabled=true,gateway.inspect.enabled=true',
+      '--set',
+      'gateway.inspect.exclude={*.bank.example,pinned.example}',
+    );
+    const deploy = objs.find((o) => o.kind === 'Deployment') as unknown as {
+      spec: { template: { spec: { containers: { args: string[] }[] } } };
+    };
+    const args = deploy.spec.template.spec.containers[0]?.args ?? [];
+    expect(args).toContain('--gateway-inspect');
+    expect(args[args.indexOf('--gateway-inspect-exclude') + 1]).toBe('*.bank.example,pinned.example');
+    // Off by default, and nothing without the gateway.
+    const plain = template('--set', 'gateway.inspect.enabled=true').find((o) => o.kind === 'Deployment');
+    expect(JSON.stringify(plain)).not.toContain('--gateway-inspect');
+  });
+
   it('renders the optional ServiceMonitor, PodDisruptionBudget and NetworkPolicy, which the API server accepts', () => {
     const objs = template(
       '--set',
