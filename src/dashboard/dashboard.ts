@@ -14,8 +14,19 @@ import { leaseHolders, MAX_LEASE_HOLDERS } from './lease-holders.ts';
 import { objectEvents } from './object-events.ts';
 import { type PoolLister, poolEvents, storePools } from './pools.ts';
 import { providerSummaries } from './providers.ts';
+import { RowLog } from './row-log.ts';
 import { type DerivedEvent, fleetEvents, type Observed } from './snapshot-events.ts';
 import type { DashboardState } from './web/types.ts';
+
+/** `GET /v1/dashboard/state`'s query beside `after` (dashboard/schemas). */
+export interface StateQuery {
+  /** The revision the viewer holds: only rows changed after it are sent. */
+  since?: number | undefined;
+  /** Continue a full load after this key. */
+  from?: string | undefined;
+  /** At most this many rows in a full answer. */
+  limit?: number | undefined;
+}
 
 export interface DashboardOptions {
   leases: Pick<LeaseStore, 'snapshot' | 'liveLeases' | 'cooldownOrigins'>;
@@ -41,8 +52,9 @@ export class Dashboard {
   private readonly history: LatencyHistory;
   private observed = new Map<string, Observed>();
   private sampledAt = Number.NEGATIVE_INFINITY;
-  /** The state without its events: `{…}` minus the closing brace, so events can be appended. */
-  private fleetJson = '';
+  /** The state without its rows and events: `{…}` minus the closing brace, so they can be appended. */
+  private headJson = '';
+  private readonly rows: RowLog;
   private historyJson: { at: number; json: string } | undefined;
 
   private readonly deps: DashboardOptions;
@@ -59,6 +71,7 @@ export class Dashboard {
     };
     this.events = new EventRing(this.o.eventCapacity);
     this.history = new LatencyHistory(this.o.historyStepMs, this.o.historySteps);
+    this.rows = new RowLog(Math.max(0, Math.floor(deps.clock.now())));
   }
 
   /** Watches the Proxies and ProxyPools and samples every idle period until `signal` aborts. */
@@ -84,16 +97,24 @@ export class Dashboard {
     }
   }
 
-  /** `GET /v1/dashboard/state` as JSON text: the fleet now and the events after `after`. */
-  stateJson(after: number): string {
+  /**
+   * `GET /v1/dashboard/state` as JSON text: the totals and panels now, the rows changed after
+   * revision `since` (or, without one it can answer, the fleet from `from`, at most `limit`
+   * rows) and the events after `after`.
+   */
+  stateJson(after: number, query: StateQuery = {}): string {
     this.refresh();
+    const rows =
+      (query.since !== undefined && query.from === undefined ? this.rows.since(query.since) : undefined) ??
+      this.rows.page(query.from, query.limit);
     const events = this.events.since(after);
-    return `${this.fleetJson},"events":${JSON.stringify(events)},"lastEvent":${this.events.last}}`;
+    return `${this.headJson},"revision":${this.rows.revision},"full":${rows.full},"proxies":${rows.proxies},"removed":${rows.removed},"next":${JSON.stringify(rows.next)},"events":${JSON.stringify(events)},"lastEvent":${this.events.last}}`;
   }
 
-  /** `GET /v1/dashboard/history` as JSON text. */
-  historyJsonText(): string {
+  /** `GET /v1/dashboard/history` as JSON text: every proxy's series, or only those of `keys`. */
+  historyJsonText(keys?: readonly string[]): string {
     this.refresh();
+    if (keys) return JSON.stringify(this.history.body(this.sampledAt, keys));
     if (this.historyJson?.at !== this.sampledAt) {
       this.historyJson = { at: this.sampledAt, json: JSON.stringify(this.history.body(this.sampledAt)) };
     }
@@ -121,15 +142,15 @@ export class Dashboard {
     this.observed = found.observed;
     for (const r of rows) this.history.record(r.key, r.healthy ? r.latencyMillis : null, now);
     this.history.retain(new Set(rows.map((r) => r.key)));
-    const state: Omit<DashboardState, 'events' | 'lastEvent'> = {
+    const head: Pick<DashboardState, 'now' | 'totals' | 'pools' | 'leases' | 'providers'> = {
       now: new Date(now).toISOString(),
       totals: fleetTotals(rows, now),
-      proxies: rows,
       pools: this.o.pools(rows),
       leases: leaseHolders(leases.liveLeases(MAX_LEASE_HOLDERS)),
       providers: providerSummaries(this.deps.store.providerHealths.list()),
     };
-    this.fleetJson = JSON.stringify(state).slice(0, -1);
+    this.rows.apply(rows);
+    this.headJson = JSON.stringify(head).slice(0, -1);
     this.sampledAt = now;
   }
 }

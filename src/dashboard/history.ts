@@ -54,11 +54,20 @@ export class LatencyHistory {
     return this.series.size;
   }
 
-  /** Every series up to and including the step of `now`, all of length `steps`. */
-  body(now: number): LatencyHistoryBody {
+  /**
+   * The series up to and including the step of `now`, all of length `steps`: every proxy's, or
+   * those of `keys` (the rows a viewer shows) that exist.
+   */
+  body(now: number, keys?: readonly string[]): LatencyHistoryBody {
     const step = Math.floor(now / this.stepMs);
     const out: Record<string, (number | null)[]> = {};
-    for (const [key, s] of this.series) {
+    const picked = keys
+      ? keys.flatMap((k): [string, Series][] => {
+          const s = this.series.get(k);
+          return s ? [[k, s]] : [];
+        })
+      : this.series;
+    for (const [key, s] of picked) {
       this.advance(s, step);
       const values = [...s.values, s.count > 0 ? round(s.sum / s.count) : null];
       const padded =

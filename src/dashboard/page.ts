@@ -34,6 +34,11 @@ export function pageHtml(entry: string): string {
       <h2>Proxies</h2>
       <input id="filter" type="search" placeholder="Filter: name, pool, provider, phase, target, IP…" aria-label="Filter proxies">
       <span id="shown" class="muted"></span>
+      <span class="pager">
+        <button id="page-prev" type="button" aria-label="Previous page">‹</button>
+        <span id="page-info" class="muted"></span>
+        <button id="page-next" type="button" aria-label="Next page">›</button>
+      </span>
     </div>
     <table id="fleet">
       <thead><tr>
@@ -111,6 +116,9 @@ section { background: var(--panel); border: 1px solid var(--line); border-radius
 .toolbar { display: flex; align-items: baseline; gap: .8rem; }
 .toolbar input { flex: 0 1 28rem; padding: .3rem .5rem; font: inherit; border: 1px solid var(--line); border-radius: 4px; background: var(--bg); color: var(--fg); }
 .fleet { overflow-x: auto; }
+.pager { margin-left: auto; display: flex; align-items: baseline; gap: .4rem; white-space: nowrap; }
+.pager button { font: inherit; padding: 0 .5rem; border: 1px solid var(--line); border-radius: 4px; background: var(--bg); color: var(--fg); cursor: pointer; }
+.pager button:disabled { opacity: .4; cursor: default; }
 table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
 th { font-weight: 600; white-space: nowrap; }

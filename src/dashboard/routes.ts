@@ -45,11 +45,17 @@ export function dashboardHandlers(
       reply
         .type('application/json; charset=utf-8')
         .header('cache-control', 'no-store')
-        .send(dashboard.stateJson(req.query.after ?? 0)),
-    dashboardHistory: (_req, reply) =>
+        .send(
+          dashboard.stateJson(req.query.after ?? 0, {
+            since: req.query.since,
+            from: req.query.from,
+            limit: req.query.limit,
+          }),
+        ),
+    dashboardHistory: (req, reply) =>
       reply
         .type('application/json; charset=utf-8')
         .header('cache-control', 'no-store')
-        .send(dashboard.historyJsonText()),
+        .send(dashboard.historyJsonText(req.query.proxies?.split(',').filter(Boolean))),
   };
 }

@@ -191,14 +191,31 @@ export const DashboardStateBody = Type.Object(
   {
     now: Time("The server's clock: time left is counted against it."),
     totals: FleetTotalsBody,
+    revision: Type.Integer({
+      description:
+        'The revision of the rows this answer is from: ask with `since` set to it to be sent only what changes after.',
+    }),
+    full: Type.Boolean({
+      description:
+        'true: `proxies` is the fleet in key order (from after `from`, at most `limit` rows), replacing what the viewer held; false: only the rows changed after `since`, and `removed`.',
+    }),
     proxies: Type.Array(FleetRowBody),
+    removed: Type.Array(Type.String(), {
+      description: '"namespace/name" of the proxies gone after `since` (empty in a full answer).',
+    }),
+    next: Nullable(
+      Type.String({ description: 'A full answer cut short by `limit`: ask again with `from` set to this.' }),
+    ),
     pools: Type.Array(PoolSummaryBody),
     leases: LeaseHoldersBody,
     providers: Type.Array(ProviderSummaryBody),
     events: Type.Array(FleetEventBody, { description: 'The events after `?after=`.' }),
     lastEvent: Type.Integer({ description: 'seq of the newest event (0 when none yet).' }),
   },
-  { description: 'The fleet now, plus the events after `?after=`.' },
+  {
+    description:
+      'The totals and panels now, the proxies that changed after `?since=` (or the fleet, in pages), plus the events after `?after=`.',
+  },
 );
 
 export const DashboardStateQuery = Type.Object(
@@ -208,6 +225,37 @@ export const DashboardStateQuery = Type.Object(
         minimum: 0,
         maximum: Number.MAX_SAFE_INTEGER,
         description: 'Only events with a larger seq (default 0: every event kept).',
+      }),
+    ),
+    since: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: Number.MAX_SAFE_INTEGER,
+        description:
+          'The `revision` the viewer holds: only the rows changed after it are sent. A revision the server no longer (or never) had gets a full answer.',
+      }),
+    ),
+    from: Type.Optional(
+      Type.String({
+        maxLength: 512,
+        description:
+          'Continue a full load: the rows after this "namespace/name" (the `next` of the last page).',
+      }),
+    ),
+    limit: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 100_000, description: 'At most this many rows in a full answer.' }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const DashboardHistoryQuery = Type.Object(
+  {
+    proxies: Type.Optional(
+      Type.String({
+        maxLength: 8192,
+        description:
+          'Only these proxies\' series: "namespace/name" keys separated by commas (the rows a page shows). Default: every proxy.',
       }),
     ),
   },

@@ -16,6 +16,7 @@ import Type, { type TSchema } from 'typebox';
 import { LocationSchema } from '../api/proxy.ts';
 import {
   DashboardFileParams,
+  DashboardHistoryQuery,
   DashboardStateBody,
   DashboardStateQuery,
   LatencyHistoryBody,
@@ -512,7 +513,8 @@ export const ROUTES = {
   dashboardState: route({
     method: 'GET',
     url: '/v1/dashboard/state',
-    summary: 'The fleet as the dashboard shows it (no credentials), and the events after `after`.',
+    summary:
+      'The fleet as the dashboard shows it (no credentials): the rows changed after `since` (or the fleet in pages), and the events after `after`.',
     auth: true,
     jsonText: true,
     statuses: { 200: 'The fleet now.', ...common },
@@ -527,8 +529,11 @@ export const ROUTES = {
     summary: 'Mean probe latency per proxy per step, for the dashboard.',
     auth: true,
     jsonText: true,
-    statuses: { 200: 'The history.', 401: common[401] },
-    schema: { response: { 200: LatencyHistoryBody, 401: ErrorBody } },
+    statuses: { 200: 'The history.', ...common },
+    schema: {
+      querystring: DashboardHistoryQuery,
+      response: { 200: LatencyHistoryBody, 400: ErrorBody, 401: ErrorBody },
+    },
   }),
   gatewaySync: route({
     method: 'POST',

@@ -1,7 +1,10 @@
 /// <reference lib="dom" />
 /**
  * dashboard/web/app — the page's entry point: asks for the token when the API wants one,
- * polls the fleet every second and the latency history every step, and redraws.
+ * loads the fleet (in pages of rows), then polls every second for what changed since the
+ * revision it holds, and the latency history of the rows shown every step. Each update is
+ * timed with `performance.measure` (`dashboard:update`, `dashboard:load`), visible in the
+ * browser's performance tools.
  */
 import { fetchHistory, fetchState, storedToken, storeToken, Unauthorized } from './api.ts';
 import { byId } from './dom.ts';
@@ -21,11 +24,17 @@ const STATE_EVERY_MS = 1000;
 const HISTORY_EVERY_MS = 10_000;
 const RETRY_MAX_MS = 5000;
 
-const table = new FleetTable(
-  byId<HTMLTableElement>('fleet'),
-  byId<HTMLInputElement>('filter'),
-  byId('shown'),
-);
+/** Rows per request while loading the fleet: keeps each answer a few hundred KB. */
+const LOAD_ROWS = 2000;
+
+const table = new FleetTable({
+  table: byId<HTMLTableElement>('fleet'),
+  filter: byId<HTMLInputElement>('filter'),
+  shown: byId('shown'),
+  prev: byId<HTMLButtonElement>('page-prev'),
+  next: byId<HTMLButtonElement>('page-next'),
+  pageInfo: byId('page-info'),
+});
 const live = byId('live');
 const tokenForm = byId<HTMLFormElement>('token-form');
 const tokenInput = byId<HTMLInputElement>('token');
@@ -33,22 +42,30 @@ const forget = byId<HTMLButtonElement>('forget-token');
 
 let events: FleetEvent[] = [];
 let lastEvent = 0;
+/** The revision of the rows the page holds; null before the first load (or after a refusal). */
+let revision: number | null = null;
 let failures = 0;
 let running = false;
 let stateTimer: number | undefined;
 let historyTimer: number | undefined;
 
-function draw(state: DashboardState): void {
-  const serverNow = Date.parse(state.now);
+/** Keeps the events of an answer; true when there were new ones. */
+function takeEvents(state: DashboardState): boolean {
   // Every event after a reset (another process answers now) replaces what the page held.
-  events = state.lastEvent < lastEvent ? state.events : mergeEvents(events, state.events);
+  const reset = state.lastEvent < lastEvent;
+  events = reset ? state.events : mergeEvents(events, state.events);
   lastEvent = state.lastEvent;
-  table.update(state.proxies, serverNow);
+  return reset || state.events.length > 0;
+}
+
+/** Everything beside the proxies table (all of it small), from the newest answer. */
+function drawPanels(state: DashboardState, newEvents: boolean): void {
+  const serverNow = Date.parse(state.now);
   renderTotals(byId('totals'), state.totals);
   renderPools(byId<HTMLTableElement>('pools'), state.pools);
   renderLeases(byId<HTMLTableElement>('leases'), byId('lease-summary'), state.leases, serverNow);
   renderProviders(byId('providers'), state.providers);
-  renderEvents(byId<HTMLOListElement>('events'), events);
+  if (newEvents) renderEvents(byId<HTMLOListElement>('events'), events);
   live.textContent = `live · ${clockTime(state.now)}`;
   live.className = 'live ok';
 }
@@ -64,9 +81,42 @@ function askForToken(message: string): void {
   tokenInput.focus();
 }
 
+/**
+ * A full answer is the first page of the fleet: the rest follows page by page, then the page
+ * asks for changes since the first page's revision (which covers whatever changed meanwhile).
+ */
+async function load(first: DashboardState, started: number): Promise<void> {
+  const rows = [...first.proxies];
+  let newEvents = takeEvents(first);
+  let last = first;
+  while (last.next !== null) {
+    last = (await fetchState({ after: lastEvent, from: last.next, limit: LOAD_ROWS })).body;
+    rows.push(...last.proxies);
+    newEvents = takeEvents(last) || newEvents;
+  }
+  table.replace(rows, Date.parse(last.now));
+  drawPanels(last, newEvents);
+  revision = first.revision;
+  performance.measure('dashboard:load', { start: started, end: performance.now() });
+  if (running) void pollHistory();
+}
+
+/** One poll: the rows changed since the revision held, or the fleet anew. */
+async function update(): Promise<void> {
+  const started = performance.now();
+  const answer = await fetchState({ after: lastEvent, since: revision ?? undefined, limit: LOAD_ROWS });
+  const state = answer.body;
+  if (state.full) return load(state, started);
+  const newEvents = takeEvents(state);
+  table.apply(state.proxies, state.removed, Date.parse(state.now));
+  drawPanels(state, newEvents);
+  revision = state.revision;
+  performance.measure('dashboard:update', { start: answer.received, end: performance.now() });
+}
+
 async function pollState(): Promise<void> {
   try {
-    draw(await fetchState(lastEvent));
+    await update();
     failures = 0;
   } catch (err) {
     if (err instanceof Unauthorized) {
@@ -81,14 +131,38 @@ async function pollState(): Promise<void> {
     stateTimer = window.setTimeout(pollState, Math.min(STATE_EVERY_MS * 2 ** failures, RETRY_MAX_MS));
 }
 
+let historyBusy = false;
+let historyAgain = false;
+
+/** The charts of the rows shown; asked again at once if the rows changed while it was under way. */
 async function pollHistory(): Promise<void> {
+  if (historyBusy) {
+    historyAgain = true;
+    return;
+  }
+  historyBusy = true;
+  window.clearTimeout(historyTimer);
   try {
-    table.setHistory(await fetchHistory());
+    table.setHistory(await fetchHistory(table.shownKeys()));
   } catch {
     // The state poll reports trouble; the charts just keep their last picture.
   }
+  historyBusy = false;
+  if (historyAgain) {
+    historyAgain = false;
+    return pollHistory();
+  }
   if (running) historyTimer = window.setTimeout(pollHistory, HISTORY_EVERY_MS);
 }
+
+// Another page, filter or order: its rows' charts now rather than at the next step.
+let shownTimer: number | undefined;
+table.onShownChange = () => {
+  window.clearTimeout(shownTimer);
+  shownTimer = window.setTimeout(() => {
+    if (running) void pollHistory();
+  }, 300);
+};
 
 function start(): void {
   running = true;

@@ -3,13 +3,17 @@
  * dashboard/web/fleet-table — the proxies table: one row per proxy with health, the latency
  * sparkline, leases and cooldowns with time left (and, for one taken on through a shared egress
  * address, the proxy that was reported); sorted by the clicked column (again for the other
- * direction) and filtered by the words typed.
+ * direction) and filtered by the words typed, over the whole fleet. It shows one page of rows,
+ * so the DOM stays the same size at 10 or 10,000 proxies, and keeps each row's element by key:
+ * an update redraws only the rows that changed (and the time left of running cooldowns).
  */
 import { sparkline } from './chart.ts';
 import { h } from './dom.ts';
 import {
   activeCooldowns,
-  matchesQuery,
+  pageBounds,
+  queryWords,
+  rowText,
   type SortColumn,
   type SortOrder,
   sharedNote,
@@ -19,32 +23,89 @@ import {
 import type { FleetRow, LatencyHistoryBody } from './types.ts';
 
 const NONE = '–';
+/** Rows on one page: the most the table ever holds in the DOM. */
+export const PAGE_ROWS = 100;
+/** The index of the cooldowns cell in a row. */
+const COOLDOWN_CELL = 6;
+
+export interface FleetTableElements {
+  table: HTMLTableElement;
+  filter: HTMLInputElement;
+  /** "12 proxies", "3 of 12". */
+  shown: HTMLElement;
+  prev: HTMLButtonElement;
+  next: HTMLButtonElement;
+  /** "1–100 of 10000". */
+  pageInfo: HTMLElement;
+}
+
+interface Drawn {
+  tr: HTMLTableRowElement;
+  /** The row object it was drawn from (a changed row arrives as a new object). */
+  row: FleetRow;
+  /** The history it was drawn with. */
+  history: LatencyHistoryBody | undefined;
+}
 
 export class FleetTable {
   private order: SortOrder = { column: 'key', descending: false };
-  private query = '';
-  private rows: readonly FleetRow[] = [];
+  private words: string[] = [];
+  private readonly rows = new Map<string, FleetRow>();
+  /** The keys the filter keeps, in the sort order; recomputed only when that can change. */
+  private visible: string[] = [];
+  private visibleStale = true;
+  private page = 0;
+  /** The `<tr>` of each row on the page, by key. */
+  private readonly drawn = new Map<string, Drawn>();
+  /** The filter's text of each row, computed once per row object. */
+  private readonly texts = new WeakMap<FleetRow, string>();
   private history: LatencyHistoryBody | undefined;
   private nowMs = 0;
-  private readonly table: HTMLTableElement;
-  private readonly shown: HTMLElement;
+  private readonly el: FleetTableElements;
+  private readonly body: HTMLTableSectionElement;
+  /** Called when a person changes which rows are shown (page, filter, sort). */
+  onShownChange: () => void = () => {};
 
-  constructor(table: HTMLTableElement, filter: HTMLInputElement, shown: HTMLElement) {
-    this.table = table;
-    this.shown = shown;
-    for (const th of table.querySelectorAll<HTMLTableCellElement>('th[data-sort]')) {
+  constructor(el: FleetTableElements) {
+    this.el = el;
+    this.body = el.table.tBodies[0] ?? el.table.createTBody();
+    for (const th of el.table.querySelectorAll<HTMLTableCellElement>('th[data-sort]')) {
       const button = th.querySelector('button');
       button?.addEventListener('click', () => this.sortBy(th.dataset.sort as SortColumn));
     }
-    filter.addEventListener('input', () => {
-      this.query = filter.value;
-      this.render();
+    el.filter.addEventListener('input', () => {
+      this.words = queryWords(el.filter.value);
+      this.page = 0;
+      this.visibleStale = true;
+      this.shownChanged();
     });
+    el.prev.addEventListener('click', () => this.turn(-1));
+    el.next.addEventListener('click', () => this.turn(1));
     this.markSorted();
   }
 
-  update(rows: readonly FleetRow[], nowMs: number): void {
-    this.rows = rows;
+  /** Every row anew (a full answer). */
+  replace(rows: readonly FleetRow[], nowMs: number): void {
+    this.rows.clear();
+    for (const r of rows) this.rows.set(r.key, r);
+    this.visibleStale = true;
+    this.nowMs = nowMs;
+    this.render();
+  }
+
+  /** The rows that changed and the keys that went (a delta answer). */
+  apply(changed: readonly FleetRow[], removed: readonly string[], nowMs: number): void {
+    let membership = false;
+    for (const key of removed) membership = this.rows.delete(key) || membership;
+    for (const r of changed) {
+      if (!this.rows.has(r.key)) membership = true;
+      this.rows.set(r.key, r);
+    }
+    // In name order with no filter, a changed row keeps its place: only arrivals and departures move rows.
+    if (membership || (changed.length > 0 && (this.words.length > 0 || this.order.column !== 'key')))
+      this.visibleStale = true;
+    // Time left is counted against the server's clock, so sorting by cooldowns moves with it.
+    if (this.order.column === 'cooldowns') this.visibleStale = true;
     this.nowMs = nowMs;
     this.render();
   }
@@ -54,37 +115,100 @@ export class FleetTable {
     this.render();
   }
 
+  /** The keys of the rows on the page, in order (their latency history is what the page asks for). */
+  shownKeys(): string[] {
+    return [...this.drawn.keys()];
+  }
+
+  private turn(by: number): void {
+    this.page += by;
+    this.shownChanged();
+  }
+
+  private shownChanged(): void {
+    this.render();
+    this.onShownChange();
+  }
+
   private sortBy(column: SortColumn): void {
     this.order = { column, descending: this.order.column === column ? !this.order.descending : false };
+    this.page = 0;
+    this.visibleStale = true;
     this.markSorted();
-    this.render();
+    this.shownChanged();
   }
 
   private markSorted(): void {
-    for (const th of this.table.querySelectorAll<HTMLTableCellElement>('th[data-sort]')) {
+    for (const th of this.el.table.querySelectorAll<HTMLTableCellElement>('th[data-sort]')) {
       if (th.dataset.sort === this.order.column)
         th.setAttribute('aria-sort', this.order.descending ? 'descending' : 'ascending');
       else th.removeAttribute('aria-sort');
     }
   }
 
-  private render(): void {
-    const visible = sortRows(
-      this.rows.filter((r) => matchesQuery(r, this.query)),
-      this.order,
-      this.nowMs,
-    );
-    const body = this.table.tBodies[0] ?? this.table.createTBody();
-    body.replaceChildren(...visible.map((r) => this.row(r)));
-    this.shown.textContent =
-      visible.length === this.rows.length
-        ? `${this.rows.length} proxies`
-        : `${visible.length} of ${this.rows.length}`;
+  private text(r: FleetRow): string {
+    let t = this.texts.get(r);
+    if (t === undefined) {
+      t = rowText(r);
+      this.texts.set(r, t);
+    }
+    return t;
   }
 
-  private row(r: FleetRow): HTMLTableRowElement {
-    const tr = h('tr', { 'data-proxy': r.key, class: r.healthy ? '' : 'down' });
-    tr.append(
+  private computeVisible(): void {
+    const kept: FleetRow[] = [];
+    for (const r of this.rows.values())
+      if (this.words.length === 0 || this.words.every((w) => this.text(r).includes(w))) kept.push(r);
+    this.visible = sortRows(kept, this.order, this.nowMs).map((r) => r.key);
+    this.visibleStale = false;
+  }
+
+  private render(): void {
+    if (this.visibleStale) this.computeVisible();
+    const b = pageBounds(this.visible.length, this.page, PAGE_ROWS);
+    this.page = b.page;
+    const trs: HTMLTableRowElement[] = [];
+    const keep = new Set<string>();
+    for (let i = b.start; i < b.end; i++) {
+      const key = this.visible[i] as string;
+      const r = this.rows.get(key) as FleetRow;
+      keep.add(key);
+      const d = this.drawn.get(key);
+      if (!d) {
+        const tr = h('tr', { 'data-proxy': key });
+        this.fill(tr, r);
+        this.drawn.set(key, { tr, row: r, history: this.history });
+        trs.push(tr);
+        continue;
+      }
+      if (d.row !== r || d.history !== this.history) {
+        this.fill(d.tr, r);
+        d.row = r;
+        d.history = this.history;
+      } else if (r.cooldownUntil !== null || r.targetCooldowns.length > 0) {
+        // Unchanged, but its time left runs down.
+        d.tr.cells[COOLDOWN_CELL]?.replaceWith(this.cooldownCell(r));
+      }
+      trs.push(d.tr);
+    }
+    for (const key of this.drawn.keys()) if (!keep.has(key)) this.drawn.delete(key);
+    if (!sameOrder(this.body.rows, trs)) this.body.replaceChildren(...trs);
+    const total = this.rows.size;
+    const n = this.visible.length;
+    this.el.shown.textContent = n === total ? `${total} proxies` : `${n} of ${total}`;
+    this.el.pageInfo.textContent = n === 0 ? '' : `${b.start + 1}–${b.end} of ${n}`;
+    this.el.prev.disabled = b.page === 0;
+    this.el.next.disabled = b.page >= b.pages - 1;
+  }
+
+  /** Redraws a row's cells in its element (which keeps its place and identity). */
+  private fill(tr: HTMLTableRowElement, r: FleetRow): void {
+    tr.className = r.healthy ? '' : 'down';
+    tr.replaceChildren(...this.cells(r));
+  }
+
+  private cells(r: FleetRow): HTMLTableCellElement[] {
+    return [
       h('td', {}, h('span', { class: 'ns' }, `${r.namespace}/`), h('strong', {}, r.name)),
       h('td', r.pool ? { title: `${r.poolLabel}=${r.pool}` } : {}, r.pool ?? NONE),
       h('td', {}, r.provider ?? NONE),
@@ -103,8 +227,7 @@ export class FleetTable {
       this.cooldownCell(r),
       h('td', { class: 'mono' }, r.egressIP ?? NONE),
       h('td', { class: 'mono' }, r.address ?? NONE),
-    );
-    return tr;
+    ];
   }
 
   private healthCell(r: FleetRow): HTMLTableCellElement {
@@ -148,4 +271,13 @@ export class FleetTable {
       ),
     );
   }
+}
+
+function sameOrder(
+  current: HTMLCollectionOf<HTMLTableRowElement>,
+  wanted: readonly HTMLTableRowElement[],
+): boolean {
+  if (current.length !== wanted.length) return false;
+  for (let i = 0; i < wanted.length; i++) if (current[i] !== wanted[i]) return false;
+  return true;
 }

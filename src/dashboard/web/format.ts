@@ -68,7 +68,8 @@ export function activeCooldowns(row: FleetRow, nowMs: number): ActiveCooldown[] 
   return out;
 }
 
-function haystack(row: FleetRow): string {
+/** The text the filter searches in a row (lower case). */
+export function rowText(row: FleetRow): string {
   return [
     row.key,
     row.pool ?? '',
@@ -86,12 +87,33 @@ function haystack(row: FleetRow): string {
     .toLowerCase();
 }
 
+/** The words of a filter, lower case. */
+export function queryWords(query: string): string[] {
+  return query.toLowerCase().split(/\s+/).filter(Boolean);
+}
+
 /** Every whitespace-separated word of `query` must occur somewhere in the row (case-insensitive). */
 export function matchesQuery(row: FleetRow, query: string): boolean {
-  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  const words = queryWords(query);
   if (words.length === 0) return true;
-  const text = haystack(row);
+  const text = rowText(row);
   return words.every((w) => text.includes(w));
+}
+
+export interface PageBounds {
+  /** The page shown, 0-based: the one asked for, moved back when the rows no longer reach it. */
+  page: number;
+  pages: number;
+  /** Index of its first row, and one past its last. */
+  start: number;
+  end: number;
+}
+
+/** Which rows of `total` page `page` of `size` shows (at least one page, even an empty one). */
+export function pageBounds(total: number, page: number, size: number): PageBounds {
+  const pages = Math.max(1, Math.ceil(total / size));
+  const p = Math.min(Math.max(0, page), pages - 1);
+  return { page: p, pages, start: p * size, end: Math.min(total, (p + 1) * size) };
 }
 
 function sortKey(row: FleetRow, column: SortColumn, nowMs: number): string | number {

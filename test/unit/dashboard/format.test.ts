@@ -7,6 +7,7 @@ import {
   activeCooldowns,
   age,
   matchesQuery,
+  pageBounds,
   sharedNote,
   sortRows,
   timeLeft,
@@ -136,5 +137,16 @@ describe('ages and shared cooldowns', () => {
     });
     expect(matchesQuery(r, 'local-2')).toBe(true);
     expect(matchesQuery(r, '127.0.0.2 shop')).toBe(true);
+  });
+});
+
+describe('pages of the proxies table', () => {
+  it('cuts the filtered rows into pages, and moves back to the last page when the rows shrink', () => {
+    expect(pageBounds(10_000, 0, 100)).toEqual({ page: 0, pages: 100, start: 0, end: 100 });
+    expect(pageBounds(10_000, 99, 100)).toEqual({ page: 99, pages: 100, start: 9900, end: 10_000 });
+    // A filter left 150 rows while page 40 was shown: the last page, not an empty one.
+    expect(pageBounds(150, 40, 100)).toEqual({ page: 1, pages: 2, start: 100, end: 150 });
+    expect(pageBounds(0, 3, 100)).toEqual({ page: 0, pages: 1, start: 0, end: 0 });
+    expect(pageBounds(5, -1, 100)).toEqual({ page: 0, pages: 1, start: 0, end: 5 });
   });
 });

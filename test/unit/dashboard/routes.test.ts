@@ -116,6 +116,37 @@ describe('dashboard routes', () => {
     expect(await bad.json()).toMatchObject({ error: { code: 'bad_request', field: 'after' } });
     const ok = await fetch(`${url}/v1/dashboard/state?after=3`, { headers });
     expect(ok.status).toBe(200);
+    for (const [query, field] of [
+      ['since=-1', 'since'],
+      ['limit=0', 'limit'],
+      ['limit=2.5', 'limit'],
+      [`from=${'x'.repeat(513)}`, 'from'],
+    ]) {
+      const res = await fetch(`${url}/v1/dashboard/state?${query}`, { headers });
+      expect(res.status, query).toBe(400);
+      expect(await res.json()).toMatchObject({ error: { code: 'bad_request', field } });
+    }
+    const history = await fetch(`${url}/v1/dashboard/history?proxies=${'x'.repeat(8193)}`, { headers });
+    expect(history.status).toBe(400);
+    expect(await history.json()).toMatchObject({ error: { field: 'proxies' } });
+  });
+
+  it('pages the fleet and then sends what changed since the revision held, over HTTP', async () => {
+    const url = await start(TOKEN);
+    const headers = { authorization: `Bearer ${TOKEN}` };
+    const get = async (query: string) => {
+      const res = await fetch(`${url}/v1/dashboard/state?${query}`, { headers });
+      expect(res.status, query).toBe(200);
+      const body = await res.json();
+      expect([...Value.Errors(DashboardStateBody, body)]).toEqual([]);
+      return body as { revision: number; full: boolean; proxies: { key: string }[]; next: string | null };
+    };
+    const first = await get('limit=1');
+    expect(first).toMatchObject({ full: true, next: null, proxies: [{ key: 'crawl/a' }] });
+    const again = await get(`since=${first.revision}`);
+    expect(again).toMatchObject({ full: false, proxies: [] });
+    const history = await fetch(`${url}/v1/dashboard/history?proxies=crawl%2Fa,crawl%2Fb`, { headers });
+    expect(Object.keys((await history.json()).series)).toEqual(['crawl/a']);
   });
 
   it('without a token, keeps the data behind the Host guard but shows the page to any Host', async () => {
