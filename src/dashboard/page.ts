@@ -41,6 +41,7 @@ export function pageHtml(entry: string): string {
       </span>
     </div>
     <table id="fleet">
+      <colgroup><col class="c-proxy"><col class="c-pool"><col class="c-provider"><col class="c-phase"><col class="c-health"><col class="c-leases"><col class="c-cooldowns"><col class="c-egress"><col class="c-address"></colgroup>
       <thead><tr>
         <th data-sort="key"><button type="button">Proxy</button></th>
         <th data-sort="pool"><button type="button">Pool</button></th>
@@ -146,6 +147,13 @@ tr.down td { background: color-mix(in srgb, var(--bad) 6%, transparent); }
 .cooldowns ul, .provider ul { list-style: none; margin: 0; padding: 0; }
 .cooldowns .left { color: var(--warn); font-variant-numeric: tabular-nums; }
 .cooldowns .shared { color: var(--muted); font-size: .8rem; }
+/* Below the fold at any size of fleet: not laid out or painted until scrolled to. */
+.panels > section { content-visibility: auto; contain-intrinsic-size: auto 16rem; }
+#fleet { table-layout: fixed; min-width: 72rem; }
+#fleet col.c-proxy { width: 17%; } #fleet col.c-pool { width: 7%; } #fleet col.c-provider { width: 7%; }
+#fleet col.c-phase { width: 9%; } #fleet col.c-health { width: 20%; } #fleet col.c-leases { width: 6%; }
+#fleet col.c-cooldowns { width: 14%; } #fleet col.c-egress { width: 10%; } #fleet col.c-address { width: 10%; }
+#fleet td { overflow-wrap: anywhere; }
 .panels { display: grid; gap: 1rem; grid-template-columns: repeat(auto-fit, minmax(20rem, 1fr)); align-items: start; }
 .pools, .leases { grid-column: 1 / -1; overflow-x: auto; }
 .provider { margin-bottom: .5rem; }

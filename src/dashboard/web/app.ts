@@ -12,6 +12,7 @@ import { FleetTable } from './fleet-table.ts';
 import { clockTime } from './format.ts';
 import {
   mergeEvents,
+  prependEvents,
   renderEvents,
   renderLeases,
   renderPools,
@@ -49,23 +50,47 @@ let running = false;
 let stateTimer: number | undefined;
 let historyTimer: number | undefined;
 
-/** Keeps the events of an answer; true when there were new ones. */
-function takeEvents(state: DashboardState): boolean {
+/** Events to draw: all of them after a reset, else the new ones (on top of those shown). */
+let eventsReset = true;
+let freshEvents: FleetEvent[] = [];
+
+/** Keeps the events of an answer. */
+function takeEvents(state: DashboardState): void {
   // Every event after a reset (another process answers now) replaces what the page held.
-  const reset = state.lastEvent < lastEvent;
-  events = reset ? state.events : mergeEvents(events, state.events);
+  if (state.lastEvent < lastEvent) {
+    events = state.events;
+    eventsReset = true;
+  } else {
+    events = mergeEvents(events, state.events);
+    freshEvents = mergeEvents(freshEvents, state.events);
+  }
   lastEvent = state.lastEvent;
-  return reset || state.events.length > 0;
+}
+
+/** The JSON each panel was last drawn from: a panel whose data did not change is left alone. */
+const drawnFrom = new Map<string, string>();
+
+function changed(panel: string, data: unknown): boolean {
+  const json = JSON.stringify(data);
+  if (drawnFrom.get(panel) === json) return false;
+  drawnFrom.set(panel, json);
+  return true;
 }
 
 /** Everything beside the proxies table (all of it small), from the newest answer. */
-function drawPanels(state: DashboardState, newEvents: boolean): void {
+function drawPanels(state: DashboardState): void {
   const serverNow = Date.parse(state.now);
-  renderTotals(byId('totals'), state.totals);
-  renderPools(byId<HTMLTableElement>('pools'), state.pools);
-  renderLeases(byId<HTMLTableElement>('leases'), byId('lease-summary'), state.leases, serverNow);
-  renderProviders(byId('providers'), state.providers);
-  if (newEvents) renderEvents(byId<HTMLOListElement>('events'), events);
+  if (changed('totals', state.totals)) renderTotals(byId('totals'), state.totals);
+  if (changed('pools', state.pools)) renderPools(byId<HTMLTableElement>('pools'), state.pools);
+  // Ages and time left move every second while there are leases.
+  if (changed('leases', state.leases) || state.leases.newest.length > 0)
+    renderLeases(byId<HTMLTableElement>('leases'), byId('lease-summary'), state.leases, serverNow);
+  if (changed('providers', state.providers)) renderProviders(byId('providers'), state.providers);
+  const list = byId<HTMLOListElement>('events');
+  if (eventsReset) renderEvents(list, events);
+  else prependEvents(list, freshEvents);
+  eventsReset = false;
+  freshEvents = [];
   live.textContent = `live · ${clockTime(state.now)}`;
   live.className = 'live ok';
 }
@@ -87,17 +112,21 @@ function askForToken(message: string): void {
  */
 async function load(first: DashboardState, started: number): Promise<void> {
   const rows = [...first.proxies];
-  let newEvents = takeEvents(first);
+  takeEvents(first);
   let last = first;
   while (last.next !== null) {
     last = (await fetchState({ after: lastEvent, from: last.next, limit: LOAD_ROWS })).body;
     rows.push(...last.proxies);
-    newEvents = takeEvents(last) || newEvents;
+    takeEvents(last);
   }
   table.replace(rows, Date.parse(last.now));
-  drawPanels(last, newEvents);
+  drawPanels(last);
   revision = first.revision;
-  performance.measure('dashboard:load', { start: started, end: performance.now() });
+  performance.measure('dashboard:load', {
+    start: started,
+    end: performance.now(),
+    detail: { rows: rows.length },
+  });
   if (running) void pollHistory();
 }
 
@@ -107,11 +136,15 @@ async function update(): Promise<void> {
   const answer = await fetchState({ after: lastEvent, since: revision ?? undefined, limit: LOAD_ROWS });
   const state = answer.body;
   if (state.full) return load(state, started);
-  const newEvents = takeEvents(state);
+  takeEvents(state);
   table.apply(state.proxies, state.removed, Date.parse(state.now));
-  drawPanels(state, newEvents);
+  drawPanels(state);
   revision = state.revision;
-  performance.measure('dashboard:update', { start: answer.received, end: performance.now() });
+  performance.measure('dashboard:update', {
+    start: answer.received,
+    end: performance.now(),
+    detail: { rows: state.proxies.length, removed: state.removed.length },
+  });
 }
 
 async function pollState(): Promise<void> {

@@ -13,6 +13,7 @@ import {
   activeCooldowns,
   pageBounds,
   queryWords,
+  resortRows,
   rowText,
   type SortColumn,
   type SortOrder,
@@ -24,8 +25,9 @@ import type { FleetRow, LatencyHistoryBody } from './types.ts';
 
 const NONE = '–';
 /** Rows on one page: the most the table ever holds in the DOM. */
-export const PAGE_ROWS = 100;
-/** The index of the cooldowns cell in a row. */
+export const PAGE_ROWS = 50;
+/** The indexes of the health and cooldowns cells in a row. */
+const HEALTH_CELL = 4;
 const COOLDOWN_CELL = 6;
 
 export interface FleetTableElements {
@@ -95,18 +97,25 @@ export class FleetTable {
 
   /** The rows that changed and the keys that went (a delta answer). */
   apply(changed: readonly FleetRow[], removed: readonly string[], nowMs: number): void {
-    let membership = false;
-    for (const key of removed) membership = this.rows.delete(key) || membership;
+    this.nowMs = nowMs;
+    const touched = new Set<string>(removed);
+    for (const key of removed) this.rows.delete(key);
     for (const r of changed) {
-      if (!this.rows.has(r.key)) membership = true;
+      touched.add(r.key);
       this.rows.set(r.key, r);
     }
-    // In name order with no filter, a changed row keeps its place: only arrivals and departures move rows.
-    if (membership || (changed.length > 0 && (this.words.length > 0 || this.order.column !== 'key')))
-      this.visibleStale = true;
-    // Time left is counted against the server's clock, so sorting by cooldowns moves with it.
+    // Time left is counted against the server's clock: sorting by cooldowns moves with it.
     if (this.order.column === 'cooldowns') this.visibleStale = true;
-    this.nowMs = nowMs;
+    if (!this.visibleStale && touched.size > 0) {
+      const sorted: FleetRow[] = [];
+      for (const key of this.visible) {
+        const r = this.rows.get(key);
+        // A removed row is skipped by `touched`; its old object would do as well.
+        if (r) sorted.push(r);
+      }
+      const fresh = changed.filter((r) => this.matches(r));
+      this.visible = resortRows(sorted, touched, fresh, this.order, nowMs).map((r) => r.key);
+    }
     this.render();
   }
 
@@ -155,10 +164,13 @@ export class FleetTable {
     return t;
   }
 
+  private matches(r: FleetRow): boolean {
+    return this.words.length === 0 || this.words.every((w) => this.text(r).includes(w));
+  }
+
   private computeVisible(): void {
     const kept: FleetRow[] = [];
-    for (const r of this.rows.values())
-      if (this.words.length === 0 || this.words.every((w) => this.text(r).includes(w))) kept.push(r);
+    for (const r of this.rows.values()) if (this.matches(r)) kept.push(r);
     this.visible = sortRows(kept, this.order, this.nowMs).map((r) => r.key);
     this.visibleStale = false;
   }
@@ -181,9 +193,13 @@ export class FleetTable {
         trs.push(tr);
         continue;
       }
-      if (d.row !== r || d.history !== this.history) {
+      if (d.row !== r) {
         this.fill(d.tr, r);
         d.row = r;
+        d.history = this.history;
+      } else if (d.history !== this.history) {
+        // New charts: only the health cell changes.
+        d.tr.cells[HEALTH_CELL]?.replaceWith(this.healthCell(r));
         d.history = this.history;
       } else if (r.cooldownUntil !== null || r.targetCooldowns.length > 0) {
         // Unchanged, but its time left runs down.
@@ -192,7 +208,7 @@ export class FleetTable {
       trs.push(d.tr);
     }
     for (const key of this.drawn.keys()) if (!keep.has(key)) this.drawn.delete(key);
-    if (!sameOrder(this.body.rows, trs)) this.body.replaceChildren(...trs);
+    place(this.body, trs);
     const total = this.rows.size;
     const n = this.visible.length;
     this.el.shown.textContent = n === total ? `${total} proxies` : `${n} of ${total}`;
@@ -273,11 +289,12 @@ export class FleetTable {
   }
 }
 
-function sameOrder(
-  current: HTMLCollectionOf<HTMLTableRowElement>,
-  wanted: readonly HTMLTableRowElement[],
-): boolean {
-  if (current.length !== wanted.length) return false;
-  for (let i = 0; i < wanted.length; i++) if (current[i] !== wanted[i]) return false;
-  return true;
+/** Puts `wanted` in `body` in that order, moving only the rows not already in place. */
+function place(body: HTMLTableSectionElement, wanted: readonly HTMLTableRowElement[]): void {
+  for (let i = 0; i < wanted.length; i++) {
+    const tr = wanted[i] as HTMLTableRowElement;
+    const at = body.rows[i];
+    if (at !== tr) body.insertBefore(tr, at ?? null);
+  }
+  while (body.rows.length > wanted.length) body.rows[wanted.length]?.remove();
 }

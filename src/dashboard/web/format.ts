@@ -140,17 +140,54 @@ function sortKey(row: FleetRow, column: SortColumn, nowMs: number): string | num
   }
 }
 
+interface Keyed {
+  row: FleetRow;
+  k: string | number;
+}
+
+function comparator(order: SortOrder): (a: Keyed, b: Keyed) => number {
+  const sign = order.descending ? -1 : 1;
+  return (a, b) => {
+    if (a.k < b.k) return -sign;
+    if (a.k > b.k) return sign;
+    return a.row.key < b.row.key ? -1 : a.row.key > b.row.key ? 1 : 0;
+  };
+}
+
 /** A sorted copy; ties keep namespace/name order, so rows do not jump between refreshes. */
 export function sortRows(rows: readonly FleetRow[], order: SortOrder, nowMs: number): FleetRow[] {
-  const sign = order.descending ? -1 : 1;
   return rows
     .map((row) => ({ row, k: sortKey(row, order.column, nowMs) }))
-    .sort((a, b) => {
-      if (a.k < b.k) return -sign;
-      if (a.k > b.k) return sign;
-      return a.row.key < b.row.key ? -1 : a.row.key > b.row.key ? 1 : 0;
-    })
+    .sort(comparator(order))
     .map((x) => x.row);
+}
+
+/**
+ * `sorted` (sorted by `order`) without the rows of `touched` keys, with `fresh` rows sorted in:
+ * what an update does to a sorted fleet where only some rows changed. The rows that did not
+ * change keep their order, so only the changed ones are sorted, then merged in one pass —
+ * linear in the fleet instead of sorting all of it. Not for an order that moves with the clock
+ * (`cooldowns`): sort that with sortRows.
+ */
+export function resortRows(
+  sorted: readonly FleetRow[],
+  touched: ReadonlySet<string>,
+  fresh: readonly FleetRow[],
+  order: SortOrder,
+  nowMs: number,
+): FleetRow[] {
+  const cmp = comparator(order);
+  const added = fresh.map((row) => ({ row, k: sortKey(row, order.column, nowMs) })).sort(cmp);
+  const out: FleetRow[] = [];
+  let j = 0;
+  for (const row of sorted) {
+    if (touched.has(row.key)) continue;
+    const kept = { row, k: sortKey(row, order.column, nowMs) };
+    while (j < added.length && cmp(added[j] as Keyed, kept) < 0) out.push((added[j++] as Keyed).row);
+    out.push(row);
+  }
+  while (j < added.length) out.push((added[j++] as Keyed).row);
+  return out;
 }
 
 /** Local wall-clock time of an RFC 3339 instant, HH:MM:SS. */

@@ -209,20 +209,25 @@ export function mergeEvents(kept: readonly FleetEvent[], fresh: readonly FleetEv
   return all.length > MAX_EVENTS ? all.slice(-MAX_EVENTS) : all;
 }
 
-export function renderEvents(list: HTMLOListElement, events: readonly FleetEvent[]): void {
-  list.replaceChildren(
-    ...events
-      .slice()
-      .reverse()
-      .map((e) =>
-        h(
-          'li',
-          { class: `event event-${e.kind}`, 'data-kind': e.kind },
-          h('time', { datetime: e.at }, clockTime(e.at)),
-          h('span', { class: 'kind' }, e.kind),
-          e.proxy ? h('span', { class: 'proxy' }, e.proxy) : null,
-          h('span', { class: 'message' }, e.message),
-        ),
-      ),
+function eventItem(e: FleetEvent): HTMLLIElement {
+  return h(
+    'li',
+    { class: `event event-${e.kind}`, 'data-kind': e.kind },
+    h('time', { datetime: e.at }, clockTime(e.at)),
+    h('span', { class: 'kind' }, e.kind),
+    e.proxy ? h('span', { class: 'proxy' }, e.proxy) : null,
+    h('span', { class: 'message' }, e.message),
   );
+}
+
+/** Every event anew, newest first. */
+export function renderEvents(list: HTMLOListElement, events: readonly FleetEvent[]): void {
+  list.replaceChildren(...events.slice().reverse().map(eventItem));
+}
+
+/** New events on top of those shown (the older ones stay as they are), the oldest beyond MAX_EVENTS dropped. */
+export function prependEvents(list: HTMLOListElement, fresh: readonly FleetEvent[]): void {
+  if (fresh.length === 0) return;
+  list.prepend(...fresh.slice(-MAX_EVENTS).reverse().map(eventItem));
+  while (list.childElementCount > MAX_EVENTS) list.lastElementChild?.remove();
 }

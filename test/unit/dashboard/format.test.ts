@@ -8,11 +8,13 @@ import {
   age,
   matchesQuery,
   pageBounds,
+  resortRows,
   sharedNote,
   sortRows,
   timeLeft,
 } from '../../../src/dashboard/web/format.ts';
 import type { FleetRow } from '../../../src/dashboard/web/types.ts';
+import { seededRandom } from '../../support/random.ts';
 
 const NOW = Date.parse('2026-01-01T00:00:00Z');
 
@@ -148,5 +150,40 @@ describe('pages of the proxies table', () => {
     expect(pageBounds(150, 40, 100)).toEqual({ page: 1, pages: 2, start: 100, end: 150 });
     expect(pageBounds(0, 3, 100)).toEqual({ page: 0, pages: 1, start: 0, end: 0 });
     expect(pageBounds(5, -1, 100)).toEqual({ page: 0, pages: 1, start: 0, end: 5 });
+  });
+});
+
+describe('re-sorting after an update', () => {
+  it('gives the order a full sort gives, for rows changed, added and removed, in every order but cooldowns', () => {
+    const random = seededRandom();
+    const columns = ['key', 'pool', 'provider', 'phase', 'latency', 'leases', 'egressIP', 'address'] as const;
+    const make = (i: number) =>
+      row(`p-${i}`, {
+        latencyMillis: random() < 0.1 ? null : Math.round(random() * 50),
+        healthy: random() > 0.2,
+        activeLeases: Math.floor(random() * 3),
+        pool: random() < 0.3 ? null : `pool-${Math.floor(random() * 3)}`,
+      });
+    for (let round = 0; round < 50; round++) {
+      const order = { column: columns[round % columns.length] ?? 'key', descending: round % 3 === 0 };
+      const before = new Map<string, FleetRow>();
+      for (let i = 0; i < 200; i++) before.set(`crawl/p-${i}`, make(i));
+      const sorted = sortRows([...before.values()], order, NOW);
+      const touched = new Set<string>();
+      const fresh: FleetRow[] = [];
+      for (let k = 0; k < 30; k++) {
+        const i = Math.floor(random() * 260);
+        const key = `crawl/p-${i}`;
+        touched.add(key);
+        if (random() < 0.2) before.delete(key);
+        else before.set(key, make(i));
+      }
+      for (const key of touched) {
+        const r = before.get(key);
+        if (r) fresh.push(r);
+      }
+      const expected = sortRows([...before.values()], order, NOW).map((r) => r.key);
+      expect(resortRows(sorted, touched, fresh, order, NOW).map((r) => r.key)).toEqual(expected);
+    }
   });
 });
