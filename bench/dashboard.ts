@@ -79,6 +79,7 @@ class UpdateSignal {
       for (const done of w) done();
     });
     await page.addInitScript(() => {
+      performance.setResourceTimingBufferSize(100_000);
       new PerformanceObserver((list) => {
         if (list.getEntriesByName('dashboard:update').length > 0)
           (window as unknown as { benchDashboardUpdated(): void }).benchDashboardUpdated();
@@ -307,9 +308,25 @@ async function main(): Promise<void> {
       `state answer at ${PROXIES} proxies: idle delta ${idle.length} bytes, whole fleet ${(full.length / 1e6).toFixed(1)} MB`,
     );
 
+    const polls = await page.evaluate(() =>
+      performance
+        .getEntriesByType('resource')
+        .filter((e) => e.name.includes('/v1/dashboard/state') && e.name.includes('since='))
+        .map((e) => (e as PerformanceResourceTiming).encodedBodySize),
+    );
     const byName = report('name order', await measure(page, cdp, signal, fleet));
     await page.click('#fleet th[data-sort="latency"] button');
     const byLatency = report('sorted by latency', await measure(page, cdp, signal, fleet));
+    const after = await page.evaluate(() =>
+      performance
+        .getEntriesByType('resource')
+        .filter((e) => e.name.includes('/v1/dashboard/state') && e.name.includes('since='))
+        .map((e) => (e as PerformanceResourceTiming).encodedBodySize),
+    );
+    const live = after.slice(polls.length).filter((b) => b > 50_000);
+    console.log(
+      `polls while measuring: ${after.length - polls.length}; those carrying a churn ${(median(live) / 1000).toFixed(0)} KB (median), the idle ones ${(Math.min(...after) / 1000).toFixed(1)} KB`,
+    );
     failed = byName > TARGET_MS || byLatency > TARGET_MS;
   } finally {
     await browser.close();
