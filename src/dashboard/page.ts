@@ -150,10 +150,10 @@ tr.down td { background: color-mix(in srgb, var(--bad) 6%, transparent); }
 /* Below the fold at any size of fleet: not laid out or painted until scrolled to. */
 .panels > section { content-visibility: auto; contain-intrinsic-size: auto 16rem; }
 #fleet { table-layout: fixed; min-width: 72rem; }
-#fleet col.c-proxy { width: 17%; } #fleet col.c-pool { width: 7%; } #fleet col.c-provider { width: 7%; }
-#fleet col.c-phase { width: 9%; } #fleet col.c-health { width: 20%; } #fleet col.c-leases { width: 6%; }
-#fleet col.c-cooldowns { width: 14%; } #fleet col.c-egress { width: 10%; } #fleet col.c-address { width: 10%; }
-#fleet td { overflow-wrap: anywhere; }
+#fleet col.c-proxy { width: 16%; } #fleet col.c-pool { width: 7%; } #fleet col.c-provider { width: 7%; }
+#fleet col.c-phase { width: 8%; } #fleet col.c-health { width: 17%; } #fleet col.c-leases { width: 6%; }
+#fleet col.c-cooldowns { width: 18%; } #fleet col.c-egress { width: 10%; } #fleet col.c-address { width: 11%; }
+#fleet td { overflow-wrap: break-word; }
 .panels { display: grid; gap: 1rem; grid-template-columns: repeat(auto-fit, minmax(20rem, 1fr)); align-items: start; }
 .pools, .leases { grid-column: 1 / -1; overflow-x: auto; }
 .provider { margin-bottom: .5rem; }

@@ -124,7 +124,7 @@ export class FleetTable {
     this.render();
   }
 
-  /** The keys of the rows on the page, in order (their latency history is what the page asks for). */
+  /** The keys of the rows on the page (their latency history is what the page asks for). */
   shownKeys(): string[] {
     return [...this.drawn.keys()];
   }
