@@ -192,6 +192,26 @@ describe('bounds', () => {
     expect(Object.keys(h.body(t0 + 60_000).series)).toEqual(['n/b']);
   });
 
+  it('while watching, reads the Proxy cache again only after a Proxy changed', async () => {
+    const { clock, store, leases, dashboard, state } = world();
+    seed(store, 'a');
+    leases.upsertProxy(proxyInfo('a'));
+    const ctrl = new AbortController();
+    const running = dashboard.run(ctrl.signal);
+    const list = vi.spyOn(store.proxies, 'list');
+    for (let i = 0; i < 3; i++) {
+      clock.advance(1000);
+      state();
+    }
+    expect(list).toHaveBeenCalledTimes(0);
+    await store.proxies.patchStatus({ namespace: 'crawl', name: 'a' }, { egressIP: '198.51.100.9' });
+    clock.advance(1000);
+    expect(state().proxies[0]?.egressIP).toBe('198.51.100.9');
+    expect(list).toHaveBeenCalledTimes(1);
+    ctrl.abort();
+    await running;
+  });
+
   it('costs one lease-store snapshot per refresh, however many viewers ask', () => {
     const { clock, leases, dashboard } = world();
     leases.upsertProxy(proxyInfo('a'));
