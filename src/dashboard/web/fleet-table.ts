@@ -11,6 +11,7 @@ import { sparkline } from './chart.ts';
 import { h } from './dom.ts';
 import {
   activeCooldowns,
+  longestIncreasing,
   pageBounds,
   queryWords,
   resortRows,
@@ -289,12 +290,19 @@ export class FleetTable {
   }
 }
 
-/** Puts `wanted` in `body` in that order, moving only the rows not already in place. */
+/**
+ * Puts `wanted` in `body` in that order, moving as few rows as it can: the rows that leave go
+ * first, then the longest run of rows already in order stays put and only the others move.
+ * (Every row the DOM moves is styled and laid out again.)
+ */
 function place(body: HTMLTableSectionElement, wanted: readonly HTMLTableRowElement[]): void {
-  for (let i = 0; i < wanted.length; i++) {
+  const at = new Map<HTMLTableRowElement, number>();
+  for (let i = 0; i < wanted.length; i++) at.set(wanted[i] as HTMLTableRowElement, i);
+  for (const tr of [...body.rows]) if (!at.has(tr)) tr.remove();
+  const stay = new Set(longestIncreasing([...body.rows].map((tr) => at.get(tr) as number)));
+  for (let i = wanted.length - 1; i >= 0; i--) {
     const tr = wanted[i] as HTMLTableRowElement;
-    const at = body.rows[i];
-    if (at !== tr) body.insertBefore(tr, at ?? null);
+    if (stay.has(i)) continue;
+    body.insertBefore(tr, wanted[i + 1] ?? null);
   }
-  while (body.rows.length > wanted.length) body.rows[wanted.length]?.remove();
 }

@@ -190,6 +190,28 @@ export function resortRows(
   return out;
 }
 
+/** The values of a longest strictly increasing subsequence of `xs`. */
+export function longestIncreasing(xs: readonly number[]): number[] {
+  const tails: number[] = [];
+  const tailAt: number[] = [];
+  const prev = new Array<number>(xs.length).fill(-1);
+  xs.forEach((x, i) => {
+    let lo = 0;
+    let hi = tails.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if ((tails[mid] as number) < x) lo = mid + 1;
+      else hi = mid;
+    }
+    tails[lo] = x;
+    tailAt[lo] = i;
+    prev[i] = lo > 0 ? (tailAt[lo - 1] as number) : -1;
+  });
+  const out: number[] = [];
+  for (let i = tailAt[tails.length - 1] ?? -1; i >= 0; i = prev[i] as number) out.push(xs[i] as number);
+  return out.reverse();
+}
+
 /** Local wall-clock time of an RFC 3339 instant, HH:MM:SS. */
 export function clockTime(iso: string): string {
   const d = new Date(iso);

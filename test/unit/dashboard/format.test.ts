@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import {
   activeCooldowns,
   age,
+  longestIncreasing,
   matchesQuery,
   pageBounds,
   resortRows,
@@ -184,6 +185,36 @@ describe('re-sorting after an update', () => {
       }
       const expected = sortRows([...before.values()], order, NOW).map((r) => r.key);
       expect(resortRows(sorted, touched, fresh, order, NOW).map((r) => r.key)).toEqual(expected);
+    }
+  });
+});
+
+describe('rows that stay in place', () => {
+  it('finds a longest increasing run: the rows a reorder leaves where they are', () => {
+    expect(longestIncreasing([])).toEqual([]);
+    expect(longestIncreasing([0, 1, 2, 3])).toEqual([0, 1, 2, 3]);
+    // One row moved from the end to the front: only it moves.
+    expect(longestIncreasing([3, 0, 1, 2])).toEqual([0, 1, 2]);
+    // One row moved down: the others stay.
+    expect(longestIncreasing([1, 2, 0, 3, 4])).toEqual([1, 2, 3, 4]);
+    const random = seededRandom();
+    for (let round = 0; round < 100; round++) {
+      const xs = Array.from({ length: 30 }, (_, i) => i).sort(() => random() - 0.5);
+      const lis = longestIncreasing(xs);
+      for (let i = 1; i < lis.length; i++) expect(lis[i]).toBeGreaterThan(lis[i - 1] as number);
+      // A subsequence of xs, in its order.
+      let at = -1;
+      for (const v of lis) {
+        at = xs.indexOf(v, at + 1);
+        expect(at).toBeGreaterThanOrEqual(0);
+      }
+      // As long as the quadratic method finds.
+      const best = xs.map(() => 1);
+      for (let i = 0; i < xs.length; i++)
+        for (let j = 0; j < i; j++)
+          if ((xs[j] as number) < (xs[i] as number))
+            best[i] = Math.max(best[i] as number, (best[j] as number) + 1);
+      expect(lis.length).toBe(Math.max(...best));
     }
   });
 });
