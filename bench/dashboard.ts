@@ -12,7 +12,7 @@
  * there) until 250 ms after its handler ended — parsing the JSON, applying the rows, the DOM
  * changes, and the style, layout and paint of the frames that follow. The handler's own time
  * (the `performance.measure` alone) is printed beside it. Twice: in name order, and sorted by
- * latency (every update re-sorts the fleet). Exits non-zero when the median update of either
+ * latency (every update re-orders the fleet). Exits non-zero when the median update of either
  * exceeds 50 ms.
  */
 import type { CDPSession, Page } from 'playwright-core';
