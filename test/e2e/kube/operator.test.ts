@@ -446,10 +446,39 @@ describe('the operator on the real API server, as its own ServiceAccount', () =>
       '3',
       '3',
     ]);
+    // The dashboard (its sampler fed by the operator's informers) shows the three, then sends
+    // only what changes: the two removed members, by name, after the revision it answered.
+    const keyOf = (p: { metadata: { name: string } }) => `${NS}/${p.metadata.name}`;
+    const dashboard = async (query: string) => {
+      const r = await fetch(`${a.discovery}/v1/dashboard/state?${query}`, { headers: AUTH });
+      expect(r.status).toBe(200);
+      return (await r.json()) as {
+        revision: number;
+        removed: string[];
+        proxies: { name: string; namespace: string }[];
+      };
+    };
+    const before = await until(
+      'the dashboard to show the three members',
+      async () => {
+        const st = await dashboard('limit=1000');
+        const shown = new Set(st.proxies.map((p) => `${p.namespace}/${p.name}`));
+        return three.every((p) => shown.has(keyOf(p))) ? st : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 500 },
+    );
     k('scale', 'pxp/fleet', '-n', NS, '--replicas=1');
     const [kept] = await healthyMembers(1);
     const removed = three.filter((p) => p.metadata.uid !== kept?.metadata.uid);
     expect(removed).toHaveLength(2);
+    await until(
+      'the dashboard to send the two removed members as removed',
+      async () => {
+        const delta = await dashboard(`since=${before.revision}`);
+        return removed.every((p) => delta.removed.includes(keyOf(p))) ? delta : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 500 },
+    );
     // The two removed Proxies are gone with their Pods and Secrets.
     await until(
       'the removed members instances deleted',
