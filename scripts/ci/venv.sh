@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Creates a private virtual environment of a Python tool the tests run: `venv.sh schemathesis`
-# (the API fuzzing test, test/integration/discovery/openapi-fuzz.test.ts) or `venv.sh moto` (the
-# aws provider tests' moto_server, test/support/moto.ts). Debian's python3 -m venv, then pip
+# (the API fuzzing test, test/integration/discovery/openapi-fuzz.test.ts), `venv.sh moto` (the
+# aws provider tests' moto_server, test/support/moto.ts) or `venv.sh mitmproxy` (the mitmdump
+# bench/gateway.ts measures the inspecting gateway against, test/support/gateway/mitmproxy.ts).
+# Debian's python3 -m venv, then pip
 # installs scripts/ci/<name>/requirements.txt (the tool and every dependency pinned) from PyPI.
 # It lives outside the repository, keyed by the tool's version and a hash of the pins and this
 # script, so a second run finds it and only prints its directory; the system Python is never
@@ -11,8 +13,8 @@
 set -euo pipefail
 name="${1:-}"
 case "$name" in
-  schemathesis | moto) ;;
-  *) echo "usage: venv.sh schemathesis|moto [--check]" >&2; exit 2 ;;
+  schemathesis | moto | mitmproxy) ;;
+  *) echo "usage: venv.sh schemathesis|moto|mitmproxy [--check]" >&2; exit 2 ;;
 esac
 shift
 here="$(cd "$(dirname "$0")" && pwd)"

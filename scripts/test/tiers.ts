@@ -4,8 +4,9 @@
  * (test/e2e/kube, its control plane built first) and the KVM suite (test/e2e/kvm, its guest
  * image built first as root); `npm run test:integration` and `npm run test:e2e` run one tier
  * (`--tier <name>`). Arguments after `--` go to vitest and leave the kube and KVM suites out.
- * Before the tests, the private Python virtual environments of the integration tier are made (or
- * found cached): schemathesis (API fuzzing) and moto (the aws provider tests). See docs/testing.md.
+ * Before the tests, the private Python virtual environments of the tiers that run are made (or
+ * found cached): schemathesis (API fuzzing) and moto (the aws provider tests) for the integration
+ * tier, mitmproxy (the gateway's HTTPS-inspection tests) for the e2e tier. See docs/testing.md.
  */
 import { join } from 'node:path';
 import { GUEST_IMAGE_SCRIPT } from './prerequisites.ts';
@@ -17,10 +18,14 @@ export const CONTROL_PLANE_BUILD = 'test/e2e/kube/control-plane/build.sh';
 /** Creates (or finds cached) a private venv: `bash VENV_SCRIPT <name>` (scripts/ci/<name>/requirements.txt). */
 export const VENV_SCRIPT = 'scripts/ci/venv.sh';
 /**
- * The venvs of the integration tier: schemathesis (test/integration/discovery/openapi-fuzz.test.ts)
- * and moto's server (test/support/moto.ts, the aws provider tests).
+ * The venvs each tier needs: schemathesis (test/integration/discovery/openapi-fuzz.test.ts) and
+ * moto's server (test/support/moto.ts, the aws provider tests) for integration; mitmproxy
+ * (test/support/gateway/mitmproxy.ts, the HTTPS-inspection tests and bench/gateway.ts) for e2e.
  */
-export const INTEGRATION_VENVS = ['schemathesis', 'moto'] as const;
+export const TIER_VENVS: Record<RunTier, readonly string[]> = {
+  integration: ['schemathesis', 'moto'],
+  e2e: ['mitmproxy'],
+};
 
 /** The tiers run.ts can run alone; `unit` needs no machine set-up and runs as plain vitest. */
 export const RUN_TIERS = ['integration', 'e2e'] as const;
@@ -137,15 +142,10 @@ export function planRun(o: {
   } else if (withSuites) {
     afterwards = [...kubeSuite(vitest), ...kvmSuite(vitest, o.isRoot)];
   }
-  // Their tests are integration tests: the e2e tier alone needs none of them.
-  const setup: SetupStep[] =
-    o.tier === 'e2e'
-      ? []
-      : INTEGRATION_VENVS.map((name) => ({
-          what: `the ${name} virtual environment`,
-          command: 'bash',
-          args: [VENV_SCRIPT, name],
-        }));
+  // The venvs of the tiers that run: one tier alone needs only its own.
+  const setup: SetupStep[] = (o.tier ? TIER_VENVS[o.tier] : RUN_TIERS.flatMap((t) => TIER_VENVS[t])).map(
+    (name) => ({ what: `the ${name} virtual environment`, command: 'bash', args: [VENV_SCRIPT, name] }),
+  );
   return {
     tier: o.tier,
     checks: o.tier === undefined,

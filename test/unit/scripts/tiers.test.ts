@@ -34,15 +34,17 @@ describe('npm test', () => {
     expect(p.notes).toEqual([]);
   });
 
-  it('makes the schemathesis and moto venvs of the integration tier first, unless only the e2e tier runs', () => {
-    const venv = [
-      { what: 'the schemathesis virtual environment', command: 'bash', args: [VENV_SCRIPT, 'schemathesis'] },
-      { what: 'the moto virtual environment', command: 'bash', args: [VENV_SCRIPT, 'moto'] },
-    ];
-    expect(plan([]).setup).toEqual(venv);
-    expect(plan(['test/unit/lease']).setup).toEqual(venv);
-    expect(plan(['--tier', 'integration']).setup).toEqual(venv);
-    expect(plan(['--tier', 'e2e']).setup).toEqual([]);
+  it('makes the venvs of the tiers that run first: schemathesis and moto (integration), mitmproxy (e2e)', () => {
+    const step = (name: string) => ({
+      what: `the ${name} virtual environment`,
+      command: 'bash',
+      args: [VENV_SCRIPT, name],
+    });
+    const integration = [step('schemathesis'), step('moto')];
+    expect(plan([]).setup).toEqual([...integration, step('mitmproxy')]);
+    expect(plan(['test/unit/lease']).setup).toEqual([...integration, step('mitmproxy')]);
+    expect(plan(['--tier', 'integration']).setup).toEqual(integration);
+    expect(plan(['--tier', 'e2e']).setup).toEqual([step('mitmproxy')]);
   });
 
   it('builds no guest image when not root (the KVM test then names the command)', () => {
