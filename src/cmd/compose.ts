@@ -12,7 +12,7 @@ import type { ProvidersConfig } from '../config/schema.ts';
 import { discoveryTokenFromEnv } from '../discovery/auth.ts';
 import { gatewayTokenFromEnv } from '../gateway/auth.ts';
 import { clusterGateway } from '../gateway/cluster.ts';
-import { GatewaySessions, gatewaySetupProblem } from '../gateway/service.ts';
+import { type GatewaySetup, GatewaySessions, gatewaySetupProblem } from '../gateway/service.ts';
 import type { HealthEngine } from '../health/engine.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';
@@ -147,7 +147,6 @@ function listenerInputs(flags: CommonFlags, env: NodeJS.ProcessEnv): ListenerInp
     const gatewayToken = gatewayTokenFromEnv(env);
     const problem = gatewaySetupProblem({
       bindAddress: flags.gateway.bindAddress,
-      blockedStatuses: flags.gateway.blockedStatuses,
       token: gatewayToken,
       egressPolicy: undefined,
       operatorPorts: { ports: [] },
@@ -310,10 +309,21 @@ function gatewayFor(
   registry: Registry,
 ): Parameters<typeof addRunnables>[3] {
   const flags = parsed.flags;
-  const setup = {
-    bindAddress: flags.gateway.bindAddress,
-    blockedStatuses: flags.gateway.blockedStatuses,
-    maxConnections: flags.gateway.maxConnections,
+  const g = flags.gateway;
+  const setup: GatewaySetup = {
+    bindAddress: g.bindAddress,
+    ...(g.blockedStatuses ? { blockedStatuses: g.blockedStatuses } : {}),
+    ...(config.gateway?.rules ? { rules: config.gateway.rules } : {}),
+    ...(g.inspect
+      ? {
+          inspect: {
+            exclude: g.inspectExclude,
+            caStore: parts.mode.gatewayCa,
+            ...(g.originCaFile === undefined ? {} : { originCaFile: g.originCaFile }),
+          },
+        }
+      : {}),
+    maxConnections: g.maxConnections,
     token: listeners.gatewayToken,
     egressPolicy: config.gateway?.egressPolicy,
     operatorPorts: operatorPorts(flags),

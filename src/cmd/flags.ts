@@ -3,6 +3,7 @@
  * one precise error out. Nothing starts until every flag has been checked.
  */
 import { parseSurgeLimit, type SurgeLimit } from '../controller/surge.ts';
+import { isHostGlob } from '../config/gateway-rules.ts';
 import { DEFAULT_GATEWAY_LIMITS } from '../gateway/context.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
 import {
@@ -58,8 +59,17 @@ export interface CommonFlags {
 export interface GatewayFlags {
   /** `--gateway-bind-address` (standalone 127.0.0.1:8888, operator 0 = off). */
   bindAddress: string;
-  /** `--gateway-blocked-statuses` (default 403,429). */
-  blockedStatuses: number[];
+  /**
+   * `--gateway-blocked-statuses`, deprecated: the statuses of the default response rules when
+   * the providers config has no `gateway.rules`; undefined unless given.
+   */
+  blockedStatuses?: number[];
+  /** `--gateway-inspect`: terminate CONNECTs' TLS and apply response rules to HTTPS. */
+  inspect: boolean;
+  /** `--gateway-inspect-exclude`: host globs tunnelled untouched. */
+  inspectExclude: string[];
+  /** `--gateway-origin-ca`: a PEM bundle trusted for origins besides the system store. */
+  originCaFile?: string;
   /** `--gateway-max-connections` (default 20000, lowered to fit the file-descriptor limit). */
   maxConnections: number;
 }
@@ -180,6 +190,9 @@ const COMMON_OPTIONS = {
   'discard-lease-state': { type: 'boolean' },
   'gateway-bind-address': { type: 'string' },
   'gateway-blocked-statuses': { type: 'string' },
+  'gateway-inspect': { type: 'boolean' },
+  'gateway-inspect-exclude': { type: 'string' },
+  'gateway-origin-ca': { type: 'string' },
   'gateway-max-connections': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
@@ -366,9 +379,29 @@ const CAP_FLAGS = ['gateway-max-connections', 'discovery-max-connections', 'metr
 
 function gatewayFlags(values: Values, defaultBind: string): GatewayFlags {
   const str = (k: string) => values[k] as string | undefined;
+  const blocked = str('gateway-blocked-statuses');
+  const exclude = (str('gateway-inspect-exclude') ?? '')
+    .split(',')
+    .map((g) => g.trim())
+    .filter((g) => g !== '');
+  for (const g of exclude) {
+    if (!isHostGlob(g)) {
+      throw new FlagError(
+        `--gateway-inspect-exclude: "${g}" is not a host glob (letters, digits, ".", "-", ":" and "*", e.g. *.bank.example)`,
+      );
+    }
+  }
+  const inspect = values['gateway-inspect'] === true;
+  if (!inspect && (exclude.length > 0 || str('gateway-origin-ca') !== undefined)) {
+    throw new FlagError('--gateway-inspect-exclude and --gateway-origin-ca need --gateway-inspect');
+  }
+  const originCaFile = str('gateway-origin-ca');
   return {
     bindAddress: checkBindAddress('gateway-bind-address', str('gateway-bind-address') ?? defaultBind),
-    blockedStatuses: parseStatuses('gateway-blocked-statuses', str('gateway-blocked-statuses') ?? '403,429'),
+    ...(blocked === undefined ? {} : { blockedStatuses: parseStatuses('gateway-blocked-statuses', blocked) }),
+    inspect,
+    inspectExclude: exclude,
+    ...(originCaFile === undefined ? {} : { originCaFile }),
     maxConnections: parseCount(
       'gateway-max-connections',
       str('gateway-max-connections') ?? String(DEFAULT_GATEWAY_LIMITS.maxConnections),

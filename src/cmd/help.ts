@@ -66,7 +66,11 @@ ${'COMMON'}`,
       --health-probe-bind-address <addr>  /healthz and /readyz (standalone 127.0.0.1:8081, operator :8081).
       --gateway-bind-address <addr>       The gateway, one proxy endpoint for the fleet (standalone
                                           127.0.0.1:8888, operator 0 = off; see docs/gateway.md).
-      --gateway-blocked-statuses <list>   Plain-HTTP answers reported as blocked (default 403,429; none).
+      --gateway-inspect                   Inspect HTTPS: terminate TLS with the operator CA and apply the
+                                          response rules (gateway.rules) to HTTPS too (default off).
+      --gateway-inspect-exclude <globs>   Hosts tunnelled untouched, e.g. *.bank.example,login.example.
+      --gateway-origin-ca <file>          A PEM bundle trusted for origins besides the system store.
+      --gateway-blocked-statuses <list>   Deprecated: statuses of the default rules (use gateway.rules).
       --gateway-max-connections <n>       Open gateway connections at most (default 20000; every cap is
                                           lowered to fit the open-files limit, docs/operations.md).
       --provider-check-interval <dur>     Provider health checks; 0 = off, else >= 10s (default 1m).

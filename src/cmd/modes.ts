@@ -9,6 +9,7 @@ import { hostname, networkInterfaces } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { canonicalAddressText, type OperatorEndpoints } from '../config/egress.ts';
+import { FileCaStore, SecretCaStore, type CaStore } from '../gateway/ca.ts';
 import type { CheckpointStorage } from '../lease/checkpoint.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';
@@ -62,7 +63,12 @@ export interface ModeParts {
   damagedCheckpoint: 'stop' | 'wait';
   /** Tells the elector where this replica's discovery API answers, once listening. */
   advertiseDiscovery?: (url: string) => void;
+  /** Where the gateway's inspection CA is kept: the state dir, or one Secret every replica reads. */
+  gatewayCa: CaStore;
 }
+
+/** The Secret holding the gateway's inspection CA in the operator namespace (docs/gateway.md). */
+export const GATEWAY_CA_SECRET = 'egress-proxies-gateway-ca';
 
 /** `--metrics-secure` serves HTTPS: the certificate of `--metrics-cert-dir`, else a self-signed one. */
 export function metricsTls(
@@ -319,6 +325,7 @@ export async function standaloneParts(
     ),
     stateWrites: store.writes,
     damagedCheckpoint: 'stop',
+    gatewayCa: new FileCaStore(join(dirname(paths.statePath), 'gateway-ca')),
   };
 }
 
@@ -408,6 +415,7 @@ export async function operatorParts(
     advertiseDiscovery: (url) => {
       advertised = advertisedUrl(url, process.env.POD_IP);
     },
+    gatewayCa: new SecretCaStore(store.secrets, operatorNamespace, GATEWAY_CA_SECRET),
   };
 }
 

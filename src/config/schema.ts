@@ -288,8 +288,68 @@ export const ProviderEntrySchema = Type.Object(
 );
 export type ProviderEntry = Type.Static<typeof ProviderEntrySchema>;
 
-/** The gateway's own settings (docs/gateway.md): what its clients may reach. */
-export const GatewayConfigSchema = Type.Object({ egressPolicy }, strict);
+export const GATEWAY_RULE_ACTIONS = ['retry', 'block', 'rateLimit', 'fail'] as const;
+
+/**
+ * One response rule of the gateway (docs/gateway.md, "Rules"): conditions that must all hold
+ * (at least one besides `hosts`), and what to do when they do. config/validate checks what
+ * the shape cannot (regular expressions, globs, unique names, clamps).
+ */
+export const GatewayRuleSchema = Type.Object(
+  {
+    name: Type.String({ description: 'Unique; lowercase letters, digits and "-". Metrics and spans name it.' }),
+    hosts: Type.Optional(
+      Type.Array(Type.String(), {
+        description: 'Host globs (`*` any characters, `*.shop.test` its subdomains). Default: every host.',
+      }),
+    ),
+    status: Type.Optional(Type.Array(Type.Integer(), { description: 'Response statuses that match.' })),
+    header: Type.Optional(
+      Type.Object(
+        {
+          name: Type.String({ description: 'Response header name (any case).' }),
+          pattern: Type.String({ description: 'Regular expression on its value (several joined by ", ").' }),
+        },
+        strict,
+      ),
+    ),
+    body: Type.Optional(
+      Type.String({
+        description:
+          'Regular expression on the first 64 KiB of the body after gzip/deflate/br decoding; a leading (?i) ignores case.',
+      }),
+    ),
+    timeToFirstByteMs: Type.Optional(
+      Type.Integer({ description: 'Matches when the response head takes longer, or the upstream times out.' }),
+    ),
+    actions: Type.Array(Type.Enum(GATEWAY_RULE_ACTIONS), { description: 'retry, block, rateLimit, fail.' }),
+    retries: Type.Optional(Type.Integer({ description: 'Retries at most (`retry`). Default 2.' })),
+    retryUnsafe: Type.Optional(
+      Type.Boolean({ description: 'Retry non-idempotent methods too (POST, PATCH). Default false.' }),
+    ),
+    rateLimit: Type.Optional(
+      Type.Object(
+        {
+          defaultSeconds: Type.Optional(Type.Integer({ description: 'Cooldown without Retry-After. Default 60.' })),
+          minSeconds: Type.Optional(Type.Integer({ description: 'Retry-After below is raised to it. Default 1.' })),
+          maxSeconds: Type.Optional(Type.Integer({ description: 'Retry-After above is cut to it. Default 3600.' })),
+        },
+        strict,
+      ),
+    ),
+    mode: Type.Optional(
+      Type.Enum(['enforce', 'observe'] as const, { description: 'observe: count matches only. Default enforce.' }),
+    ),
+  },
+  strict,
+);
+export type GatewayRuleConfig = Type.Static<typeof GatewayRuleSchema>;
+
+/** The gateway's own settings (docs/gateway.md): what its clients may reach, and its response rules. */
+export const GatewayConfigSchema = Type.Object(
+  { egressPolicy, rules: Type.Optional(Type.Array(GatewayRuleSchema)) },
+  strict,
+);
 export type GatewayConfig = Type.Static<typeof GatewayConfigSchema>;
 
 export const ProvidersConfigSchema = Type.Object(

@@ -13,8 +13,10 @@ import { isDnsLabel, isDnsSubdomain } from '../api/validate.ts';
 import { LOCAL_MIN_PORT } from './defaults.ts';
 import { cidrProblem, type EgressPolicyConfig } from './egress.ts';
 import { egressAddressProblems } from './egress-addresses.ts';
+import { ruleProblems } from './gateway-rules.ts';
 import {
   type AwsProviderConfig,
+  type GatewayConfig,
   type GcpProviderConfig,
   type KubernetesProviderConfig,
   type KvmImage,
@@ -510,11 +512,16 @@ export function validateProvidersConfig(raw: unknown): ProvidersConfigResult {
       warnings.push(...x.warnings);
     });
   }
-  const gatewayPolicy = (raw as { gateway?: { egressPolicy?: EgressPolicyConfig } } | null)?.gateway
-    ?.egressPolicy;
-  if (gatewayPolicy && errors.every((e) => !e.path.startsWith('gateway'))) {
+  const gateway = (raw as { gateway?: GatewayConfig } | null)?.gateway;
+  if (gateway && errors.every((e) => !e.path.startsWith('gateway'))) {
     const x = new Issues('gateway', 'gateway.');
-    checkEgressPolicy(gatewayPolicy, 'egressPolicy', x);
+    if (gateway.egressPolicy) checkEgressPolicy(gateway.egressPolicy, 'egressPolicy', x);
+    const seen = new Map<string, number>();
+    gateway.rules?.forEach((rule, i) => {
+      for (const p of ruleProblems(rule, i, seen)) {
+        x.error(p.field === '' ? `rules[${i}]` : `rules[${i}].${p.field}`, p.message);
+      }
+    });
     errors.push(...x.errors);
     warnings.push(...x.warnings);
   }

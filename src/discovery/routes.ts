@@ -123,6 +123,15 @@ export function apiHandlers(
         }
         return reply.send({ id, upstream: out.upstream, target: out.target });
       }),
+    gatewayCa: (_req, reply) => {
+      const pem = sessions?.caCertificate;
+      if (pem === undefined) {
+        return reply
+          .code(404)
+          .send(errorBody('not_found', 'HTTPS inspection is off here (--gateway-inspect), so there is no CA'));
+      }
+      return reply.type('application/x-pem-file').header('cache-control', 'no-cache').send(pem);
+    },
   };
 }
 

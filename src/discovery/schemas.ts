@@ -478,6 +478,19 @@ export const ROUTES = {
       },
     },
   }),
+  gatewayCa: route({
+    method: 'GET',
+    url: '/v1/gateway/ca.pem',
+    summary:
+      "The gateway's inspection CA certificate (PEM), for clients to trust (docs/gateway.md, \"HTTPS inspection\"). Public like any CA certificate, so never authenticated; the key is never served.",
+    auth: false,
+    contentType: 'application/x-pem-file',
+    statuses: {
+      200: 'The CA certificate.',
+      404: 'HTTPS inspection is off (`--gateway-inspect`), or the gateway does not run in this process.',
+    },
+    schema: { response: { 200: null, 404: ErrorBody } },
+  }),
   dashboardPage: route({
     method: 'GET',
     url: '/',

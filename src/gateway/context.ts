@@ -1,17 +1,17 @@
 /**
  * gateway/context — what the gateway's CONNECT and plain-HTTP paths share: the upstream
- * chooser, the egress guard, metrics, tracing, limits, and the registry of open connections
- * whose leases are renewed while they last.
+ * chooser, the egress guard, the response rules, metrics, tracing, limits, and the registry of
+ * open connections whose leases are renewed while they last.
  */
 import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { EgressGuard } from '../provider/local/egress.ts';
+import type { Clock } from '../runtime/clock.ts';
 import type { GatewayMetrics } from './metrics.ts';
+import type { Rule } from './rules.ts';
 import type { Acquired, UpstreamChooser } from './upstreams.ts';
 
 export const EGRESS_PROXY_HEADER = 'X-Egress-Proxy';
-/** Plain-HTTP answers that mean "this site blocks this upstream" unless configured otherwise. */
-export const DEFAULT_BLOCKED_STATUSES: readonly number[] = [403, 429];
 
 export interface GatewayLimits {
   headersTimeoutMs: number;
@@ -74,7 +74,9 @@ export interface GatewayContext {
   tracer: Tracer;
   log: Logger;
   limits: GatewayLimits;
-  blockedStatuses: ReadonlySet<number>;
+  clock: Clock;
+  /** The response rules (gateway/rules), from the providers config or the defaults. */
+  rules: readonly Rule[];
   /** Registers an open connection's lease for renewal; `cut` ends the connection if renewal is refused. */
   hold(a: Acquired, cut: () => void): void;
   /** The connection ended: stop renewing, release the lease. */

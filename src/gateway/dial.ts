@@ -91,24 +91,79 @@ export function dialTunnel(up: Upstream, authority: string, timeoutMs: number): 
         finish({ ok: false, kind: 'failed', why: 'reply head too long' });
         return false;
       }
-      const m = /^HTTP\/1\.[01] (\d{3}) ?([^\r\n]*)/.exec(head.toString('latin1', 0, Math.min(end, 512)));
-      if (!m) finish({ ok: false, kind: 'failed', why: 'not an HTTP reply' });
-      else {
-        const status = Number(m[1]);
-        if (status >= 200 && status < 300) finish({ ok: true, socket, rest: head.subarray(end + 4), reader });
-        else if (status === 407) finish({ ok: false, kind: 'failed', why: 'refused our credentials (407)' });
-        else finish({ ok: false, kind: 'answered', status, reason: m[2] ?? '' });
-      }
+      const refused = refusal(head, end);
+      finish(refused ?? { ok: true, socket, rest: head.subarray(end + 4), reader });
       // Nothing more is read until the tunnel is piped (or the socket is destroyed).
       return false;
     };
     socket.on('error', onError);
     socket.on('close', onClose);
-    socket.once('connect', () => {
-      const auth = up.authorization ? `Proxy-Authorization: ${up.authorization}\r\n` : '';
-      socket.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${auth}\r\n`);
-    });
+    socket.once('connect', () => socket.write(connectRequest(up, authority)));
     // Flowing from the start: with `onread` the callback gets the bytes, and 'end' is emitted.
     socket.resume();
+  });
+}
+
+function connectRequest(up: Upstream, authority: string): string {
+  const auth = up.authorization ? `Proxy-Authorization: ${up.authorization}\r\n` : '';
+  return `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${auth}\r\n`;
+}
+
+type Refusal = Exclude<DialOutcome, { ok: true }>;
+
+/** The reply head `head[0, end)` as a refusal, or undefined when it opened the tunnel (2xx). */
+function refusal(head: Buffer, end: number): Refusal | undefined {
+  const m = /^HTTP\/1\.[01] (\d{3}) ?([^\r\n]*)/.exec(head.toString('latin1', 0, Math.min(end, 512)));
+  if (!m) return { ok: false, kind: 'failed', why: 'not an HTTP reply' };
+  const status = Number(m[1]);
+  if (status >= 200 && status < 300) return undefined;
+  if (status === 407) return { ok: false, kind: 'failed', why: 'refused our credentials (407)' };
+  return { ok: false, kind: 'answered', status, reason: m[2] ?? '' };
+}
+
+/**
+ * `CONNECT authority` through `up` for a socket this process reads itself (HTTPS inspection
+ * speaks TLS over it): ordinary reads, the reply head taken off, the socket handed back paused
+ * with anything after the head put back.
+ */
+export function dialSocket(
+  up: Upstream,
+  authority: string,
+  timeoutMs: number,
+): Promise<{ ok: true; socket: net.Socket } | Refusal> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: up.host, port: up.port, noDelay: true });
+    let head: Buffer = Buffer.alloc(0);
+    let settled = false;
+    const finish = (o: { ok: true; socket: net.Socket } | Refusal) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.off('data', onData);
+      socket.off('error', onError);
+      socket.off('close', onClose);
+      if (!o.ok) socket.destroy();
+      resolve(o);
+    };
+    const timer = setTimeout(() => finish({ ok: false, kind: 'failed', why: 'timed out' }), timeoutMs);
+    const onError = (err: Error) =>
+      finish({ ok: false, kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? 'error' });
+    const onClose = () => finish({ ok: false, kind: 'failed', why: 'closed before answering' });
+    const onData = (chunk: Buffer) => {
+      head = Buffer.concat([head, chunk]);
+      const end = head.indexOf('\r\n\r\n');
+      if (end < 0) {
+        if (head.length > MAX_HEAD_BYTES) finish({ ok: false, kind: 'failed', why: 'reply head too long' });
+        return;
+      }
+      socket.pause();
+      const refused = refusal(head, end);
+      if (!refused && head.length > end + 4) socket.unshift(head.subarray(end + 4));
+      finish(refused ?? { ok: true, socket });
+    };
+    socket.on('data', onData);
+    socket.on('error', onError);
+    socket.on('close', onClose);
+    socket.once('connect', () => socket.write(connectRequest(up, authority)));
   });
 }

@@ -265,6 +265,7 @@ export class GatewayHub {
           name: rep.upstream.slice(slash + 1),
           result: rep.result,
           ...(rep.target === undefined ? {} : { target: rep.target }),
+          ...(rep.cooldownSeconds === undefined ? {} : { cooldownSeconds: rep.cooldownSeconds }),
         });
       } catch (err) {
         if (!(err instanceof LeaseInputError)) throw err;

@@ -1,7 +1,8 @@
 /**
  * gateway/metrics — the gateway's Prometheus series (docs/operations.md): connections and
  * requests per upstream and outcome, bytes per upstream and direction, what upstreams
- * were reported, and connections the gateway closed to protect its capacity. Upstream labels are `namespace/name` of fleet proxies, so they stay bounded by
+ * were reported, connections the gateway closed to protect its capacity, and response rules
+ * that matched (rule names come from the providers config, so they stay bounded too). Upstream labels are `namespace/name` of fleet proxies, so they stay bounded by
  * the fleet; refusals before any upstream is chosen carry `upstream=""`.
  */
 import type { Counter, Gauge, Registry } from 'prom-client';
@@ -16,7 +17,9 @@ export type GatewayResult =
   | 'denied'
   | 'unauthorized'
   | 'bad_request'
-  | 'client_gone';
+  | 'client_gone'
+  /** Inspected HTTPS: the origin's certificate was refused (502 naming why). */
+  | 'certificate_error';
 
 export interface GatewayMetrics {
   requests: Counter<'kind' | 'upstream' | 'result'>;
@@ -25,6 +28,8 @@ export interface GatewayMetrics {
   open: Gauge<'kind'>;
   /** Connections closed by the caps or the unauthenticated timeout, by `reason`. */
   shed: Counter<'reason'>;
+  /** Response rules that matched, per rule, action and mode (enforce, observe). */
+  ruleMatches: Counter<'rule' | 'action' | 'mode'>;
 }
 
 /** Why the gateway closed a connection it had not been asked to (the `reason` label). */
@@ -56,6 +61,11 @@ export function gatewayMetrics(registry: Registry): GatewayMetrics {
       name: 'proxy_operator_gateway_connections_closed_total',
       help: 'Connections the gateway closed itself: over --gateway-max-connections on accept, or unauthenticated over their own cap or past their deadline',
       labelNames: ['reason'],
+    }),
+    ruleMatches: counter(registry, {
+      name: 'proxy_operator_gateway_rule_matches_total',
+      help: 'Gateway response rules that matched an answer, once per action of the rule; mode=observe did nothing',
+      labelNames: ['rule', 'action', 'mode'],
     }),
   };
 }

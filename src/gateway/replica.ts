@@ -381,10 +381,10 @@ export class ReplicaChooser implements UpstreamChooser {
     if (k) k.inUse = Math.max(0, k.inUse - 1);
   }
 
-  report(a: Acquired, result: Exclude<ReportResult, 'success'>): void {
+  report(a: Acquired, result: Exclude<ReportResult, 'success'>, cooldownSeconds?: number): void {
     if (result === 'blocked' && a.target === undefined) return;
-    this.chooser.report(a, result);
-    this.queue(a.upstream.key, result, a.target);
+    this.chooser.report(a, result, cooldownSeconds);
+    this.queue(a.upstream.key, result, a.target, cooldownSeconds);
   }
 
   reportSession(
@@ -406,8 +406,12 @@ export class ReplicaChooser implements UpstreamChooser {
     upstream: string,
     result: Exclude<ReportResult, 'success'>,
     target: string | undefined,
+    cooldownSeconds?: number,
   ): void {
-    this.reports.push(result === 'blocked' ? { upstream, target, result } : { upstream, result });
+    const cooldown = cooldownSeconds === undefined ? {} : { cooldownSeconds };
+    this.reports.push(
+      result === 'blocked' ? { upstream, target, result, ...cooldown } : { upstream, result, ...cooldown },
+    );
     this.onNeed();
   }
 

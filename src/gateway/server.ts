@@ -4,7 +4,7 @@
  * hands them to gateway/tunnel and gateway/forward, renews the leases of open connections, and
  * enforces header, request and idle timeouts and a connection cap; connections that have not
  * authenticated yet have their own deadline and smaller cap (gateway/unauthenticated). Without a
- * token it serves loopback clients only.
+ * token it serves loopback clients only. With inspection on, CONNECTs go to gateway/inspect.
  */
 import http from 'node:http';
 import type net from 'node:net';
@@ -14,16 +14,14 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { type BindAddress, closeServer, formatAddress, listenOn } from '../metrics/bind.ts';
 import type { EgressGuard } from '../provider/local/egress.ts';
+import type { GatewayRuleConfig } from '../config/schema.ts';
 import type { Clock, TimerHandle } from '../runtime/clock.ts';
 import { gatewayAuthChecker, isLoopbackClient, PROXY_AUTHENTICATE } from './auth.ts';
-import {
-  DEFAULT_BLOCKED_STATUSES,
-  type GatewayContext,
-  type GatewayLimits,
-  gatewayLimits,
-} from './context.ts';
+import { type GatewayContext, type GatewayLimits, gatewayLimits } from './context.ts';
 import { handleForward, plain } from './forward.ts';
+import { type InspectSetup, Inspector } from './inspect.ts';
 import { gatewayMetrics } from './metrics.ts';
+import { compileRules, DEFAULT_RULES } from './rules.ts';
 import { endRaw, handleConnect } from './tunnel.ts';
 import { UnauthenticatedConnections } from './unauthenticated.ts';
 import type { Acquired, UpstreamChooser } from './upstreams.ts';
@@ -42,7 +40,10 @@ export interface GatewayOptions {
   registry: Registry;
   tracer: Tracer;
   limits?: Partial<GatewayLimits>;
-  blockedStatuses?: readonly number[];
+  /** Response rules (gateway/rules); default DEFAULT_RULES. */
+  rules?: readonly GatewayRuleConfig[];
+  /** HTTPS inspection (gateway/inspect); off when absent. */
+  inspect?: InspectSetup;
 }
 
 export class Gateway {
@@ -52,6 +53,7 @@ export class Gateway {
   private readonly held = new Map<Acquired, () => void>();
   private readonly sockets = new Set<Duplex>();
   private readonly unauthenticated: UnauthenticatedConnections<net.Socket>;
+  private readonly inspector: Inspector | undefined;
   private timer: TimerHandle | undefined;
   private address: { host: string; port: number } | undefined;
 
@@ -65,12 +67,14 @@ export class Gateway {
       tracer: opts.tracer,
       log: opts.log,
       limits,
-      blockedStatuses: new Set(opts.blockedStatuses ?? DEFAULT_BLOCKED_STATUSES),
+      clock: opts.clock,
+      rules: compileRules(opts.rules ?? DEFAULT_RULES),
       hold: (a, cut) => this.held.set(a, cut),
       letGo: (a) => {
         if (this.held.delete(a)) opts.chooser.release(a);
       },
     };
+    this.inspector = opts.inspect ? new Inspector(this.ctx, opts.inspect) : undefined;
     const authorize = gatewayAuthChecker(opts.token);
     this.server = http.createServer({
       headersTimeout: limits.headersTimeoutMs,
@@ -126,7 +130,7 @@ export class Gateway {
           `${auth.message}\n`,
         );
       }
-      void handleConnect(this.ctx, socket, req.url ?? '', head, auth.options).catch((err) => {
+      void handleConnect(this.ctx, socket, req.url ?? '', head, auth.options, this.inspector).catch((err) => {
         opts.log.warn({ err }, 'gateway CONNECT failed unexpectedly');
         endRaw(socket, 500, 'Internal Server Error');
       });
@@ -178,6 +182,7 @@ export class Gateway {
     const closing = closeServer(this.server, 0);
     for (const s of this.sockets) s.destroy();
     for (const cut of this.held.values()) cut();
+    this.inspector?.close();
     await closing;
   }
 

@@ -1,23 +1,35 @@
 /**
  * gateway/service — the gateway as the composition root runs it: checks at start-up that a
  * gateway without a token listens on loopback only (and says loudly that it has no token), builds
- * the egress guard from the providers config's `gateway.egressPolicy`, and serves until stopped.
+ * the egress guard from the providers config's `gateway.egressPolicy` and the response rules from
+ * its `gateway.rules`, opens the inspection CA when asked to, and serves until stopped.
  */
 import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import { X509Certificate } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import { type EgressPolicyConfig, resolveEgressPolicy } from '../config/egress.ts';
+import type { GatewayRuleConfig } from '../config/schema.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import type { ReportResult } from '../lease/types.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
 import { EgressGuard } from '../provider/local/egress.ts';
 import type { Clock } from '../runtime/clock.ts';
+import { type CaStore, GatewayCa } from './ca.ts';
+import type { InspectSetup } from './inspect.ts';
+import { DEFAULT_RULES, rulesForBlockedStatuses } from './rules.ts';
 import { Gateway } from './server.ts';
 import { LeaseStoreChooser, type UpstreamChooser } from './upstreams.ts';
 
 export interface GatewaySetup {
   bindAddress: string;
-  blockedStatuses: number[];
+  /** Deprecated `--gateway-blocked-statuses`: the default rules' statuses when `rules` is absent. */
+  blockedStatuses?: number[];
+  /** The providers config's `gateway.rules`; default DEFAULT_RULES. */
+  rules?: GatewayRuleConfig[];
+  /** HTTPS inspection (`--gateway-inspect`), with the CA's store; off when absent. */
+  inspect?: { exclude: string[]; originCaFile?: string; caStore: CaStore };
   /** Connections open at once (fitted under the open-files limit by cmd/caps); default 20000. */
   maxConnections?: number;
   token: string | undefined;
@@ -88,6 +100,8 @@ export async function runGateway(
   if (bind === null || signal.aborted) return;
   const egress = gatewayEgressGuard(setup);
   const chooser = deps.chooser ?? new LeaseStoreChooser(deps.leases, deps.clock);
+  const rules = gatewayRules(setup, deps.log);
+  const inspect = setup.inspect ? await inspectSetup(setup.inspect, deps) : undefined;
   const gateway = new Gateway({
     bind,
     token: setup.token,
@@ -97,11 +111,13 @@ export async function runGateway(
     log: deps.log,
     registry: deps.registry,
     tracer: deps.tracer,
-    blockedStatuses: setup.blockedStatuses,
+    rules,
+    ...(inspect ? { inspect } : {}),
     ...(setup.maxConnections === undefined ? {} : { limits: { maxConnections: setup.maxConnections } }),
   });
   const address = await gateway.listen();
   deps.sessions.serve(chooser);
+  deps.sessions.caCertificate = inspect?.ca.certPem;
   if (setup.token === undefined) {
     deps.log.warn(
       { address },
@@ -114,7 +130,41 @@ export async function runGateway(
     new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true })),
   ]);
   deps.sessions.serve(undefined);
+  deps.sessions.caCertificate = undefined;
   await gateway.close();
+}
+
+/**
+ * The response rules: the providers config's, else the defaults, whose statuses the deprecated
+ * `--gateway-blocked-statuses` still sets (with a warning, once, at start).
+ */
+export function gatewayRules(
+  setup: Pick<GatewaySetup, 'rules' | 'blockedStatuses'>,
+  log: Logger,
+): readonly GatewayRuleConfig[] {
+  if (setup.blockedStatuses !== undefined) {
+    log.warn(
+      setup.rules
+        ? '--gateway-blocked-statuses is deprecated and ignored: the providers config has gateway.rules'
+        : '--gateway-blocked-statuses is deprecated: write gateway.rules in the providers config (docs/gateway.md, "Rules")',
+    );
+  }
+  if (setup.rules) return setup.rules;
+  return setup.blockedStatuses ? rulesForBlockedStatuses(setup.blockedStatuses) : DEFAULT_RULES;
+}
+
+/** Opens (or makes) the inspection CA and reads the extra origin trust; names where, never the key. */
+async function inspectSetup(
+  setup: NonNullable<GatewaySetup['inspect']>,
+  deps: Pick<GatewayRunDeps, 'clock' | 'log'>,
+): Promise<InspectSetup> {
+  const ca = await GatewayCa.open(setup.caStore, () => deps.clock.now());
+  const originCa = setup.originCaFile === undefined ? undefined : await readFile(setup.originCaFile, 'utf8');
+  deps.log.info(
+    { ca: setup.caStore.where, fingerprint: new X509Certificate(ca.certPem).fingerprint256, exclude: setup.exclude },
+    'gateway inspects HTTPS: clients must trust the CA at GET /v1/gateway/ca.pem',
+  );
+  return { ca, exclude: setup.exclude, ...(originCa === undefined ? {} : { originCa }) };
 }
 
 export type SessionReportOutcome =
@@ -122,10 +172,13 @@ export type SessionReportOutcome =
   | { ok: false; status: 404 | 409; message: string };
 
 /**
- * The gateway's sticky sessions as the discovery API sees them (`POST /v1/sessions/{id}/report`,
- * docs/lease-api.md): reports reach the sessions of the gateway running in this process, if any.
+ * The gateway as the discovery API sees it: its sticky sessions (`POST /v1/sessions/{id}/report`,
+ * docs/lease-api.md), whose reports reach the sessions of the gateway running in this process,
+ * if any, and the public certificate of its inspection CA.
  */
 export class GatewaySessions {
+  /** The inspection CA's public certificate while the gateway inspects HTTPS (`GET /v1/gateway/ca.pem`). */
+  caCertificate: string | undefined;
   private chooser: UpstreamChooser | undefined;
   private readonly elsewhere: SessionAsker | undefined;
 

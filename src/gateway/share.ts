@@ -15,6 +15,7 @@ import { LocationSchema } from '../api/proxy.ts';
 import { schemaErrors } from '../api/schema-errors.ts';
 import { LeaseInputError } from '../lease/errors.ts';
 import { normalizeTarget } from '../lease/target.ts';
+import { MAX_COOLDOWN_SECONDS } from '../lease/types.ts';
 import type { GatewayUpstream } from './lease-adapter.ts';
 
 export const SYNC_PATH = '/v1/internal/gateway/sync';
@@ -52,6 +53,13 @@ export const SyncReportBody = Type.Object(
       }),
     ),
     result: Result,
+    cooldownSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_COOLDOWN_SECONDS,
+        description: "A cooldown instead of the store's default (a rate limit's Retry-After).",
+      }),
+    ),
   },
   { additionalProperties: false },
 );

@@ -2,7 +2,8 @@
  * gateway/tunnel — one CONNECT through the gateway: the egress policy first, then an upstream
  * from the chooser, a tunnel through it (gateway/dial), and both sockets piped together. An
  * upstream that fails is reported `failed` and the CONNECT is tried once more on another one
- * (docs/gateway.md, "Failures and retries").
+ * (docs/gateway.md, "Failures and retries"). With inspection on, the CONNECT is handed to
+ * gateway/inspect instead once the egress policy allowed it.
  */
 
 import type net from 'node:net';
@@ -11,6 +12,7 @@ import { EGRESS_POLICY_HEADER, EGRESS_REFUSAL } from '../provider/local/egress.t
 import { endRaw, parseAuthority } from '../provider/local/forward-proxy.ts';
 import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
 import { dialTunnel, type UpstreamReader } from './dial.ts';
+import type { Inspector } from './inspect.ts';
 import type { GatewayResult } from './metrics.ts';
 import type { Acquired } from './upstreams.ts';
 import type { RoutingOptions } from './username.ts';
@@ -25,6 +27,7 @@ export async function handleConnect(
   authority: string,
   head: Buffer,
   routing: RoutingOptions,
+  inspector?: Inspector,
 ): Promise<void> {
   const span = ctx.tracer.startSpan('gateway CONNECT', { attributes: { 'server.address': authority } });
   const done = (result: GatewayResult, upstream = '') => {
@@ -61,6 +64,13 @@ export async function handleConnect(
   const checked = decision.address.includes(':')
     ? `[${decision.address}]:${target.port}`
     : `${decision.address}:${target.port}`;
+  if (inspector?.applies(target.host, routing)) {
+    // Each request inside is counted and traced on its own (gateway/exchange).
+    done('ok');
+    span.setAttribute('gateway.inspected', true);
+    span.end();
+    return inspector.take(client, head, { host: target.host, port: target.port, checked, routing });
+  }
   for (let attempt = 1; attempt <= 2; attempt++) {
     if (client.destroyed) {
       done('client_gone');

@@ -47,7 +47,8 @@ export interface UpstreamChooser {
   /** Keeps the connection's lease alive; false when the lease may not be renewed (it ended, or a drain deadline passed). */
   renew(leaseId: string): boolean;
   release(a: Acquired): void;
-  report(a: Acquired, result: Exclude<ReportResult, 'success'>): void;
+  /** `cooldownSeconds`: this cooldown instead of the store's default (a rate limit's Retry-After). */
+  report(a: Acquired, result: Exclude<ReportResult, 'success'>, cooldownSeconds?: number): void;
   /** A report on a sticky session's upstream for `target` (default: the host it used last). */
   reportSession(
     id: string,
@@ -148,8 +149,12 @@ export class LeaseStoreChooser implements UpstreamChooser {
     if (a.session) this.sessions.done(a.session);
   }
 
-  report(a: Acquired, result: Exclude<ReportResult, 'success'>): void {
-    this.leases.report(a.leaseId, { result, release: false });
+  report(a: Acquired, result: Exclude<ReportResult, 'success'>, cooldownSeconds?: number): void {
+    this.leases.report(a.leaseId, {
+      result,
+      release: false,
+      ...(cooldownSeconds === undefined ? {} : { cooldownSeconds }),
+    });
     // A blocked or failed upstream is not kept for the session: the next connection rebinds.
     if (a.session?.upstream === a.upstream.key) a.session.upstream = undefined;
   }

@@ -17,11 +17,13 @@ export interface RoutingOptions {
   namespace?: string;
   session?: string;
   sessionTtlSeconds: number;
+  /** `inspect-off`: this client's CONNECTs are tunnelled untouched even with inspection on. */
+  inspect?: false;
 }
 
 const VALUE = /^[A-Za-z0-9_.]{1,63}$/;
 const LABEL_KEY = /^[A-Za-z0-9_.]{1,63}$/;
-const KNOWN = ['pool', 'label', 'ns', 'session', 'ttl', 'region', 'zone'] as const;
+const KNOWN = ['pool', 'label', 'ns', 'session', 'ttl', 'region', 'zone', 'inspect'] as const;
 type Option = (typeof KNOWN)[number];
 /**
  * Options whose values are region and zone names, which have dashes (`europe-west1-b`): their
@@ -45,7 +47,7 @@ function shown(text: string): string {
  * Parses `crawler[-option-value]…`. Options: `pool-<v>` (label pool=v), `label-<key>_<v>`
  * (label key=v; the first `_` splits), `ns-<namespace>`, `session-<id>`, `ttl-<seconds>`
  * (session idle TTL), `region-<r>` and `zone-<z>` (where the proxy runs; dashes allowed, see
- * DASHED). Values are letters, digits, `_` and `.`; each option at most once.
+ * DASHED), `inspect-off` (HTTPS tunnelled untouched). Values are letters, digits, `_` and `.`; each option at most once.
  */
 export function parseUsername(username: string): ParsedUsername {
   const parts = username.split('-');
@@ -109,6 +111,10 @@ function apply(out: RoutingOptions, labels: string[], option: Option, value: str
     }
     case 'ns':
       out.namespace = value;
+      return undefined;
+    case 'inspect':
+      if (value === 'off') out.inspect = false;
+      else if (value !== 'on') return 'option "inspect" is on or off, e.g. crawler-inspect-off';
       return undefined;
     case 'session':
       out.session = value;

@@ -1,0 +1,407 @@
+/**
+ * gateway/exchange — the one request pipeline of the gateway (docs/gateway.md, "Rules"): a
+ * plain-HTTP request and a request inside an inspected HTTPS connection alike get an upstream
+ * from the chooser, go out through a transport (absolute-form to the upstream, or origin-form
+ * over TLS through a tunnel, gateway/inspect), and have their answer judged by the response
+ * rules (gateway/rules). A rule's `block`, `rateLimit` and `fail` become reports on the upstream;
+ * its `retry` sends the request again through the next upstream, so the client sees the blocked
+ * answer only when retries run out. Only an answer a `body` rule may match is held back (its
+ * first 64 KiB, decoded); every other answer streams through untouched. An upstream that
+ * refuses or times out is reported `failed` and tried once more, as before rules existed.
+ */
+import type http from 'node:http';
+import zlib from 'node:zlib';
+import { type Span, SpanStatusCode } from '@opentelemetry/api';
+import { RULE_BODY_BYTES } from '../config/gateway-rules.ts';
+import { forwardHeaders } from '../provider/local/forward-proxy.ts';
+import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
+import type { GatewayResult } from './metrics.ts';
+import {
+  headDeadlineMs,
+  IDEMPOTENT_METHODS,
+  matchBody,
+  matchHead,
+  type Observed,
+  type Rule,
+  rulesFor,
+  verdict,
+} from './rules.ts';
+import type { Acquired } from './upstreams.ts';
+import type { RoutingOptions } from './username.ts';
+
+/** The header naming why an origin's certificate was refused (inspected HTTPS). */
+export const CERTIFICATE_ERROR_HEADER = 'X-Egress-Certificate-Error';
+/** Raw bytes read at most while looking for 64 KiB of decoded body. */
+const MAX_RAW_PREFIX = 4 * RULE_BODY_BYTES;
+
+/** An error a transport raises for a refused origin certificate: the client gets 502 naming `reason`. */
+export class OriginCertificateError extends Error {
+  readonly reason: string;
+  constructor(reason: string, opts?: { cause?: unknown }) {
+    super(`origin certificate refused: ${reason}`, opts);
+    this.name = 'OriginCertificateError';
+    this.reason = reason;
+  }
+}
+
+/** An error a transport raises when the upstream answered its CONNECT with a refusal (passed on). */
+export class UpstreamAnsweredError extends Error {
+  readonly status: number;
+  constructor(status: number, reason: string) {
+    super(`upstream answered ${status} ${reason}`);
+    this.name = 'UpstreamAnsweredError';
+    this.status = status;
+  }
+}
+
+/** How requests leave: one outgoing request through the upstream of `a` (not yet ended). */
+export interface Transport {
+  /** The `kind` label of the gateway's request metrics. */
+  kind: 'http' | 'https';
+  request(a: Acquired, method: string, headers: [string, string][]): http.ClientRequest;
+}
+
+/** What the exchange needs of the request besides the client's own. */
+export interface ExchangeTarget {
+  /** The host as leased and matched by rules (no brackets). */
+  host: string;
+  transport: Transport;
+  routing: RoutingOptions;
+  span: Span;
+}
+
+export function plain(
+  res: http.ServerResponse,
+  status: number,
+  body: string,
+  upstream?: string,
+  extra: Record<string, string> = {},
+): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const headers: Record<string, string> = {
+    'Content-Type': 'text/plain; charset=utf-8',
+    Connection: 'close',
+  };
+  if (upstream) headers[EGRESS_PROXY_HEADER] = upstream;
+  Object.assign(headers, extra);
+  res.writeHead(status, headers).end(`${body}\n`);
+}
+
+/** The client waits for `100 Continue` before it sends its body (the pattern Node's server uses). */
+function expectsContinue(req: http.IncomingMessage): boolean {
+  return /(?:^|\W)100-continue(?:$|\W)/i.test(req.headers.expect ?? '');
+}
+
+export function hasBody(req: http.IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+}
+
+/** The request body as sent the first time, kept for a retry while it stays within 64 KiB. */
+class ReplayBody {
+  private chunks: Buffer[] = [];
+  private size = 0;
+  private overflow = false;
+  uploaded = 0;
+  private readonly req: http.IncomingMessage;
+  constructor(req: http.IncomingMessage) {
+    this.req = req;
+    req.on('data', (c: Buffer) => {
+      this.uploaded += c.length;
+      if (this.overflow) return;
+      this.size += c.length;
+      if (this.size > RULE_BODY_BYTES) {
+        this.overflow = true;
+        this.chunks = [];
+      } else this.chunks.push(c);
+    });
+  }
+  /** Whether the whole body is here to be sent again. */
+  get replayable(): boolean {
+    return !this.overflow && this.req.complete;
+  }
+  bytes(): Buffer {
+    return Buffer.concat(this.chunks);
+  }
+}
+
+type Sent =
+  | { kind: 'answered'; res: http.IncomingMessage; ttfbMs: number }
+  | { kind: 'failed'; why: string; timedOut: boolean }
+  | { kind: 'certificate'; reason: string }
+  | { kind: 'refused'; status: number; message: string };
+
+/** Sends the request once through `a`; resolves on the answer's head, a failure or the deadline. */
+function send(
+  target: ExchangeTarget,
+  req: http.IncomingMessage,
+  a: Acquired,
+  body: ReplayBody | undefined,
+  first: boolean,
+  deadlineMs: number,
+): Promise<Sent> {
+  return new Promise((resolve) => {
+    const headers = forwardHeaders(req.rawHeaders).filter(([k]) => k.toLowerCase() !== 'proxy-authorization');
+    const started = performance.now();
+    const upReq = target.transport.request(a, req.method ?? 'GET', headers);
+    let settled = false;
+    const settle = (s: Sent) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve(s);
+    };
+    const timer = setTimeout(() => {
+      upReq.destroy();
+      settle({ kind: 'failed', why: 'timed out', timedOut: true });
+    }, deadlineMs);
+    upReq.once('response', (res) => {
+      if (res.statusCode === 407 && target.transport.kind === 'http') {
+        res.resume();
+        settle({ kind: 'failed', why: 'refused our credentials (407)', timedOut: false });
+      } else settle({ kind: 'answered', res, ttfbMs: performance.now() - started });
+    });
+    upReq.on('error', (err) => {
+      if (err instanceof OriginCertificateError) settle({ kind: 'certificate', reason: err.reason });
+      else if (err instanceof UpstreamAnsweredError) {
+        settle({ kind: 'refused', status: err.status, message: err.message });
+      } else settle({ kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? err.message, timedOut: false });
+    });
+    if (!body) upReq.end();
+    else if (first) req.pipe(upReq);
+    else upReq.end(body.bytes());
+  });
+}
+
+/** The start of an answer's body, read for `body` rules: the raw bytes and their decoded text. */
+interface Prefix {
+  raw: Buffer[];
+  text: string;
+  ended: boolean;
+}
+
+function decoderFor(encoding: string | undefined): zlib.Gunzip | zlib.Inflate | zlib.BrotliDecompress | undefined {
+  const e = (encoding ?? '').trim().toLowerCase();
+  const flush = { finishFlush: zlib.constants.Z_SYNC_FLUSH };
+  if (e === 'gzip' || e === 'x-gzip') return zlib.createGunzip(flush);
+  if (e === 'deflate') return zlib.createInflate(flush);
+  if (e === 'br') {
+    return zlib.createBrotliDecompress({ finishFlush: zlib.constants.BROTLI_OPERATION_FLUSH });
+  }
+  return undefined;
+}
+
+/** Reads up to 64 KiB of decoded body (or the whole body if shorter) and pauses the answer. */
+function readPrefix(res: http.IncomingMessage): Promise<Prefix> {
+  return new Promise((resolve) => {
+    const raw: Buffer[] = [];
+    let rawSize = 0;
+    const decoded: Buffer[] = [];
+    let decodedSize = 0;
+    let ended = false;
+    let done = false;
+    const decoder = decoderFor(res.headers['content-encoding'] as string | undefined);
+    const finish = () => {
+      if (done) return;
+      done = true;
+      res.off('data', onData);
+      res.off('end', onEnd);
+      res.off('error', onEnd);
+      res.pause();
+      decoder?.destroy();
+      const text = Buffer.concat(decoded).subarray(0, RULE_BODY_BYTES).toString('utf8');
+      resolve({ raw, text, ended });
+    };
+    const take = (d: Buffer) => {
+      decoded.push(d);
+      decodedSize += d.length;
+      if (decodedSize >= RULE_BODY_BYTES) finish();
+    };
+    decoder?.on('data', take);
+    decoder?.on('error', finish);
+    decoder?.on('end', finish);
+    const onData = (chunk: Buffer) => {
+      raw.push(chunk);
+      rawSize += chunk.length;
+      if (decoder) decoder.write(chunk);
+      else take(chunk);
+      if (rawSize >= MAX_RAW_PREFIX) {
+        res.pause();
+        if (decoder) decoder.flush(finish);
+        else finish();
+      }
+    };
+    const onEnd = () => {
+      ended = true;
+      if (decoder) decoder.end();
+      else finish();
+    };
+    res.on('data', onData);
+    res.once('end', onEnd);
+    res.once('error', onEnd);
+  });
+}
+
+/** Handles one request whose egress was allowed: upstreams, transport, rules, the answer. */
+export async function exchange(
+  ctx: GatewayContext,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  target: ExchangeTarget,
+): Promise<void> {
+  const { span, transport } = target;
+  const kind = transport.kind;
+  const done = (result: GatewayResult, upstream = '') => {
+    ctx.metrics.requests.inc({ kind, upstream, result });
+    span.setAttribute('gateway.result', result);
+    if (result !== 'ok') span.setStatus({ code: SpanStatusCode.ERROR, message: result });
+    span.end();
+  };
+  const rules = rulesFor(ctx.rules, target.host);
+  const deadline = headDeadlineMs(rules, ctx.limits.upstreamTimeoutMs);
+  const method = (req.method ?? 'GET').toUpperCase();
+  const body = hasBody(req) ? new ReplayBody(req) : undefined;
+  let failures = 0;
+  let retried = 0;
+  for (let attempt = 1; ; attempt++) {
+    if (res.destroyed) return done('client_gone');
+    const got = await ctx.chooser.acquire(target.host, target.routing);
+    if (!got.ok) {
+      done('no_upstream');
+      return plain(res, got.status, got.message);
+    }
+    const a = got.acquired;
+    const key = a.upstream.key;
+    span.setAttribute('gateway.upstream', key);
+    // Authenticated, allowed by the policy and given an upstream: only now is the body wanted.
+    if (attempt === 1 && expectsContinue(req)) res.writeContinue();
+    const sent = await send(target, req, a, body, attempt === 1, deadline);
+    const replayable = body === undefined || body.replayable;
+    if (sent.kind === 'certificate') {
+      ctx.chooser.release(a);
+      ctx.log.info({ upstream: key, target: target.host, reason: sent.reason }, 'origin certificate refused');
+      done('certificate_error', key);
+      return plain(res, 502, `origin certificate refused for ${target.host}: ${sent.reason}`, key, {
+        [CERTIFICATE_ERROR_HEADER]: sent.reason,
+      });
+    }
+    if (sent.kind === 'refused') {
+      ctx.chooser.release(a);
+      done('ok', key);
+      return plain(res, sent.status, sent.message, key);
+    }
+    let observed: Observed;
+    let prefix: Prefix | undefined;
+    let matched: Rule[];
+    if (sent.kind === 'failed') {
+      observed = { timedOut: true };
+      matched = sent.timedOut ? matchHead(rules, observed).matched : [];
+    } else {
+      observed = { timedOut: false, status: sent.res.statusCode ?? 502, headers: sent.res.headers, ttfbMs: sent.ttfbMs };
+      const head = matchHead(rules, observed);
+      matched = head.matched;
+      if (head.needBody.length > 0) {
+        prefix = await readPrefix(sent.res);
+        matched = [...matched, ...matchBody(head.needBody, prefix.text)];
+      }
+    }
+    const v = verdict(matched, observed, ctx.clock.now());
+    countMatches(ctx, span, matched);
+    if (sent.kind === 'failed' && matched.length === 0) {
+      // No rule speaks for this failure: the upstream failed, as it always has.
+      ctx.log.info({ upstream: key, why: sent.why, attempt }, 'upstream failed a request; reported failed');
+      report(ctx, a, 'failed');
+      ctx.chooser.release(a);
+      if (++failures < 2 && body === undefined && !res.destroyed) continue;
+      done('failed', key);
+      return plain(res, 502, 'upstream proxy failed', key);
+    }
+    if (v.fail) report(ctx, a, 'failed');
+    else if (v.rateLimitSeconds !== undefined) report(ctx, a, 'blocked', v.rateLimitSeconds);
+    else if (v.block) report(ctx, a, 'blocked');
+    const retryAllowed = v.retryUnsafe || IDEMPOTENT_METHODS.has(method);
+    if (retried < v.retries && retryAllowed && replayable && !res.destroyed) {
+      retried++;
+      if (sent.kind === 'answered') sent.res.destroy();
+      ctx.chooser.release(a);
+      span.addEvent('gateway retry', { 'gateway.upstream': key, 'gateway.rule': names(matched) });
+      continue;
+    }
+    if (sent.kind === 'failed') {
+      ctx.chooser.release(a);
+      done('failed', key);
+      return plain(res, 504, `upstream gave no answer in time (rule ${names(matched)})`, key);
+    }
+    const blocked = v.block || v.rateLimitSeconds !== undefined || v.fail;
+    return relay(ctx, a, res, sent.res, prefix, body, blocked, kind, done);
+  }
+}
+
+function names(rules: readonly Rule[]): string {
+  return rules.map((r) => r.name).join(',');
+}
+
+function report(ctx: GatewayContext, a: Acquired, result: 'blocked' | 'failed', cooldownSeconds?: number): void {
+  ctx.chooser.report(a, result, cooldownSeconds);
+  ctx.metrics.reports.inc({ upstream: a.upstream.key, result });
+}
+
+function countMatches(ctx: GatewayContext, span: Span, matched: readonly Rule[]): void {
+  if (matched.length === 0) return;
+  for (const r of matched) {
+    const mode = r.observe ? 'observe' : 'enforce';
+    for (const action of r.actions) ctx.metrics.ruleMatches.inc({ rule: r.name, action, mode });
+  }
+  span.setAttribute('gateway.rule', names(matched));
+}
+
+/** Streams the upstream's answer to the client, naming the upstream; a held-back start goes first. */
+function relay(
+  ctx: GatewayContext,
+  a: Acquired,
+  res: http.ServerResponse,
+  upstreamRes: http.IncomingMessage,
+  prefix: Prefix | undefined,
+  body: ReplayBody | undefined,
+  blocked: boolean,
+  kind: 'http' | 'https',
+  done: (result: GatewayResult, upstream?: string) => void,
+): void {
+  const key = a.upstream.key;
+  const status = upstreamRes.statusCode ?? 502;
+  if (res.destroyed) {
+    // The client left while the upstream answered: its close event has already passed.
+    upstreamRes.destroy();
+    ctx.chooser.release(a);
+    done('client_gone', key);
+    return;
+  }
+  ctx.metrics.open.inc({ kind });
+  ctx.hold(a, () => res.destroy());
+  let bytes = 0;
+  for (const c of prefix?.raw ?? []) bytes += c.length;
+  upstreamRes.on('data', (chunk: Buffer) => {
+    bytes += chunk.length;
+  });
+  const headers = forwardHeaders(upstreamRes.rawHeaders);
+  headers.push([EGRESS_PROXY_HEADER, key]);
+  res.writeHead(status, upstreamRes.statusMessage, headers.flat());
+  for (const c of prefix?.raw ?? []) res.write(c);
+  if (prefix?.ended) res.end();
+  else {
+    upstreamRes.pipe(res);
+    upstreamRes.resume();
+  }
+  upstreamRes.on('error', () => res.destroy());
+  res.once('close', () => {
+    if (!res.writableFinished) upstreamRes.destroy();
+    ctx.metrics.open.dec({ kind });
+    ctx.metrics.bytes.inc({ upstream: key, direction: 'sent' }, body?.uploaded ?? 0);
+    ctx.metrics.bytes.inc({ upstream: key, direction: 'received' }, bytes);
+    ctx.letGo(a);
+    done(blocked ? 'blocked' : res.writableFinished ? 'ok' : 'client_gone', key);
+  });
+}

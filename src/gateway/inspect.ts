@@ -1,0 +1,247 @@
+/**
+ * gateway/inspect — HTTPS inspection (docs/gateway.md, "HTTPS inspection"): an authenticated
+ * CONNECT the egress policy allowed is answered 200 at once, the client's TLS is terminated
+ * with a certificate for the requested host from the operator CA (gateway/ca), and each request
+ * inside goes through the one request pipeline (gateway/exchange), so response rules see HTTPS
+ * as they see plain HTTP. Towards the origin a request leaves through a CONNECT tunnel of the
+ * chosen upstream (gateway/dial) and TLS with full verification (the system store and
+ * `--gateway-origin-ca`); connections are kept alive per upstream and origin. A refused origin
+ * certificate is an error the client reads (502 naming why), never a silent downgrade. Only
+ * HTTP/1.1 is spoken inside (ALPN), so a client that insists on HTTP/2 cannot connect.
+ */
+import http from 'node:http';
+import { isIP } from 'node:net';
+import type net from 'node:net';
+import type { Duplex } from 'node:stream';
+import tls from 'node:tls';
+import { compileGlob } from '../config/gateway-rules.ts';
+import type { GatewayCa } from './ca.ts';
+import type { GatewayContext } from './context.ts';
+import { exchange, OriginCertificateError, plain, type Transport, UpstreamAnsweredError } from './exchange.ts';
+import { dialSocket } from './dial.ts';
+import type { Upstream } from './upstreams.ts';
+import type { RoutingOptions } from './username.ts';
+
+export interface InspectSetup {
+  ca: GatewayCa;
+  /** Host globs tunnelled untouched (`--gateway-inspect-exclude`). */
+  exclude: readonly string[];
+  /** Extra CA certificates (PEM) trusted for origins besides the system store (`--gateway-origin-ca`). */
+  originCa?: string;
+}
+
+/** A CONNECT being inspected: where its requests go. */
+interface InspectedTarget {
+  host: string;
+  port: number;
+  /** `address:port` the egress policy checked, asked of the upstream. */
+  checked: string;
+  routing: RoutingOptions;
+}
+
+/** Why an origin's certificate was refused, in words, by OpenSSL/Node error code. */
+const CERT_REASONS: Readonly<Record<string, string>> = {
+  ERR_TLS_CERT_ALTNAME_INVALID: 'hostname mismatch',
+  CERT_HAS_EXPIRED: 'certificate has expired',
+  CERT_NOT_YET_VALID: 'certificate is not yet valid',
+  DEPTH_ZERO_SELF_SIGNED_CERT: 'self-signed certificate',
+  SELF_SIGNED_CERT_IN_CHAIN: 'self-signed certificate in chain',
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'unknown issuer',
+  UNABLE_TO_GET_ISSUER_CERT_LOCALLY: 'unknown issuer',
+  UNABLE_TO_GET_ISSUER_CERT: 'unknown issuer',
+  CERT_REVOKED: 'certificate revoked',
+  CERT_SIGNATURE_FAILURE: 'certificate signature failure',
+  CERT_UNTRUSTED: 'certificate not trusted',
+  INVALID_CA: 'invalid CA certificate in chain',
+};
+
+/** A TLS error as an origin certificate refusal, or undefined when it is something else. */
+export function certificateRefusal(err: Error): OriginCertificateError | undefined {
+  const code = (err as NodeJS.ErrnoException).code ?? '';
+  const reason = CERT_REASONS[code];
+  if (reason) return new OriginCertificateError(`${reason} (${code})`, { cause: err });
+  if (/^(CERT_|ERR_TLS_CERT)/.test(code)) return new OriginCertificateError(`${err.message} (${code})`, { cause: err });
+  return undefined;
+}
+
+/** Options the tunnel agent reads beside http.request's own. */
+interface TunnelRequestOptions extends http.RequestOptions {
+  dialAuthority: string;
+}
+
+/**
+ * Keep-alive connections to origins through one upstream: each new one is a CONNECT tunnel and
+ * a verified TLS handshake; the agent pools them per origin like any HTTP agent.
+ */
+class TunnelAgent extends http.Agent {
+  readonly up: Upstream;
+  private readonly trust: tls.SecureContext;
+  private readonly dialTimeoutMs: number;
+
+  constructor(up: Upstream, trust: tls.SecureContext, dialTimeoutMs: number, idleMs: number) {
+    super({ keepAlive: true, maxFreeSockets: 16, timeout: idleMs });
+    this.up = up;
+    this.trust = trust;
+    this.dialTimeoutMs = dialTimeoutMs;
+  }
+
+  override createConnection(
+    args: http.ClientRequestArgs,
+    callback?: (err: Error | null, stream: Duplex) => void,
+  ): undefined {
+    const options = args as TunnelRequestOptions;
+    const done = (err: Error | null, s?: Duplex) => callback?.(err, s as Duplex);
+    const host = options.host ?? '';
+    void dialSocket(this.up, options.dialAuthority, this.dialTimeoutMs).then((d) => {
+      if (!d.ok) {
+        if (d.kind === 'answered') return done(new UpstreamAnsweredError(d.status, d.reason));
+        return done(Object.assign(new Error(`upstream ${d.why}`), { code: d.why }));
+      }
+      const s = tls.connect({
+        socket: d.socket,
+        host,
+        ...(isIP(host) ? {} : { servername: host }),
+        secureContext: this.trust,
+        ALPNProtocols: ['http/1.1'],
+      });
+      const onError = (err: Error) => done(certificateRefusal(err) ?? err);
+      s.once('error', onError);
+      s.once('secureConnect', () => {
+        s.off('error', onError);
+        done(null, s);
+      });
+    });
+    return undefined;
+  }
+}
+
+/** The trust for origins: Node's bundled roots, the system store and the configured extra CAs. */
+function originTrust(extra: string | undefined): tls.SecureContext {
+  const ca = new Set([...tls.getCACertificates('bundled'), ...tls.getCACertificates('system')]);
+  if (extra) ca.add(extra);
+  return tls.createSecureContext({ ca: [...ca], minVersion: 'TLSv1.2' });
+}
+
+export class Inspector {
+  private readonly ctx: GatewayContext;
+  private readonly ca: GatewayCa;
+  private readonly exclude: RegExp[];
+  private readonly trust: tls.SecureContext;
+  private readonly agents = new Map<string, TunnelAgent>();
+  private readonly targets = new WeakMap<object, InspectedTarget>();
+  /** Parses the requests of every inspected connection; never listens itself. */
+  private readonly inner: http.Server;
+
+  constructor(ctx: GatewayContext, setup: InspectSetup) {
+    this.ctx = ctx;
+    this.ca = setup.ca;
+    this.exclude = setup.exclude.map(compileGlob);
+    this.trust = originTrust(setup.originCa);
+    this.inner = http.createServer({
+      headersTimeout: ctx.limits.headersTimeoutMs,
+      requestTimeout: ctx.limits.requestTimeoutMs,
+      noDelay: true,
+    });
+    this.inner.timeout = ctx.limits.idleTimeoutMs;
+    this.inner.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+      const target = this.targets.get(req.socket);
+      if (!target) return plain(res, 500, 'internal error');
+      void this.serve(target, req, res).catch((err) => {
+        ctx.log.warn({ err }, 'gateway inspected request failed unexpectedly');
+        plain(res, 500, 'internal error');
+      });
+    });
+    this.inner.on('clientError', (_err, socket) => socket.destroy());
+  }
+
+  /** Whether a CONNECT to `host` by a client with `routing` is inspected. */
+  applies(host: string, routing: RoutingOptions): boolean {
+    if (routing.inspect === false) return false;
+    const h = host.toLowerCase();
+    return !this.exclude.some((g) => g.test(h));
+  }
+
+  /** Answers the CONNECT and terminates the client's TLS; its requests are served from here on. */
+  take(client: net.Socket, head: Buffer, target: InspectedTarget): void {
+    client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (head.length > 0) client.unshift(head);
+    let secure: tls.TLSSocket;
+    try {
+      secure = new tls.TLSSocket(client, {
+        isServer: true,
+        secureContext: this.ca.contextFor(target.host),
+        ALPNProtocols: ['http/1.1'],
+      });
+    } catch (err) {
+      this.ctx.log.warn({ err, target: target.host }, 'could not issue a certificate for an inspected host');
+      client.destroy();
+      return;
+    }
+    secure.on('error', (err) => {
+      this.ctx.log.debug({ err: err.message, target: target.host }, 'inspected client TLS failed');
+      secure.destroy();
+    });
+    this.targets.set(secure, target);
+    this.inner.emit('connection', secure);
+  }
+
+  private agentFor(up: Upstream): TunnelAgent {
+    const known = this.agents.get(up.key);
+    if (known && sameAddress(known, up)) return known;
+    known?.destroy();
+    const agent = new TunnelAgent(up, this.trust, this.ctx.limits.upstreamTimeoutMs, this.ctx.limits.idleTimeoutMs);
+    this.agents.set(up.key, agent);
+    return agent;
+  }
+
+  private serve(target: InspectedTarget, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const span = this.ctx.tracer.startSpan('gateway HTTPS', {
+      attributes: { 'server.address': target.host, 'http.request.method': req.method ?? '' },
+    });
+    const path = originPath(req.url ?? '/');
+    const transport: Transport = {
+      kind: 'https',
+      request: (a, method, headers) => {
+        if (!headers.some(([k]) => k.toLowerCase() === 'host')) headers.unshift(['Host', authority(target)]);
+        const options: TunnelRequestOptions = {
+          host: target.host,
+          port: target.port,
+          method,
+          path,
+          headers: headers.flat(),
+          agent: this.agentFor(a.upstream),
+          dialAuthority: target.checked,
+        };
+        return http.request(options);
+      },
+    };
+    return exchange(this.ctx, req, res, { host: target.host, transport, routing: target.routing, span });
+  }
+
+  /** Ends every pooled origin connection. */
+  close(): void {
+    for (const a of this.agents.values()) a.destroy();
+    this.agents.clear();
+  }
+}
+
+function sameAddress(agent: TunnelAgent, up: Upstream): boolean {
+  const known = agent.up;
+  return known.host === up.host && known.port === up.port && known.authorization === up.authorization;
+}
+
+function authority(t: InspectedTarget): string {
+  const host = t.host.includes(':') ? `[${t.host}]` : t.host;
+  return t.port === 443 ? host : `${host}:${t.port}`;
+}
+
+/** The origin-form of a request target (a client may send absolute-form inside the tunnel too). */
+function originPath(url: string): string {
+  if (url.startsWith('/')) return url;
+  try {
+    const u = new URL(url);
+    return `${u.pathname}${u.search}`;
+  } catch {
+    return '/';
+  }
+}
