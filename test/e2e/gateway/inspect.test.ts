@@ -12,7 +12,7 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFailed, vi } from 'vitest';
 import {
   CliProcess,
   cleanupCli,
@@ -61,7 +61,7 @@ interface Operator {
 async function startOperator(sites: Sites, rules: string): Promise<Operator> {
   const ws = await createWorkspace({ openPorts: sites.ports });
   const providers = readFileSync(ws.providersFile, 'utf8')
-    .replace(/allowCIDRs: \["127\.0\.0\.1\/32"\]/, `allowCIDRs: ["${LOOPBACK_SITES}"]`)
+    .replace(/^(\s+egressPolicy: \{allowCIDRs: )\["127\.0\.0\.1\/32"\]/m, `$1["${LOOPBACK_SITES}"]`)
     .replace(/egressAddresses: \[[^\]]*\]/, `egressAddresses: [${EGRESS.join(', ')}]`);
   writeFileSync(
     ws.providersFile,
@@ -107,6 +107,18 @@ async function startOperator(sites: Sites, rules: string): Promise<Operator> {
   };
 }
 
+/** On a failure: what the operator refused or matched, to tell whose side it was on. */
+function dumpOnFailure(op: () => Operator | undefined): void {
+  beforeEach(() => {
+    onTestFailed(() => {
+      const logs = op()?.proc.logs.filter((l) =>
+        /denied|refus|rule|inspect|certificate/i.test(String(l.msg)),
+      );
+      console.error(JSON.stringify(logs?.slice(0, 20), null, 1));
+    });
+  });
+}
+
 /** Every URL answered once, 200, with the page itself (not a refusal, not the captcha). */
 function expectEveryPage(answers: Answer[], urls: string[]): void {
   expect(answers.map((a) => a.url).sort()).toEqual([...urls].sort());
@@ -135,6 +147,7 @@ describe('the inspecting gateway, enforcing rules', () => {
     sites = await startSites();
     op = await startOperator(sites, ENFORCE_RULES);
   });
+  dumpOnFailure(() => op);
   afterAll(async () => {
     await cleanupCli();
     await sites?.close();
@@ -216,6 +229,7 @@ describe('the inspecting gateway, a rule in observe mode', () => {
       `  rules:\n    - {name: watch-forbidden, status: [403], actions: [block, retry], mode: observe}\n`,
     );
   });
+  dumpOnFailure(() => op);
   afterAll(async () => {
     await cleanupCli();
     await sites?.close();
