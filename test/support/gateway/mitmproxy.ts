@@ -42,8 +42,16 @@ export function mitmproxyVenv(): string {
   }
 }
 
-/** Starts mitmdump trusting `originCaFile` for origins; resolves once it accepts connections. */
-export async function startMitmproxy(opts: { originCaFile: string; port?: number }): Promise<Mitmproxy> {
+/**
+ * Starts mitmdump trusting `originCaFile` for origins; resolves once it accepts connections.
+ * `upstream`: chain every connection to this HTTP proxy (`http://127.0.0.1:<port>`) with these
+ * Basic credentials (`user:password`), as the gateway chains to its upstreams.
+ */
+export async function startMitmproxy(opts: {
+  originCaFile: string;
+  port?: number;
+  upstream?: { url: string; auth: string };
+}): Promise<Mitmproxy> {
   const venv = mitmproxyVenv();
   const confdir = mkdtempSync(join(tmpdir(), 'mitmproxy-conf-'));
   const port = opts.port ?? (await freePort());
@@ -64,6 +72,9 @@ export async function startMitmproxy(opts: { originCaFile: string; port?: number
       `proxyauth=${user}:${password}`,
       '--set',
       'flow_detail=0',
+      ...(opts.upstream
+        ? ['--mode', `upstream:${opts.upstream.url}`, '--set', `upstream_auth=${opts.upstream.auth}`]
+        : []),
       '--quiet',
     ],
     { stdio: ['ignore', 'ignore', 'pipe'], env: { PATH: '/usr/bin:/bin', LANG: 'C.UTF-8', HOME: confdir } },
