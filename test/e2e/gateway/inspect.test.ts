@@ -8,7 +8,8 @@
  * the sites' logs show the refusals spread per site over several egress addresses; curl,
  * requests, Node and Chromium get every page too. A host in --gateway-inspect-exclude and the
  * user-name option `inspect-off` are tunnelled untouched (the client sees the origin's own
- * certificate). A rule in `mode: observe` lets the refusal through to the client and counts it.
+ * certificate). A rule in `mode: observe` lets the refusal through to the client and counts it;
+ * without `gateway.rules` the defaults block and retry a 403 and rate-limit and retry a 429.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -16,6 +17,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFailed, vi
 import {
   CliProcess,
   cleanupCli,
+  clientFor,
   createWorkspace,
   freePort,
   standaloneArgs,
@@ -169,10 +171,14 @@ describe('the inspecting gateway, enforcing rules', () => {
       // Blocks are per site: the refusals went out through more than one egress address.
       expect(new Set(refused).size, `${site}: ${refused.join(' ')}`).toBeGreaterThan(1);
     }
-    // The plain site was reached through upstreams another site had blocked.
-    const plainSources = new Set(sites.log.filter((e) => e.site === 'plain').map((e) => e.source));
-    const blocked = new Set([...REFUSING].flatMap((s) => refusalsUnder(sites, s, 'scrapy')));
-    expect([...blocked].some((a) => plainSources.has(a))).toBe(true);
+    // The blocks are per site: the upstreams a 403 came through cool down for that site only.
+    const client = clientFor(op.ws);
+    const forbidden = new Set(refusalsUnder(sites, 'forbid', 'scrapy'));
+    const forForbid = await client.listProxies({ target: sites.byName('forbid').address });
+    const cooling = forForbid.filter((p) => p.reason === 'CoolingDownForTarget').map((p) => p.egressIP);
+    expect(new Set(cooling)).toEqual(forbidden);
+    const forPlain = await client.listProxies({ target: sites.byName('plain').address });
+    expect(forPlain.filter((p) => p.reason === 'CoolingDownForTarget')).toEqual([]);
     const metrics = await op.metrics();
     for (const [rule, action] of [
       ['forbidden', 'block'],
@@ -244,5 +250,38 @@ describe('the inspecting gateway, a rule in observe mode', () => {
     expect(await op.metrics()).toMatch(
       /proxy_operator_gateway_rule_matches_total\{[^}]*rule="watch-forbidden"[^}]*mode="observe"[^}]*\} 1\b/,
     );
+  });
+});
+
+describe('the inspecting gateway, no rules configured', () => {
+  let sites: Sites;
+  let op: Operator;
+  beforeAll(async () => {
+    sites = await startSites();
+    op = await startOperator(sites, '');
+  });
+  afterAll(async () => {
+    await cleanupCli();
+    await sites?.close();
+  });
+  dumpOnFailure(() => op);
+
+  it('the defaults block and retry a 403, rate-limit and retry a 429', async () => {
+    const urls = ['forbid', 'ratelimit'].flatMap((s) => sites.byName(s).pages(6, 'defaults'));
+    expectEveryPage(await curlFetch(op.url(), op.caFile, urls), urls);
+    for (const site of ['forbid', 'ratelimit']) {
+      expect(refusalsUnder(sites, site, 'defaults'), site).toHaveLength(refusedPages(6));
+    }
+    const metrics = await op.metrics();
+    for (const [rule, action] of [
+      ['blocked', 'block'],
+      ['rate-limited', 'rateLimit'],
+    ]) {
+      expect(metrics).toMatch(
+        new RegExp(
+          `proxy_operator_gateway_rule_matches_total\\{[^}]*rule="${rule}"[^}]*action="${action}"[^}]*\\} ${refusedPages(6)}\\b`,
+        ),
+      );
+    }
   });
 });
