@@ -12,7 +12,7 @@ import type { ProvidersConfig } from '../config/schema.ts';
 import { discoveryTokenFromEnv } from '../discovery/auth.ts';
 import { gatewayTokenFromEnv } from '../gateway/auth.ts';
 import { clusterGateway } from '../gateway/cluster.ts';
-import { type GatewaySetup, GatewaySessions, gatewaySetupProblem } from '../gateway/service.ts';
+import { GatewaySessions, type GatewaySetup, gatewaySetupProblem } from '../gateway/service.ts';
 import type { HealthEngine } from '../health/engine.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import { errorMessage } from '../log/errors.ts';

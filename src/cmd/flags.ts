@@ -2,8 +2,9 @@
  * cmd/flags — command-line parsing and validation, pure: argv in, a typed configuration or
  * one precise error out. Nothing starts until every flag has been checked.
  */
-import { parseSurgeLimit, type SurgeLimit } from '../controller/surge.ts';
+
 import { isHostGlob } from '../config/gateway-rules.ts';
+import { parseSurgeLimit, type SurgeLimit } from '../controller/surge.ts';
 import { DEFAULT_GATEWAY_LIMITS } from '../gateway/context.ts';
 import { parseBindAddress } from '../metrics/bind.ts';
 import {

@@ -9,7 +9,7 @@ import { hostname, networkInterfaces } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { canonicalAddressText, type OperatorEndpoints } from '../config/egress.ts';
-import { FileCaStore, SecretCaStore, type CaStore } from '../gateway/ca.ts';
+import { type CaStore, FileCaStore, SecretCaStore } from '../gateway/ca.ts';
 import type { CheckpointStorage } from '../lease/checkpoint.ts';
 import { errorMessage } from '../log/errors.ts';
 import type { Logger } from '../log/index.ts';

@@ -46,21 +46,34 @@ export const MAX_RATE_LIMIT_SECONDS = 86_400;
 export interface RuleProblem {
   field: string;
   message: string;
+  /** A setting that does nothing (warned about, not refused). */
+  warning?: true;
 }
 
 /** Problems of one rule whose shape is right; `seen` collects names to find duplicates. */
-export function ruleProblems(rule: GatewayRuleConfig, index: number, seen: Map<string, number>): RuleProblem[] {
+export function ruleProblems(
+  rule: GatewayRuleConfig,
+  index: number,
+  seen: Map<string, number>,
+): RuleProblem[] {
   const out: RuleProblem[] = [];
   const add = (field: string, message: string) => out.push({ field, message });
+  const unused = (field: string, action: string) =>
+    out.push({ field, message: `is set but actions has no ${action}, so it does nothing`, warning: true });
   if (!RULE_NAME.test(rule.name)) {
-    add('name', `${JSON.stringify(rule.name)} is not a rule name: lowercase letters, digits and "-", 1-63 characters`);
+    add(
+      'name',
+      `${JSON.stringify(rule.name)} is not a rule name: lowercase letters, digits and "-", 1-63 characters`,
+    );
   } else {
     const first = seen.get(rule.name);
-    if (first !== undefined) add('name', `duplicate rule name ${JSON.stringify(rule.name)} (also gateway.rules[${first}])`);
+    if (first !== undefined)
+      add('name', `duplicate rule name ${JSON.stringify(rule.name)} (also gateway.rules[${first}])`);
     else seen.set(rule.name, index);
   }
   rule.hosts?.forEach((h, j) => {
-    if (!isHostGlob(h)) add(`hosts[${j}]`, `${JSON.stringify(h)} is not a host glob: letters, digits, ".", "-", ":" and "*"`);
+    if (!isHostGlob(h))
+      add(`hosts[${j}]`, `${JSON.stringify(h)} is not a host glob: letters, digits, ".", "-", ":" and "*"`);
   });
   rule.status?.forEach((s, j) => {
     if (s < 100 || s > 599) add(`status[${j}]`, `${s} is not an HTTP status (100-599)`);
@@ -79,7 +92,10 @@ export function ruleProblems(rule: GatewayRuleConfig, index: number, seen: Map<s
     regex('header.pattern', rule.header.pattern);
   }
   if (rule.body !== undefined) regex('body', rule.body);
-  if (rule.timeToFirstByteMs !== undefined && (rule.timeToFirstByteMs < 1 || rule.timeToFirstByteMs > 600_000)) {
+  if (
+    rule.timeToFirstByteMs !== undefined &&
+    (rule.timeToFirstByteMs < 1 || rule.timeToFirstByteMs > 600_000)
+  ) {
     add('timeToFirstByteMs', `${rule.timeToFirstByteMs} is out of range: 1-600000 milliseconds`);
   }
   if (
@@ -96,19 +112,18 @@ export function ruleProblems(rule: GatewayRuleConfig, index: number, seen: Map<s
   if (rule.retries !== undefined && (rule.retries < 1 || rule.retries > MAX_RULE_RETRIES)) {
     add('retries', `${rule.retries} is out of range: 1-${MAX_RULE_RETRIES}`);
   }
-  if (rule.retries !== undefined && !rule.actions.includes('retry')) {
-    add('retries', 'is set but actions has no retry');
-  }
-  if (rule.retryUnsafe && !rule.actions.includes('retry')) add('retryUnsafe', 'is set but actions has no retry');
+  if (rule.retries !== undefined && !rule.actions.includes('retry')) unused('retries', 'retry');
+  if (rule.retryUnsafe && !rule.actions.includes('retry')) unused('retryUnsafe', 'retry');
   if (rule.rateLimit) {
-    if (!rule.actions.includes('rateLimit')) add('rateLimit', 'is set but actions has no rateLimit');
+    if (!rule.actions.includes('rateLimit')) unused('rateLimit', 'rateLimit');
     const r = { ...DEFAULT_RATE_LIMIT, ...rule.rateLimit };
     for (const k of ['defaultSeconds', 'minSeconds', 'maxSeconds'] as const) {
       if (r[k] < 1 || r[k] > MAX_RATE_LIMIT_SECONDS) {
         add(`rateLimit.${k}`, `${r[k]} is out of range: 1-${MAX_RATE_LIMIT_SECONDS} seconds`);
       }
     }
-    if (r.minSeconds > r.maxSeconds) add('rateLimit.minSeconds', `${r.minSeconds} is above maxSeconds ${r.maxSeconds}`);
+    if (r.minSeconds > r.maxSeconds)
+      add('rateLimit.minSeconds', `${r.minSeconds} is above maxSeconds ${r.maxSeconds}`);
   }
   return out;
 }

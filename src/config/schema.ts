@@ -297,7 +297,9 @@ export const GATEWAY_RULE_ACTIONS = ['retry', 'block', 'rateLimit', 'fail'] as c
  */
 export const GatewayRuleSchema = Type.Object(
   {
-    name: Type.String({ description: 'Unique; lowercase letters, digits and "-". Metrics and spans name it.' }),
+    name: Type.String({
+      description: 'Unique; lowercase letters, digits and "-". Metrics and spans name it.',
+    }),
     hosts: Type.Optional(
       Type.Array(Type.String(), {
         description: 'Host globs (`*` any characters, `*.shop.test` its subdomains). Default: every host.',
@@ -320,7 +322,9 @@ export const GatewayRuleSchema = Type.Object(
       }),
     ),
     timeToFirstByteMs: Type.Optional(
-      Type.Integer({ description: 'Matches when the response head takes longer, or the upstream times out.' }),
+      Type.Integer({
+        description: 'Matches when the response head takes longer, or the upstream times out.',
+      }),
     ),
     actions: Type.Array(Type.Enum(GATEWAY_RULE_ACTIONS), { description: 'retry, block, rateLimit, fail.' }),
     retries: Type.Optional(Type.Integer({ description: 'Retries at most (`retry`). Default 2.' })),
@@ -330,15 +334,23 @@ export const GatewayRuleSchema = Type.Object(
     rateLimit: Type.Optional(
       Type.Object(
         {
-          defaultSeconds: Type.Optional(Type.Integer({ description: 'Cooldown without Retry-After. Default 60.' })),
-          minSeconds: Type.Optional(Type.Integer({ description: 'Retry-After below is raised to it. Default 1.' })),
-          maxSeconds: Type.Optional(Type.Integer({ description: 'Retry-After above is cut to it. Default 3600.' })),
+          defaultSeconds: Type.Optional(
+            Type.Integer({ description: 'Cooldown without Retry-After. Default 60.' }),
+          ),
+          minSeconds: Type.Optional(
+            Type.Integer({ description: 'Retry-After below is raised to it. Default 1.' }),
+          ),
+          maxSeconds: Type.Optional(
+            Type.Integer({ description: 'Retry-After above is cut to it. Default 3600.' }),
+          ),
         },
         strict,
       ),
     ),
     mode: Type.Optional(
-      Type.Enum(['enforce', 'observe'] as const, { description: 'observe: count matches only. Default enforce.' }),
+      Type.Enum(['enforce', 'observe'] as const, {
+        description: 'observe: count matches only. Default enforce.',
+      }),
     ),
   },
   strict,

@@ -519,7 +519,9 @@ export function validateProvidersConfig(raw: unknown): ProvidersConfigResult {
     const seen = new Map<string, number>();
     gateway.rules?.forEach((rule, i) => {
       for (const p of ruleProblems(rule, i, seen)) {
-        x.error(p.field === '' ? `rules[${i}]` : `rules[${i}].${p.field}`, p.message);
+        const field = p.field === '' ? `rules[${i}]` : `rules[${i}].${p.field}`;
+        if (p.warning) x.warn(field, p.message);
+        else x.error(field, p.message);
       }
     });
     errors.push(...x.errors);

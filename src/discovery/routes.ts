@@ -128,7 +128,9 @@ export function apiHandlers(
       if (pem === undefined) {
         return reply
           .code(404)
-          .send(errorBody('not_found', 'HTTPS inspection is off here (--gateway-inspect), so there is no CA'));
+          .send(
+            errorBody('not_found', 'HTTPS inspection is off here (--gateway-inspect), so there is no CA'),
+          );
       }
       return reply.type('application/x-pem-file').header('cache-control', 'no-cache').send(pem);
     },

@@ -482,7 +482,7 @@ export const ROUTES = {
     method: 'GET',
     url: '/v1/gateway/ca.pem',
     summary:
-      "The gateway's inspection CA certificate (PEM), for clients to trust (docs/gateway.md, \"HTTPS inspection\"). Public like any CA certificate, so never authenticated; the key is never served.",
+      'The gateway\'s inspection CA certificate (PEM), for clients to trust (docs/gateway.md, "HTTPS inspection"). Public like any CA certificate, so never authenticated; the key is never served.',
     auth: false,
     contentType: 'application/x-pem-file',
     statuses: {

@@ -11,7 +11,7 @@ import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import { type SecretClient, StoreError } from '../runtime/store.ts';
-import { issueLeaf, makeCaCertificate, newKeyPair, type Signer } from './x509.ts';
+import { issueLeaf, makeCaCertificate, newKeyPair, type Signer } from '../runtime/x509.ts';
 
 export const CA_COMMON_NAME = 'egress-proxies-operator gateway CA';
 /** The CA is made valid this long (ten years): replacing it means every client trusting it again. */

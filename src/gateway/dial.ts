@@ -67,21 +67,10 @@ export function dialTunnel(up: Upstream, authority: string, timeoutMs: number): 
       },
     };
     let head: Buffer = Buffer.alloc(0);
-    let settled = false;
-    const finish = (o: DialOutcome) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
+    const finish = dialEnd<DialOutcome>(up, authority, socket, timeoutMs, (o) => {
       onHead = undefined;
-      socket.off('error', onError);
-      socket.off('close', onClose);
-      if (!o.ok) socket.destroy();
       resolve(o);
-    };
-    const timer = setTimeout(() => finish({ ok: false, kind: 'failed', why: 'timed out' }), timeoutMs);
-    const onError = (err: Error) =>
-      finish({ ok: false, kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? 'error' });
-    const onClose = () => finish({ ok: false, kind: 'failed', why: 'closed before answering' });
+    });
     /** Reads of the reply head (copied: the read buffer is reused); false stops reading. */
     onHead = (chunk: Buffer) => {
       head = Buffer.concat([head, chunk]);
@@ -96,17 +85,44 @@ export function dialTunnel(up: Upstream, authority: string, timeoutMs: number): 
       // Nothing more is read until the tunnel is piped (or the socket is destroyed).
       return false;
     };
-    socket.on('error', onError);
-    socket.on('close', onClose);
-    socket.once('connect', () => socket.write(connectRequest(up, authority)));
     // Flowing from the start: with `onread` the callback gets the bytes, and 'end' is emitted.
     socket.resume();
   });
 }
 
-function connectRequest(up: Upstream, authority: string): string {
-  const auth = up.authorization ? `Proxy-Authorization: ${up.authorization}\r\n` : '';
-  return `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${auth}\r\n`;
+/**
+ * The one way a dial ends: sends the CONNECT once connected, and returns `finish`, which settles
+ * once (the deadline cleared, the socket's listeners removed, the socket destroyed unless the
+ * tunnel is up) and calls `settle`; an error, a close or the deadline finish it as failed.
+ */
+function dialEnd<T extends { ok: boolean }>(
+  up: Upstream,
+  authority: string,
+  socket: net.Socket,
+  timeoutMs: number,
+  settle: (o: T | Refusal) => void,
+): (o: T | Refusal) => void {
+  let settled = false;
+  const finish = (o: T | Refusal) => {
+    if (settled) return;
+    settled = true;
+    clearTimeout(timer);
+    socket.off('error', onError);
+    socket.off('close', onClose);
+    if (!o.ok) socket.destroy();
+    settle(o);
+  };
+  const timer = setTimeout(() => finish({ ok: false, kind: 'failed', why: 'timed out' }), timeoutMs);
+  const onError = (err: Error) =>
+    finish({ ok: false, kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? 'error' });
+  const onClose = () => finish({ ok: false, kind: 'failed', why: 'closed before answering' });
+  socket.on('error', onError);
+  socket.on('close', onClose);
+  socket.once('connect', () => {
+    const auth = up.authorization ? `Proxy-Authorization: ${up.authorization}\r\n` : '';
+    socket.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${auth}\r\n`);
+  });
+  return finish;
 }
 
 type Refusal = Exclude<DialOutcome, { ok: true }>;
@@ -134,21 +150,10 @@ export function dialSocket(
   return new Promise((resolve) => {
     const socket = net.connect({ host: up.host, port: up.port, noDelay: true });
     let head: Buffer = Buffer.alloc(0);
-    let settled = false;
-    const finish = (o: { ok: true; socket: net.Socket } | Refusal) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
+    const finish = dialEnd<{ ok: true; socket: net.Socket }>(up, authority, socket, timeoutMs, (o) => {
       socket.off('data', onData);
-      socket.off('error', onError);
-      socket.off('close', onClose);
-      if (!o.ok) socket.destroy();
       resolve(o);
-    };
-    const timer = setTimeout(() => finish({ ok: false, kind: 'failed', why: 'timed out' }), timeoutMs);
-    const onError = (err: Error) =>
-      finish({ ok: false, kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? 'error' });
-    const onClose = () => finish({ ok: false, kind: 'failed', why: 'closed before answering' });
+    });
     const onData = (chunk: Buffer) => {
       head = Buffer.concat([head, chunk]);
       const end = head.indexOf('\r\n\r\n');
@@ -162,8 +167,5 @@ export function dialSocket(
       finish(refused ?? { ok: true, socket });
     };
     socket.on('data', onData);
-    socket.on('error', onError);
-    socket.on('close', onClose);
-    socket.once('connect', () => socket.write(connectRequest(up, authority)));
   });
 }

@@ -168,7 +168,8 @@ function send(
       if (err instanceof OriginCertificateError) settle({ kind: 'certificate', reason: err.reason });
       else if (err instanceof UpstreamAnsweredError) {
         settle({ kind: 'refused', status: err.status, message: err.message });
-      } else settle({ kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? err.message, timedOut: false });
+      } else
+        settle({ kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? err.message, timedOut: false });
     });
     if (!body) upReq.end();
     else if (first) req.pipe(upReq);
@@ -183,7 +184,9 @@ interface Prefix {
   ended: boolean;
 }
 
-function decoderFor(encoding: string | undefined): zlib.Gunzip | zlib.Inflate | zlib.BrotliDecompress | undefined {
+function decoderFor(
+  encoding: string | undefined,
+): zlib.Gunzip | zlib.Inflate | zlib.BrotliDecompress | undefined {
   const e = (encoding ?? '').trim().toLowerCase();
   const flush = { finishFlush: zlib.constants.Z_SYNC_FLUSH };
   if (e === 'gzip' || e === 'x-gzip') return zlib.createGunzip(flush);
@@ -266,14 +269,24 @@ export async function exchange(
   const body = hasBody(req) ? new ReplayBody(req) : undefined;
   let failures = 0;
   let retried = 0;
+  /** The upstream a retry already took (so the answer it replaces was kept until it had one). */
+  let next: Acquired | undefined;
   for (let attempt = 1; ; attempt++) {
-    if (res.destroyed) return done('client_gone');
-    const got = await ctx.chooser.acquire(target.host, target.routing);
-    if (!got.ok) {
-      done('no_upstream');
-      return plain(res, got.status, got.message);
+    if (res.destroyed) {
+      if (next) ctx.chooser.release(next);
+      return done('client_gone');
     }
-    const a = got.acquired;
+    let a: Acquired;
+    if (next) a = next;
+    else {
+      const got = await ctx.chooser.acquire(target.host, target.routing);
+      if (!got.ok) {
+        done('no_upstream');
+        return plain(res, got.status, got.message);
+      }
+      a = got.acquired;
+    }
+    next = undefined;
     const key = a.upstream.key;
     span.setAttribute('gateway.upstream', key);
     // Authenticated, allowed by the policy and given an upstream: only now is the body wanted.
@@ -300,7 +313,12 @@ export async function exchange(
       observed = { timedOut: true };
       matched = sent.timedOut ? matchHead(rules, observed).matched : [];
     } else {
-      observed = { timedOut: false, status: sent.res.statusCode ?? 502, headers: sent.res.headers, ttfbMs: sent.ttfbMs };
+      observed = {
+        timedOut: false,
+        status: sent.res.statusCode ?? 502,
+        headers: sent.res.headers,
+        ttfbMs: sent.ttfbMs,
+      };
       const head = matchHead(rules, observed);
       matched = head.matched;
       if (head.needBody.length > 0) {
@@ -324,11 +342,17 @@ export async function exchange(
     else if (v.block) report(ctx, a, 'blocked');
     const retryAllowed = v.retryUnsafe || IDEMPOTENT_METHODS.has(method);
     if (retried < v.retries && retryAllowed && replayable && !res.destroyed) {
-      retried++;
-      if (sent.kind === 'answered') sent.res.destroy();
-      ctx.chooser.release(a);
-      span.addEvent('gateway retry', { 'gateway.upstream': key, 'gateway.rule': names(matched) });
-      continue;
+      // The answer is dropped only once another upstream took the request: with none left, the
+      // client gets this answer rather than a 503.
+      const got = await ctx.chooser.acquire(target.host, target.routing);
+      if (got.ok) {
+        retried++;
+        next = got.acquired;
+        if (sent.kind === 'answered') sent.res.destroy();
+        ctx.chooser.release(a);
+        span.addEvent('gateway retry', { 'gateway.upstream': key, 'gateway.rule': names(matched) });
+        continue;
+      }
     }
     if (sent.kind === 'failed') {
       ctx.chooser.release(a);
@@ -344,7 +368,12 @@ function names(rules: readonly Rule[]): string {
   return rules.map((r) => r.name).join(',');
 }
 
-function report(ctx: GatewayContext, a: Acquired, result: 'blocked' | 'failed', cooldownSeconds?: number): void {
+function report(
+  ctx: GatewayContext,
+  a: Acquired,
+  result: 'blocked' | 'failed',
+  cooldownSeconds?: number,
+): void {
   ctx.chooser.report(a, result, cooldownSeconds);
   ctx.metrics.reports.inc({ upstream: a.upstream.key, result });
 }

@@ -10,15 +10,21 @@
  * HTTP/1.1 is spoken inside (ALPN), so a client that insists on HTTP/2 cannot connect.
  */
 import http from 'node:http';
-import { isIP } from 'node:net';
 import type net from 'node:net';
+import { isIP } from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { compileGlob } from '../config/gateway-rules.ts';
 import type { GatewayCa } from './ca.ts';
 import type { GatewayContext } from './context.ts';
-import { exchange, OriginCertificateError, plain, type Transport, UpstreamAnsweredError } from './exchange.ts';
 import { dialSocket } from './dial.ts';
+import {
+  exchange,
+  OriginCertificateError,
+  plain,
+  type Transport,
+  UpstreamAnsweredError,
+} from './exchange.ts';
 import type { Upstream } from './upstreams.ts';
 import type { RoutingOptions } from './username.ts';
 
@@ -60,7 +66,8 @@ export function certificateRefusal(err: Error): OriginCertificateError | undefin
   const code = (err as NodeJS.ErrnoException).code ?? '';
   const reason = CERT_REASONS[code];
   if (reason) return new OriginCertificateError(`${reason} (${code})`, { cause: err });
-  if (/^(CERT_|ERR_TLS_CERT)/.test(code)) return new OriginCertificateError(`${err.message} (${code})`, { cause: err });
+  if (/^(CERT_|ERR_TLS_CERT)/.test(code))
+    return new OriginCertificateError(`${err.message} (${code})`, { cause: err });
   return undefined;
 }
 
@@ -189,7 +196,12 @@ export class Inspector {
     const known = this.agents.get(up.key);
     if (known && sameAddress(known, up)) return known;
     known?.destroy();
-    const agent = new TunnelAgent(up, this.trust, this.ctx.limits.upstreamTimeoutMs, this.ctx.limits.idleTimeoutMs);
+    const agent = new TunnelAgent(
+      up,
+      this.trust,
+      this.ctx.limits.upstreamTimeoutMs,
+      this.ctx.limits.idleTimeoutMs,
+    );
     this.agents.set(up.key, agent);
     return agent;
   }

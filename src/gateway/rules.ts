@@ -54,7 +54,9 @@ export function compileRules(configs: readonly GatewayRuleConfig[]): Rule[] {
     name: c.name,
     hosts: c.hosts?.map(compileGlob),
     status: c.status ? new Set(c.status) : undefined,
-    header: c.header ? { name: c.header.name.toLowerCase(), pattern: compilePattern(c.header.pattern) } : undefined,
+    header: c.header
+      ? { name: c.header.name.toLowerCase(), pattern: compilePattern(c.header.pattern) }
+      : undefined,
     body: c.body === undefined ? undefined : compilePattern(c.body),
     timeToFirstByteMs: c.timeToFirstByteMs,
     actions: c.actions,
@@ -138,7 +140,13 @@ export function retryAfterSeconds(value: string | undefined, now: number): numbe
 }
 
 export function verdict(matched: readonly Rule[], o: Observed, now: number): Verdict {
-  const v: Verdict = { block: false, rateLimitSeconds: undefined, fail: false, retries: 0, retryUnsafe: false };
+  const v: Verdict = {
+    block: false,
+    rateLimitSeconds: undefined,
+    fail: false,
+    retries: 0,
+    retryUnsafe: false,
+  };
   const after = o.timedOut ? undefined : retryAfterSeconds(headerValue(o.headers, 'retry-after'), now);
   for (const r of matched) {
     if (r.observe) continue;
@@ -172,4 +180,11 @@ export function headDeadlineMs(rules: readonly Rule[], upstreamTimeoutMs: number
 }
 
 /** Methods a retry may repeat without `retryUnsafe` (RFC 9110 9.2.2). */
-export const IDEMPOTENT_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
+export const IDEMPOTENT_METHODS: ReadonlySet<string> = new Set([
+  'GET',
+  'HEAD',
+  'OPTIONS',
+  'TRACE',
+  'PUT',
+  'DELETE',
+]);

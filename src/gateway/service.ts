@@ -4,11 +4,12 @@
  * the egress guard from the providers config's `gateway.egressPolicy` and the response rules from
  * its `gateway.rules`, opens the inspection CA when asked to, and serves until stopped.
  */
+
+import { X509Certificate } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import { X509Certificate } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
 import { type EgressPolicyConfig, resolveEgressPolicy } from '../config/egress.ts';
 import type { GatewayRuleConfig } from '../config/schema.ts';
 import type { LeaseStore } from '../lease/store.ts';
@@ -161,7 +162,11 @@ async function inspectSetup(
   const ca = await GatewayCa.open(setup.caStore, () => deps.clock.now());
   const originCa = setup.originCaFile === undefined ? undefined : await readFile(setup.originCaFile, 'utf8');
   deps.log.info(
-    { ca: setup.caStore.where, fingerprint: new X509Certificate(ca.certPem).fingerprint256, exclude: setup.exclude },
+    {
+      ca: setup.caStore.where,
+      fingerprint: new X509Certificate(ca.certPem).fingerprint256,
+      exclude: setup.exclude,
+    },
     'gateway inspects HTTPS: clients must trust the CA at GET /v1/gateway/ca.pem',
   );
   return { ca, exclude: setup.exclude, ...(originCa === undefined ? {} : { originCa }) };

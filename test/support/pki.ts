@@ -6,7 +6,7 @@
  * which Python's `ssl` turns on).
  */
 import { X509Certificate } from 'node:crypto';
-import { issueLeaf, makeCaCertificate, newKeyPair } from '../../src/gateway/x509.ts';
+import { issueLeaf, makeCaCertificate, newKeyPair } from '../../src/runtime/x509.ts';
 
 export interface Pki {
   /** PEM of the CA that signed the leaf. */

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { trace } from '@opentelemetry/api';
 import { Registry } from 'prom-client';
 import { resolveEgressPolicy } from '../../../src/config/egress.ts';
-import { Gateway } from '../../../src/gateway/server.ts';
+import { Gateway, type GatewayOptions } from '../../../src/gateway/server.ts';
 import { LeaseStoreChooser } from '../../../src/gateway/upstreams.ts';
 import { LeaseStore } from '../../../src/lease/store.ts';
 import { silentLogger } from '../../../src/log/index.ts';
@@ -45,6 +45,10 @@ export interface WorldOptions {
   upstreams?: number;
   maxLeases?: number;
   origin?: OriginOptions;
+  /** More ports the gateway's clients may reach (origins a test starts itself). */
+  extraPorts?: number[];
+  /** Gateway options over the world's (response rules, inspection). */
+  gateway?: Pick<GatewayOptions, 'rules' | 'inspect' | 'log'>;
 }
 
 export async function startWorld(opts: WorldOptions = {}): Promise<World> {
@@ -69,7 +73,10 @@ export async function startWorld(opts: WorldOptions = {}): Promise<World> {
   const chooser = new LeaseStoreChooser(leases, systemClock);
   const registry = new Registry();
   const egress = new EgressGuard(
-    resolveEgressPolicy({ allowCIDRs: ['127.0.0.0/8'], connectPorts: [tls.port, http.port] }),
+    resolveEgressPolicy({
+      allowCIDRs: ['127.0.0.0/8'],
+      connectPorts: [tls.port, http.port, ...(opts.extraPorts ?? [])],
+    }),
   );
   const gateway = new Gateway({
     bind: { host: '127.0.0.1', port: 0 },
@@ -81,6 +88,7 @@ export async function startWorld(opts: WorldOptions = {}): Promise<World> {
     registry,
     tracer: trace.getTracer('test'),
     limits: { upstreamTimeoutMs: 3000 },
+    ...opts.gateway,
   });
   await gateway.listen();
   const dir = mkdtempSync(join(tmpdir(), 'gw-ca-'));

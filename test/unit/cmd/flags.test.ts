@@ -199,3 +199,42 @@ describe('command line', () => {
     expect(helpText('operator')).toMatch(/--gc-min-age/);
   });
 });
+
+describe('gateway inspection flags (docs/gateway.md, "HTTPS inspection")', () => {
+  const gateway = (...extra: string[]) => {
+    const parsed = parseCommandLine(['standalone', '--config', 'examples/standalone', ...extra]);
+    if (parsed.command !== 'standalone') throw new Error('not standalone');
+    return parsed.flags.gateway;
+  };
+
+  it('is off by default; the deprecated blocked statuses are unset unless given', () => {
+    expect(gateway()).toMatchObject({ inspect: false, inspectExclude: [] });
+    expect(gateway().blockedStatuses).toBeUndefined();
+    expect(gateway('--gateway-blocked-statuses', '403,503').blockedStatuses).toEqual([403, 503]);
+  });
+
+  it('reads inspection, excluded host globs and an origin CA bundle', () => {
+    expect(
+      gateway(
+        '--gateway-inspect',
+        '--gateway-inspect-exclude',
+        '*.bank.example, login.example',
+        '--gateway-origin-ca',
+        '/etc/ca.pem',
+      ),
+    ).toMatchObject({
+      inspect: true,
+      inspectExclude: ['*.bank.example', 'login.example'],
+      originCaFile: '/etc/ca.pem',
+    });
+  });
+
+  it('refuses a bad glob, and exclusions without inspection', () => {
+    expect(
+      fails(['standalone', '--config', 'x', '--gateway-inspect', '--gateway-inspect-exclude', 'a b']),
+    ).toMatch(/^--gateway-inspect-exclude: "a b" is not a host glob/);
+    expect(fails(['standalone', '--config', 'x', '--gateway-inspect-exclude', '*.bank.example'])).toBe(
+      '--gateway-inspect-exclude and --gateway-origin-ca need --gateway-inspect',
+    );
+  });
+});

@@ -13,6 +13,7 @@ import {
   discoveryBindAddress,
   startDiscoveryServer,
 } from '../../../src/discovery/server.ts';
+import { GatewaySessions } from '../../../src/gateway/service.ts';
 import { LeaseStore } from '../../../src/lease/store.ts';
 import type { ProxyInfo } from '../../../src/lease/types.ts';
 import { createLogger } from '../../../src/log/index.ts';
@@ -53,7 +54,9 @@ interface Setup {
   }>;
 }
 
-async function setup(opts: { token?: string | null; proxies?: ProxyInfo[] } = {}): Promise<Setup> {
+async function setup(
+  opts: { token?: string | null; proxies?: ProxyInfo[]; sessions?: GatewaySessions } = {},
+): Promise<Setup> {
   const clock = new FakeClock(Date.now());
   const probes: string[] = [];
   const leases = new LeaseStore({ clock, requestProbe: (k) => probes.push(k) });
@@ -79,6 +82,7 @@ async function setup(opts: { token?: string | null; proxies?: ProxyInfo[] } = {}
     log,
     tracer: provider.getTracer('test'),
     ...(token ? { token } : {}),
+    ...(opts.sessions ? { sessions: opts.sessions } : {}),
   });
   closers.push(
     () => leases.close(),
@@ -104,6 +108,19 @@ describe('routes', () => {
     const res = await fetch(`${s.server.url}/healthz`);
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ status: 'ok' });
+  });
+
+  it('GET /v1/gateway/ca.pem serves the inspection CA certificate without a token, 404 when inspection is off', async () => {
+    const sessions = new GatewaySessions();
+    const s = await setup({ sessions });
+    const off = await fetch(`${s.server.url}/v1/gateway/ca.pem`);
+    expect(off.status).toBe(404);
+    expect(await off.text()).toContain('--gateway-inspect');
+    sessions.caCertificate = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+    const on = await fetch(`${s.server.url}/v1/gateway/ca.pem`);
+    expect(on.status).toBe(200);
+    expect(on.headers.get('content-type')).toBe('application/x-pem-file');
+    expect(await on.text()).toBe(sessions.caCertificate);
   });
 
   it('GET /generate_204 is an unauthenticated probe target', async () => {
@@ -573,6 +590,7 @@ describe('observability', () => {
       '/openapi.json',
       '/v1/dashboard/history',
       '/v1/dashboard/state',
+      '/v1/gateway/ca.pem',
       '/v1/internal/gateway/sync',
       '/v1/leases',
       '/v1/leases/{id}',

@@ -19,6 +19,23 @@ describe('gateway user names', () => {
     expect(parseUsername('crawler')).toEqual({ ok: true, options: { sessionTtlSeconds: 600 } });
   });
 
+  it('reads inspect-off (HTTPS tunnelled untouched) alone or with other options', () => {
+    expect(parseUsername('crawler-inspect-off')).toEqual({
+      ok: true,
+      options: { sessionTtlSeconds: 600, inspect: false },
+    });
+    expect(parseUsername('crawler-session-s1-inspect-off-pool-eu')).toEqual({
+      ok: true,
+      options: { session: 's1', selector: 'pool=eu', sessionTtlSeconds: 600, inspect: false },
+    });
+    expect(parseUsername('crawler-inspect-on')).toEqual({ ok: true, options: { sessionTtlSeconds: 600 } });
+    expect(parseUsername('crawler-inspect-no')).toEqual({
+      ok: false,
+      message:
+        'gateway user name: option "inspect" is on or off, e.g. crawler-inspect-off (see docs/gateway.md)',
+    });
+  });
+
   it('reads region and zone names with dashes, up to the next option', () => {
     expect(parseUsername('crawler-zone-europe-west1-b')).toEqual({
       ok: true,

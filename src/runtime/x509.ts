@@ -1,13 +1,13 @@
 /**
- * gateway/x509 — the certificates HTTPS inspection needs (docs/gateway.md, "HTTPS inspection"):
- * a self-signed CA and server leaves it signs, written as DER here and signed with node:crypto
- * (P-256, ECDSA with SHA-256). Node can sign but not build certificates; the few structures a
- * CA and a leaf need are small enough to write by hand, which keeps a dependency (and its
- * reflection polyfill) out of the process that holds the CA key. The certificates carry what
- * strict verifiers ask for (OpenSSL's X509_STRICT, Python's `ssl`, Chromium): the CA has
- * basicConstraints CA:TRUE, keyUsage keyCertSign/cRLSign and a subjectKeyIdentifier; a leaf has
- * subjectAltName, extendedKeyUsage serverAuth, basicConstraints CA:FALSE and an
- * authorityKeyIdentifier.
+ * runtime/x509 — the one certificate writer: the gateway's inspection CA and the leaves it signs
+ * (docs/gateway.md, "HTTPS inspection"), and the self-signed serving certificate of
+ * `--metrics-secure` (metrics/selfsigned). Written as DER here and signed with node:crypto (P-256,
+ * ECDSA with SHA-256): Node can sign but not build certificates, and the few structures needed
+ * are small enough to write by hand, which keeps a dependency (and its reflection polyfill) out
+ * of the process that holds the CA key. The certificates carry what strict verifiers ask for
+ * (OpenSSL's X509_STRICT, Python's `ssl`, Chromium): a CA has basicConstraints CA:TRUE, keyUsage
+ * keyCertSign/cRLSign and a subjectKeyIdentifier; a leaf has subjectAltName, extendedKeyUsage
+ * serverAuth, basicConstraints CA:FALSE and, when a CA signs it, an authorityKeyIdentifier.
  */
 import {
   createHash,
@@ -107,7 +107,7 @@ function ipv6Bytes(address: string): Buffer {
 function altName(name: string): Buffer {
   if (isIPv4(name)) return der(0x87, Buffer.from(name.split('.').map(Number)));
   if (isIPv6(name)) return der(0x87, ipv6Bytes(name));
-  return der(0x82, Buffer.from(name, 'ascii'));
+  return der(0x82, Buffer.from(name.toLowerCase(), 'ascii'));
 }
 
 const ECDSA_SHA256 = seq(oid('1.2.840.10045.4.3.2'));
@@ -153,18 +153,28 @@ export function makeCaCertificate(
   now: number,
   days: number,
 ): string {
+  return selfSigned(cn, keys, now - 3_600_000, now + days * 86_400_000, [
+    extension('2.5.29.19', seq(TRUE), true), // basicConstraints CA:TRUE
+    extension('2.5.29.15', bits(Buffer.from([0x06]), 1), true), // keyUsage keyCertSign, cRLSign
+    extension('2.5.29.14', octets(keyId(keys.publicKey))), // subjectKeyIdentifier
+  ]);
+}
+
+function selfSigned(
+  cn: string,
+  keys: { publicKey: KeyObject; privateKey: KeyObject },
+  notBefore: number,
+  notAfter: number,
+  extensions: Buffer[],
+): string {
   return certificate({
     subject: commonName(cn),
     issuer: commonName(cn),
     publicKey: keys.publicKey,
     signingKey: keys.privateKey,
-    notBefore: new Date(now - 3_600_000),
-    notAfter: new Date(now + days * 86_400_000),
-    extensions: [
-      extension('2.5.29.19', seq(TRUE), true), // basicConstraints CA:TRUE
-      extension('2.5.29.15', bits(Buffer.from([0x06]), 1), true), // keyUsage keyCertSign, cRLSign
-      extension('2.5.29.14', octets(keyId(keys.publicKey))), // subjectKeyIdentifier
-    ],
+    notBefore: new Date(notBefore),
+    notAfter: new Date(notAfter),
+    extensions,
   });
 }
 
@@ -187,6 +197,25 @@ export function subjectOf(cert: X509Certificate): Buffer {
   if (raw[at] === 0xa0) at = element(raw, at).end;
   for (let i = 0; i < 4; i++) at = element(raw, at).end;
   return raw.subarray(at, element(raw, at).end);
+}
+
+/**
+ * A self-signed serving certificate (PEM) named `cn` for `names`, valid from `notBefore` to
+ * `notAfter`: keyUsage digitalSignature, serverAuth, not a CA.
+ */
+export function selfSignedServer(
+  cn: string,
+  names: readonly string[],
+  keys: { publicKey: KeyObject; privateKey: KeyObject },
+  notBefore: number,
+  notAfter: number,
+): string {
+  return selfSigned(cn, keys, notBefore, notAfter, [
+    extension('2.5.29.19', seq(), true), // basicConstraints: not a CA
+    extension('2.5.29.15', bits(Buffer.from([0x80]), 7), true), // keyUsage: digitalSignature
+    extension('2.5.29.37', seq(oid('1.3.6.1.5.5.7.3.1'))), // extendedKeyUsage: serverAuth
+    extension('2.5.29.17', seq(...names.map(altName))), // subjectAltName
+  ]);
 }
 
 /** What signs leaves: the CA certificate (parsed) and its private key. */

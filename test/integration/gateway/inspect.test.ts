@@ -1,0 +1,360 @@
+/**
+ * HTTPS inspection and response rules (docs/gateway.md, "HTTPS inspection", "Rules"), through
+ * real Squid upstreams (each leaving from its own 127.0.0.x address) to real loopback origins
+ * that block by source address: a request blocked on one upstream is answered from the next,
+ * the blocks are per site, observe mode only counts, excluded hosts and `inspect-off` keep the
+ * origin's own certificate, and a refused origin certificate is a 502 that says why.
+ */
+import { X509Certificate } from 'node:crypto';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo, Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { GatewayRuleConfig } from '../../../src/config/schema.ts';
+import { FileCaStore, GatewayCa } from '../../../src/gateway/ca.ts';
+import { systemClock } from '../../../src/runtime/clock.ts';
+import { httpsViaGateway, TunnelRefused } from '../../support/gateway/https-client.ts';
+import { startWorld, TOKEN, type World } from '../../support/gateway/world.ts';
+import { captureLog } from '../../support/log.ts';
+import { makePki } from '../../support/pki.ts';
+
+/** Each test its own site (origins listen on every loopback address), so cooldowns stay apart. */
+const site = (n: number) => `127.0.0.${20 + n}`;
+const SITES = Array.from({ length: 12 }, (_, i) => site(i));
+
+const pki = makePki({ caName: 'inspect-origin-ca', dnsNames: ['localhost'], ipAddresses: SITES, days: 2 });
+const wrongName = makePki({
+  caName: 'wrong-name-ca',
+  dnsNames: ['elsewhere.test'],
+  ipAddresses: [],
+  days: 2,
+});
+const expired = makePki({ caName: 'expired-ca', dnsNames: ['localhost'], ipAddresses: SITES, days: -1 });
+
+const RULES: GatewayRuleConfig[] = [
+  { name: 'blocked', status: [403], actions: ['block', 'retry'] },
+  { name: 'rate-limited', status: [429], actions: ['rateLimit', 'retry'], rateLimit: { maxSeconds: 30 } },
+  { name: 'captcha', status: [200], body: '(?i)captcha', actions: ['block', 'retry'] },
+  { name: 'watch', header: { name: 'x-blocked', pattern: '^yes$' }, actions: ['block'], mode: 'observe' },
+  { name: 'slow', hosts: [site(10)], timeToFirstByteMs: 300, actions: ['block', 'retry'] },
+];
+
+/** Per site, the first egress address seen on a blocking path: that one is blocked, every other not. */
+const blockedFor = new Map<string, string>();
+
+/** Answers by path; the blocking paths block the first upstream that asks for a site, and only it. */
+function origin(req: IncomingMessage, res: ServerResponse): void {
+  const source = (req.socket.remoteAddress ?? '').replace(/^::ffff:/, '');
+  res.setHeader('X-Peer', source);
+  const host = (req.headers.host ?? '').replace(/:\d+$/, '');
+  const path = req.url ?? '/';
+  if (!blockedFor.has(host) && ['/blocked', '/limited', '/captcha', '/slow'].includes(path)) {
+    blockedFor.set(host, source);
+  }
+  const good = blockedFor.get(host) !== source;
+  req.resume();
+  if (path === '/blocked' && !good) return void res.writeHead(403).end('blocked');
+  if (path === '/always403') return void res.writeHead(403).end('always blocked');
+  if (path === '/limited' && !good) return void res.writeHead(429, { 'Retry-After': '120' }).end('slow down');
+  if (path === '/captcha') {
+    const text = good
+      ? '<html>the real page</html>'
+      : `<html>${'x'.repeat(5000)} Please solve this CAPTCHA</html>`;
+    return void res.writeHead(200, { 'Content-Encoding': 'gzip' }).end(gzipSync(text));
+  }
+  if (path === '/slow' && !good) {
+    // Answers long after the `slow` rule gave up on it (or when the client is gone).
+    const t = setTimeout(() => res.writeHead(200).end('late'), 5000);
+    res.once('close', () => clearTimeout(t));
+    return;
+  }
+  if (path === '/observed') return void res.writeHead(200, { 'X-Blocked': 'yes' }).end('watched');
+  res.writeHead(200).end(`page from ${source}`);
+}
+
+async function listen(server: Server): Promise<number> {
+  await new Promise<void>((r) => server.listen(0, '0.0.0.0', r));
+  return (server.address() as AddressInfo).port;
+}
+
+let w: World;
+let ca: GatewayCa;
+let caDir: string;
+let tlsPort: number;
+let httpPort: number;
+let wrongPort: number;
+let expiredPort: number;
+const servers: Server[] = [];
+const log = captureLog('debug');
+
+beforeAll(async () => {
+  const tlsOrigin = createHttpsServer({ cert: pki.cert, key: pki.key }, origin);
+  const httpOrigin = http.createServer(origin);
+  const wrongOrigin = createHttpsServer({ cert: wrongName.cert, key: wrongName.key }, origin);
+  const expiredOrigin = createHttpsServer({ cert: expired.cert, key: expired.key }, origin);
+  servers.push(tlsOrigin, httpOrigin, wrongOrigin, expiredOrigin);
+  [tlsPort, httpPort, wrongPort, expiredPort] = (await Promise.all(servers.map(listen))) as [
+    number,
+    number,
+    number,
+    number,
+  ];
+  caDir = mkdtempSync(join(tmpdir(), 'gw-inspect-'));
+  ca = await GatewayCa.open(new FileCaStore(caDir), systemClock.now);
+  w = await startWorld({
+    upstreams: 3,
+    extraPorts: [tlsPort, httpPort, wrongPort, expiredPort],
+    gateway: {
+      rules: RULES,
+      log: log.log,
+      inspect: {
+        ca,
+        exclude: [site(9)],
+        originCa: `${pki.caCert}${wrongName.caCert}${expired.caCert}`,
+      },
+    },
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await w?.close();
+  for (const s of servers) s.close();
+});
+
+const crawler = { user: 'crawler', token: TOKEN };
+
+/** The upstream the origin blocked for `target` (by its egress address). */
+function blockedUpstream(target: string): string {
+  const source = blockedFor.get(target);
+  return [...w.sourceOf].find(([, s]) => s === source)?.[0] ?? `none for ${target}`;
+}
+
+/** Upstreams cooling down for `target`, by key. */
+function cooling(target: string): string[] {
+  return w.leases
+    .snapshot()
+    .filter((p) => p.targetCooldowns.some((c) => c.target === target))
+    .map((p) => `${p.namespace}/${p.name}`)
+    .sort();
+}
+
+function ruleMatches(rule: string, action: string, mode: string): Promise<number> {
+  return w.registry
+    .getSingleMetric('proxy_operator_gateway_rule_matches_total')!
+    .get()
+    .then((m) =>
+      m.values
+        .filter((v) => v.labels.rule === rule && v.labels.action === action && v.labels.mode === mode)
+        .reduce((n, v) => n + v.value, 0),
+    );
+}
+
+describe('gateway HTTPS inspection', () => {
+  it('terminates TLS with a leaf of the operator CA and verifies the origin', async () => {
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(0)}:${tlsPort}/page`,
+      ca.certPem,
+    );
+    expect(r.status).toBe(200);
+    expect(r.body).toMatch(/^page from 127\.0\.0\.1[123]$/);
+    expect(r.headers['x-egress-proxy']).toMatch(/^crawl\/sq[123]$/);
+    expect(r.cert.checkIssued(new X509Certificate(ca.certPem))).toBe(true);
+    expect(r.cert.checkIP(site(0))).toBe(site(0));
+  });
+
+  it('answers a blocked HTTPS request from the next upstream, cooling only the blocking ones for that site', async () => {
+    const before = await ruleMatches('blocked', 'block', 'enforce');
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(1)}:${tlsPort}/blocked`,
+      ca.certPem,
+    );
+    expect(r.status).toBe(200);
+    expect(r.body).toMatch(/^page from /);
+    expect(r.headers['x-egress-proxy']).not.toBe(blockedUpstream(site(1)));
+    // The upstream that was blocked cools down for this site only.
+    expect(cooling(site(1))).toEqual([blockedUpstream(site(1))]);
+    expect(cooling(site(0))).toEqual([]);
+    expect(await ruleMatches('blocked', 'block', 'enforce')).toBe(before + 1);
+  });
+
+  it('reads a gzip body for a body rule and retries a captcha page', async () => {
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(2)}:${tlsPort}/captcha`,
+      ca.certPem,
+    );
+    expect(r.status).toBe(200);
+    expect(r.body).toBe('<html>the real page</html>');
+    expect(cooling(site(2))).toEqual([blockedUpstream(site(2))]);
+  });
+
+  it('rate-limits for Retry-After, clamped to maxSeconds', async () => {
+    const started = Date.now();
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(3)}:${tlsPort}/limited`,
+      ca.certPem,
+    );
+    expect(r.status).toBe(200);
+    expect(cooling(site(3))).toEqual([blockedUpstream(site(3))]);
+    const untils = w.leases
+      .snapshot()
+      .flatMap((p) => p.targetCooldowns.filter((c) => c.target === site(3)).map((c) => Date.parse(c.until)));
+    expect(untils).toHaveLength(1);
+    // Retry-After said 120 s; the rule caps it at 30 s.
+    for (const u of untils) expect(u - started).toBeLessThanOrEqual(31_000);
+  });
+
+  it('gives the client the last answer when retries run out', async () => {
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(4)}:${tlsPort}/always403`,
+      ca.certPem,
+    );
+    expect(r.status).toBe(403);
+    expect(r.body).toBe('always blocked');
+    // One try and two retries (the default), each on another upstream.
+    expect(cooling(site(4))).toEqual(['crawl/sq1', 'crawl/sq2', 'crawl/sq3']);
+  });
+
+  it('counts an observe rule without acting on it', async () => {
+    const before = await ruleMatches('watch', 'block', 'observe');
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(5)}:${tlsPort}/observed`,
+      ca.certPem,
+    );
+    expect(r.status).toBe(200);
+    expect(r.body).toBe('watched');
+    expect(await ruleMatches('watch', 'block', 'observe')).toBe(before + 1);
+    expect(cooling(site(5))).toEqual([]);
+  });
+
+  it('gives up on a slow answer at the time-to-first-byte limit and retries elsewhere', async () => {
+    const before = await ruleMatches('slow', 'block', 'enforce');
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(10)}:${tlsPort}/slow`,
+      ca.certPem,
+    );
+    expect(r.status).toBe(200);
+    expect(r.body).toMatch(/^page from /);
+    expect(r.headers['x-egress-proxy']).not.toBe(blockedUpstream(site(10)));
+    expect(await ruleMatches('slow', 'block', 'enforce')).toBe(before + 1);
+  });
+
+  it('tunnels excluded hosts and inspect-off clients untouched: the origin’s own certificate', async () => {
+    const excluded = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(9)}:${tlsPort}/page`,
+      pki.caCert,
+    );
+    expect(excluded.cert.issuer).toBe('CN=inspect-origin-ca');
+    const off = await httpsViaGateway(
+      w.gateway.port,
+      { user: 'crawler-inspect-off', token: TOKEN },
+      `https://${site(6)}:${tlsPort}/page`,
+      pki.caCert,
+    );
+    expect(off.cert.issuer).toBe('CN=inspect-origin-ca');
+    // Untouched means no rules: a blocked answer reaches the client as it is.
+    const blocked = await httpsViaGateway(
+      w.gateway.port,
+      { user: 'crawler-inspect-off', token: TOKEN },
+      `https://${site(6)}:${tlsPort}/always403`,
+      pki.caCert,
+    );
+    expect(blocked.status).toBe(403);
+    // A client that trusts only the origin's CA cannot talk to an inspected host.
+    await expect(
+      httpsViaGateway(w.gateway.port, crawler, `https://${site(6)}:${tlsPort}/page`, pki.caCert),
+    ).rejects.toBeInstanceOf(TunnelRefused);
+  });
+
+  it('answers 502 naming the reason when the origin certificate is refused', async () => {
+    const mismatch = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://localhost:${wrongPort}/page`,
+      ca.certPem,
+    );
+    expect(mismatch.status).toBe(502);
+    expect(mismatch.headers['x-egress-certificate-error']).toMatch(/^hostname mismatch/);
+    expect(mismatch.body).toMatch(/origin certificate refused for localhost: hostname mismatch/);
+    const old = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://localhost:${expiredPort}/page`,
+      ca.certPem,
+    );
+    expect(old.status).toBe(502);
+    expect(old.headers['x-egress-certificate-error']).toMatch(/^certificate has expired/);
+  });
+
+  it('never logs the CA key', () => {
+    const pem = readFileSync(join(caDir, 'ca.key'), 'utf8');
+    const body = pem.split('\n').slice(1, -2).join('');
+    const all = log.raw.join('\n');
+    expect(all.length).toBeGreaterThan(0);
+    expect(all).not.toContain('PRIVATE KEY');
+    expect(all).not.toContain(body.slice(0, 40));
+  });
+});
+
+describe('gateway rules on plain HTTP', () => {
+  it('answers a blocked request from the next upstream', async () => {
+    const res = await fetchVia(`http://${site(7)}:${httpPort}/blocked`);
+    expect(res.status).toBe(200);
+    expect(res.headers['x-egress-proxy']).not.toBe(blockedUpstream(site(7)));
+    expect(cooling(site(7))).toEqual([blockedUpstream(site(7))]);
+  });
+
+  it('does not retry a non-idempotent method', async () => {
+    const res = await fetchVia(`http://${site(8)}:${httpPort}/always403`, 'POST');
+    expect(res.status).toBe(403);
+    expect(cooling(site(8))).toHaveLength(1);
+  });
+});
+
+/** An absolute-form request through the gateway (what `curl -x` sends for http://). */
+function fetchVia(
+  url: string,
+  method = 'GET',
+): Promise<{ status: number; headers: IncomingMessage['headers'] }> {
+  return new Promise((resolve, reject) => {
+    const req = createHttpRequest(url, method);
+    req.once('response', (r) => {
+      r.resume();
+      r.once('end', () => resolve({ status: r.statusCode ?? 0, headers: r.headers }));
+    });
+    req.once('error', reject);
+    req.end();
+  });
+}
+
+function createHttpRequest(url: string, method: string) {
+  return http.request({
+    host: '127.0.0.1',
+    port: w.gateway.port,
+    method,
+    path: url,
+    headers: {
+      Host: new URL(url).host,
+      'Proxy-Authorization': `Basic ${Buffer.from(`crawler:${TOKEN}`).toString('base64')}`,
+    },
+  });
+}
