@@ -8,7 +8,7 @@
  * naming the command that makes it.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -101,7 +101,6 @@ export async function startMitmproxy(opts: {
       failFast: () => (child.exitCode !== null ? `mitmdump exited ${child.exitCode}: ${stderr}` : undefined),
     },
   );
-  readFileSync(caFile); // made by mitmdump on its first start
   return {
     port,
     caFile,
