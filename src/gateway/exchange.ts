@@ -44,6 +44,18 @@ export class OriginCertificateError extends Error {
   }
 }
 
+/**
+ * An error a transport raises when the tunnel through the upstream stood but TLS with the origin
+ * failed for another reason than its certificate (it closed, it does not speak TLS): the site's
+ * fault, so the client gets 502 and the upstream is not reported.
+ */
+export class OriginTlsError extends Error {
+  constructor(message: string, opts?: { cause?: unknown }) {
+    super(`TLS with the origin failed: ${message}`, opts);
+    this.name = 'OriginTlsError';
+  }
+}
+
 /** An error a transport raises when the upstream answered its CONNECT with a refusal (passed on). */
 export class UpstreamAnsweredError extends Error {
   readonly status: number;
@@ -109,7 +121,13 @@ class ReplayBody {
   private readonly req: http.IncomingMessage;
   constructor(req: http.IncomingMessage) {
     this.req = req;
-    req.on('data', (c: Buffer) => {
+  }
+  /**
+   * Sends the body to `upReq` as it arrives, keeping a copy. Called once, right where the pipe
+   * starts: a 'data' listener set any earlier would let chunks flow before anyone sends them.
+   */
+  pipeTo(upReq: http.ClientRequest): void {
+    this.req.on('data', (c: Buffer) => {
       this.uploaded += c.length;
       if (this.overflow) return;
       this.size += c.length;
@@ -118,6 +136,7 @@ class ReplayBody {
         this.chunks = [];
       } else this.chunks.push(c);
     });
+    this.req.pipe(upReq);
   }
   /** Whether the whole body is here to be sent again. */
   get replayable(): boolean {
@@ -132,6 +151,7 @@ type Sent =
   | { kind: 'answered'; res: http.IncomingMessage; ttfbMs: number }
   | { kind: 'failed'; why: string; timedOut: boolean }
   | { kind: 'certificate'; reason: string }
+  | { kind: 'origin'; message: string }
   | { kind: 'refused'; status: number; message: string };
 
 /** Sends the request once through `a`; resolves on the answer's head, a failure or the deadline. */
@@ -166,13 +186,14 @@ function send(
     });
     upReq.on('error', (err) => {
       if (err instanceof OriginCertificateError) settle({ kind: 'certificate', reason: err.reason });
+      else if (err instanceof OriginTlsError) settle({ kind: 'origin', message: err.message });
       else if (err instanceof UpstreamAnsweredError) {
         settle({ kind: 'refused', status: err.status, message: err.message });
       } else
         settle({ kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? err.message, timedOut: false });
     });
     if (!body) upReq.end();
-    else if (first) req.pipe(upReq);
+    else if (first) body.pipeTo(upReq);
     else upReq.end(body.bytes());
   });
 }
@@ -300,6 +321,11 @@ export async function exchange(
       return plain(res, 502, `origin certificate refused for ${target.host}: ${sent.reason}`, key, {
         [CERTIFICATE_ERROR_HEADER]: sent.reason,
       });
+    }
+    if (sent.kind === 'origin') {
+      ctx.chooser.release(a);
+      done('failed', key);
+      return plain(res, 502, `${target.host}: ${sent.message}`, key);
     }
     if (sent.kind === 'refused') {
       ctx.chooser.release(a);

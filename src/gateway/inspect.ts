@@ -21,6 +21,7 @@ import { dialSocket } from './dial.ts';
 import {
   exchange,
   OriginCertificateError,
+  OriginTlsError,
   plain,
   type Transport,
   UpstreamAnsweredError,
@@ -111,7 +112,11 @@ class TunnelAgent extends http.Agent {
         secureContext: this.trust,
         ALPNProtocols: ['http/1.1'],
       });
-      const onError = (err: Error) => done(certificateRefusal(err) ?? err);
+      const onError = (err: Error) =>
+        done(
+          certificateRefusal(err) ??
+            new OriginTlsError((err as NodeJS.ErrnoException).code ?? err.message, { cause: err }),
+        );
       s.once('error', onError);
       s.once('secureConnect', () => {
         s.off('error', onError);

@@ -154,13 +154,31 @@ export function gatewayRules(
   return setup.blockedStatuses ? rulesForBlockedStatuses(setup.blockedStatuses) : DEFAULT_RULES;
 }
 
+/** `--gateway-origin-ca`: a PEM bundle of at least one certificate; any problem names the flag. */
+async function readOriginCa(file: string): Promise<string> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new Error(`--gateway-origin-ca ${file}: ${(err as Error).message}`, { cause: err });
+  }
+  try {
+    new X509Certificate(text);
+  } catch (err) {
+    throw new Error(`--gateway-origin-ca ${file}: not a PEM certificate bundle (${(err as Error).message})`, {
+      cause: err,
+    });
+  }
+  return text;
+}
+
 /** Opens (or makes) the inspection CA and reads the extra origin trust; names where, never the key. */
 async function inspectSetup(
   setup: NonNullable<GatewaySetup['inspect']>,
   deps: Pick<GatewayRunDeps, 'clock' | 'log'>,
 ): Promise<InspectSetup> {
   const ca = await GatewayCa.open(setup.caStore, () => deps.clock.now());
-  const originCa = setup.originCaFile === undefined ? undefined : await readFile(setup.originCaFile, 'utf8');
+  const originCa = setup.originCaFile === undefined ? undefined : await readOriginCa(setup.originCaFile);
   deps.log.info(
     {
       ca: setup.caStore.where,

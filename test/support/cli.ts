@@ -7,7 +7,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
-import net, { type AddressInfo } from 'node:net';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { DiscoveryClient, type ProxySnapshot } from '../../src/discovery/client.ts';
@@ -59,16 +59,9 @@ process.once('exit', () => {
   }
 });
 
-export async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((ok, fail) => {
-    srv.once('error', fail);
-    srv.listen(0, '127.0.0.1', () => ok());
-  });
-  const { port } = srv.address() as AddressInfo;
-  await new Promise<void>((ok) => srv.close(() => ok()));
-  return port;
-}
+import { freePort } from './ports.ts';
+
+export { freePort };
 
 /** The example's ProxyPool manifest, left out of a workspace unless asked for. */
 export const EXAMPLE_POOL_FILE = 'pool.yaml';

@@ -6,9 +6,8 @@
  * provider's Pods as real Squids on loopback. `useOperatorEnv()` registers the per-test hooks.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ProxyAgent, fetch as undiciFetch } from 'undici';
@@ -31,15 +30,9 @@ export const PROXY_NS = 'crawl';
 export const OPERATOR_NS = 'operator-system';
 export const LEADER_LEASE = 'egress-proxies-operator-leader';
 
-export async function freePort(): Promise<number> {
-  const srv = createServer();
-  srv.listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  const port = (srv.address() as { port: number }).port;
-  srv.close();
-  await once(srv, 'close');
-  return port;
-}
+import { freePort } from './ports.ts';
+
+export { freePort };
 
 /** The shared bounded wait, with the 30 s default operator start-ups need. */
 export function until<T>(

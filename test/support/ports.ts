@@ -44,3 +44,8 @@ export async function freePortRange(n: number): Promise<{ from: number; to: numb
   }
   throw new Error(`no ${n} consecutive free ports in ${LOW}-${HIGH}`);
 }
+
+/** The ports of a range, in order: `const [a, b] = consecutive(await freePortRange(2))`. */
+export function consecutive(range: { from: number; to: number }): number[] {
+  return Array.from({ length: range.to - range.from + 1 }, (_, i) => range.from + i);
+}

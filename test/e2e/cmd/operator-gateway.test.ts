@@ -88,7 +88,9 @@ describe('gateway on every replica', () => {
     const bPort = await freePort();
     const gwA = await freePort();
     const gwB = await freePort();
-    const gatewayConfig = `gateway:\n  egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${origin.port}]}\n`;
+    // A 403 blocks without a retry: these tests follow where a block travels, so the client gets
+    // the origin's answer from the upstream that was blocked (docs/gateway.md, "Rules").
+    const gatewayConfig = `gateway:\n  egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${origin.port}]}\n  rules: [{name: blocked, status: [403], actions: [block]}]\n`;
     const a = await startOperator({
       name: 'a',
       leaderElect: true,
@@ -217,7 +219,9 @@ describe('gateway on every replica', () => {
     const bPort = await freePort();
     const gwA = await freePort();
     const gwB = await freePort();
-    const gatewayConfig = `gateway:\n  egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${origin.port}]}\n`;
+    // A 403 blocks without a retry: these tests follow where a block travels, so the client gets
+    // the origin's answer from the upstream that was blocked (docs/gateway.md, "Rules").
+    const gatewayConfig = `gateway:\n  egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${origin.port}]}\n  rules: [{name: blocked, status: [403], actions: [block]}]\n`;
     const open: net.Socket[] = [];
     try {
       const args = ['--lease-checkpoint-interval', '500ms'];

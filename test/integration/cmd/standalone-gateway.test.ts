@@ -2,11 +2,12 @@
  * End-to-end: the real `standalone` CLI serves the gateway on `--gateway-bind-address`, routing
  * curl through its local proxies by the user name's options; without a token it says so loudly
  * and serves loopback only. curl and Python's urllib, given nothing but the gateway URL, reach a
- * TLS origin through the local proxies too.
+ * TLS origin through the local proxies too. With `--gateway-inspect` it keeps its CA in the state
+ * dir and serves its certificate.
  */
-import { appendFileSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { cleanupCli, createWorkspace, startStandalone, waitForReady } from '../../support/cli.ts';
 import { pythonCrawl, run } from '../../support/gateway/world.ts';
@@ -72,6 +73,64 @@ describe('standalone gateway', () => {
       ).toHaveLength(10);
     } finally {
       await origin.close();
+      await tls.close();
+    }
+  });
+
+  it('inspects HTTPS with a CA kept 0600 in the state dir, the same after a restart, served at /v1/gateway/ca.pem', async () => {
+    const tls = await startTlsOrigin();
+    try {
+      const ws = await createWorkspace({ openPorts: [tls.port] });
+      appendFileSync(
+        ws.providersFile,
+        `\ngateway:\n  egressPolicy: {allowCIDRs: ["127.0.0.1/32"], connectPorts: [${tls.port}]}\n`,
+      );
+      const dir = mkdtempSync(join(tmpdir(), 'gw-inspect-'));
+      const originCa = join(dir, 'origin-ca.pem');
+      writeFileSync(originCa, testPki().caCert);
+      const port = await freePort();
+      const args = [
+        '--gateway-bind-address',
+        `127.0.0.1:${port}`,
+        '--gateway-inspect',
+        '--gateway-origin-ca',
+        originCa,
+      ];
+      const first = startStandalone(ws, args);
+      await waitForReady(ws, first, ['local-1', 'local-2', 'local-3']);
+      const served = await fetch(`${ws.discoveryUrl}/v1/gateway/ca.pem`);
+      expect(served.status).toBe(200);
+      expect(served.headers.get('content-type')).toBe('application/x-pem-file');
+      const pem = await served.text();
+      const caDir = join(dirname(ws.statePath), 'gateway-ca');
+      expect(statSync(join(caDir, 'ca.key')).mode & 0o777).toBe(0o600);
+      expect(readFileSync(join(caDir, 'ca.pem'), 'utf8')).toBe(pem);
+      // curl trusting the gateway CA only: the answer comes through an inspected connection.
+      const caFile = join(dir, 'gateway-ca.pem');
+      writeFileSync(caFile, pem);
+      const r = await run('curl', [
+        '-sS',
+        '-i',
+        '--cacert',
+        caFile,
+        '-x',
+        `http://crawler:x@127.0.0.1:${port}`,
+        `${tls.baseUrl}/`,
+      ]);
+      expect(r.stdout).toMatch(/HTTP\/1\.1 204/);
+      expect(r.stdout).toMatch(/X-Egress-Proxy: crawl\/local-\d/i);
+      await first.killHard();
+      const second = startStandalone(ws, args);
+      await waitForReady(ws, second, ['local-1', 'local-2', 'local-3']);
+      expect(await (await fetch(`${ws.discoveryUrl}/v1/gateway/ca.pem`)).text()).toBe(pem);
+      // The key never reaches the log; the fingerprint does.
+      const key = readFileSync(join(caDir, 'ca.key'), 'utf8').split('\n')[1] ?? 'missing';
+      for (const p of [first, second]) {
+        expect(p.stdout).not.toContain('PRIVATE KEY');
+        expect(p.stdout).not.toContain(key);
+        expect(p.logs.some((l) => String(l.msg).startsWith('gateway inspects HTTPS'))).toBe(true);
+      }
+    } finally {
       await tls.close();
     }
   });

@@ -13,6 +13,7 @@ import type { AddressInfo, Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
+import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GatewayRuleConfig } from '../../../src/config/schema.ts';
 import { FileCaStore, GatewayCa } from '../../../src/gateway/ca.ts';
@@ -24,7 +25,7 @@ import { makePki } from '../../support/pki.ts';
 
 /** Each test its own site (origins listen on every loopback address), so cooldowns stay apart. */
 const site = (n: number) => `127.0.0.${20 + n}`;
-const SITES = Array.from({ length: 12 }, (_, i) => site(i));
+const SITES = Array.from({ length: 13 }, (_, i) => site(i));
 
 const pki = makePki({ caName: 'inspect-origin-ca', dnsNames: ['localhost'], ipAddresses: SITES, days: 2 });
 const wrongName = makePki({
@@ -52,12 +53,18 @@ function origin(req: IncomingMessage, res: ServerResponse): void {
   res.setHeader('X-Peer', source);
   const host = (req.headers.host ?? '').replace(/:\d+$/, '');
   const path = req.url ?? '/';
-  if (!blockedFor.has(host) && ['/blocked', '/limited', '/captcha', '/slow'].includes(path)) {
+  if (!blockedFor.has(host) && ['/blocked', '/limited', '/captcha', '/slow', '/upload'].includes(path)) {
     blockedFor.set(host, source);
   }
   const good = blockedFor.get(host) !== source;
+  if (path === '/upload' && good) {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => res.writeHead(200).end(`got ${Buffer.concat(chunks).length} bytes`));
+    return;
+  }
   req.resume();
-  if (path === '/blocked' && !good) return void res.writeHead(403).end('blocked');
+  if ((path === '/blocked' || path === '/upload') && !good) return void res.writeHead(403).end('blocked');
   if (path === '/always403') return void res.writeHead(403).end('always blocked');
   if (path === '/limited' && !good) return void res.writeHead(429, { 'Retry-After': '120' }).end('slow down');
   if (path === '/captcha') {
@@ -90,6 +97,7 @@ let wrongPort: number;
 let expiredPort: number;
 const servers: Server[] = [];
 const log = captureLog('debug');
+const spans = new InMemorySpanExporter();
 
 beforeAll(async () => {
   const tlsOrigin = createHttpsServer({ cert: pki.cert, key: pki.key }, origin);
@@ -111,6 +119,9 @@ beforeAll(async () => {
     gateway: {
       rules: RULES,
       log: log.log,
+      tracer: new TracerProvider({
+        spanProcessors: [new SimpleSpanProcessor({ exporter: spans })],
+      }).getTracer('test'),
       inspect: {
         ca,
         exclude: [site(9)],
@@ -140,6 +151,13 @@ function cooling(target: string): string[] {
     .filter((p) => p.targetCooldowns.some((c) => c.target === target))
     .map((p) => `${p.namespace}/${p.name}`)
     .sort();
+}
+
+function reports(result: string): Promise<number> {
+  return w.registry
+    .getSingleMetric('proxy_operator_gateway_upstream_reports_total')!
+    .get()
+    .then((m) => m.values.filter((v) => v.labels.result === result).reduce((n, v) => n + v.value, 0));
 }
 
 function ruleMatches(rule: string, action: string, mode: string): Promise<number> {
@@ -183,6 +201,13 @@ describe('gateway HTTPS inspection', () => {
     expect(cooling(site(1))).toEqual([blockedUpstream(site(1))]);
     expect(cooling(site(0))).toEqual([]);
     expect(await ruleMatches('blocked', 'block', 'enforce')).toBe(before + 1);
+    // The request's span names the rule and the retry.
+    const span = spans
+      .getFinishedSpans()
+      .find((s) => s.name === 'gateway HTTPS' && s.attributes['server.address'] === site(1));
+    expect(span?.attributes['gateway.rule']).toBe('blocked');
+    expect(span?.events.map((e) => e.name)).toEqual(['gateway retry']);
+    expect(span?.attributes['gateway.upstream']).toBe(r.headers['x-egress-proxy']);
   });
 
   it('reads a gzip body for a body rule and retries a captcha page', async () => {
@@ -213,6 +238,22 @@ describe('gateway HTTPS inspection', () => {
     expect(untils).toHaveLength(1);
     // Retry-After said 120 s; the rule caps it at 30 s.
     for (const u of untils) expect(u - started).toBeLessThanOrEqual(31_000);
+  });
+
+  it('sends a request body again on a retry (idempotent PUT, within 64 KiB)', async () => {
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(12)}:${tlsPort}/upload`,
+      ca.certPem,
+      {
+        method: 'PUT',
+        body: 'x'.repeat(40_000),
+      },
+    );
+    expect(r.status).toBe(200);
+    expect(r.body).toBe('got 40000 bytes');
+    expect(cooling(site(12))).toEqual([blockedUpstream(site(12))]);
   });
 
   it('gives the client the last answer when retries run out', async () => {
@@ -305,6 +346,19 @@ describe('gateway HTTPS inspection', () => {
     expect(old.headers['x-egress-certificate-error']).toMatch(/^certificate has expired/);
   });
 
+  it('answers 502 for an origin that does not speak TLS, without blaming the upstream', async () => {
+    const failedBefore = await reports('failed');
+    const r = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://localhost:${httpPort}/page`,
+      ca.certPem,
+    );
+    expect(r.status).toBe(502);
+    expect(r.body).toMatch(/^localhost: TLS with the origin failed: /);
+    expect(await reports('failed')).toBe(failedBefore);
+  });
+
   it('never logs the CA key', () => {
     const pem = readFileSync(join(caDir, 'ca.key'), 'utf8');
     const body = pem.split('\n').slice(1, -2).join('');
@@ -321,6 +375,15 @@ describe('gateway rules on plain HTTP', () => {
     expect(res.status).toBe(200);
     expect(res.headers['x-egress-proxy']).not.toBe(blockedUpstream(site(7)));
     expect(cooling(site(7))).toEqual([blockedUpstream(site(7))]);
+  });
+
+  it('counts an observe rule and passes the answer on untouched', async () => {
+    const before = await ruleMatches('watch', 'block', 'observe');
+    const res = await fetchVia(`http://${site(11)}:${httpPort}/observed`);
+    expect(res.status).toBe(200);
+    expect(res.headers['x-blocked']).toBe('yes');
+    expect(await ruleMatches('watch', 'block', 'observe')).toBe(before + 1);
+    expect(cooling(site(11))).toEqual([]);
   });
 
   it('does not retry a non-idempotent method', async () => {

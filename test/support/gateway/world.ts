@@ -48,7 +48,7 @@ export interface WorldOptions {
   /** More ports the gateway's clients may reach (origins a test starts itself). */
   extraPorts?: number[];
   /** Gateway options over the world's (response rules, inspection). */
-  gateway?: Pick<GatewayOptions, 'rules' | 'inspect' | 'log'>;
+  gateway?: Pick<GatewayOptions, 'rules' | 'inspect' | 'log' | 'tracer'>;
 }
 
 export async function startWorld(opts: WorldOptions = {}): Promise<World> {

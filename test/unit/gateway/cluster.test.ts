@@ -1,7 +1,8 @@
 /**
  * Gateway scale-out in one process: two replica choosers linked to one hub over a real lease
  * store. No upstream is ever over capacity counting both replicas and API leases; a block
- * reported through one replica is avoided by the other; a sticky session binds to the same
+ * reported through one replica is avoided by the other, and a rate limit keeps its own cooldown on
+ * the way to the leader; a sticky session binds to the same
  * upstream on both; bad sync bodies are refused on the API's sync route naming the field.
  */
 
@@ -115,6 +116,37 @@ describe('gateway replicas', () => {
       )
       .toBeGreaterThan(before);
     for (const p of leases.snapshot()) expect(p.activeLeases).toBeLessThanOrEqual(2);
+  });
+
+  it("a rate limit through a replica reaches the leader with the answer's cooldown", async () => {
+    const { leases, replicas } = cluster(0);
+    const [a] = replicas as [ReplicaChooser, ReplicaChooser];
+    await expect.poll(() => a.ready, { timeout: 10_000 }).toBe(true);
+    const got = await a.acquire('limits.example', routing);
+    expect(got.ok).toBe(true);
+    if (!got.ok) return;
+    const started = Date.now();
+    a.report(got.acquired, 'blocked', 45);
+    a.release(got.acquired);
+    await expect
+      .poll(
+        () =>
+          leases
+            .snapshot()
+            .flatMap((p) => p.targetCooldowns)
+            .find((c) => c.target === 'limits.example')?.until,
+        { timeout: 10_000 },
+      )
+      .toBeDefined();
+    const ends = leases
+      .snapshot()
+      .flatMap((p) => p.targetCooldowns)
+      .filter((c) => c.target === 'limits.example')
+      .map((c) => Date.parse(c.until) - started);
+    expect(ends).toHaveLength(1);
+    // 45 s, not the default 10 min of a block.
+    expect(ends[0]).toBeGreaterThan(40_000);
+    expect(ends[0]).toBeLessThanOrEqual(46_000);
   });
 
   it('a block through one replica is avoided by the other, for that site only', async () => {

@@ -1,6 +1,6 @@
 /**
  * scripts/test/tiers — what `npm test`, `npm run test:integration` and `npm run test:e2e` run: the
- * set-up before the tests (the schemathesis venv), the vitest projects, the kube and KVM suites
+ * set-up before the tests (the private Python venvs), the vitest projects, the kube and KVM suites
  * after them (each behind its build, the guest image built only as root), and what arguments
  * after `--` leave out; and that every test file is in
  * the directory of a tier, which is what puts it in a vitest project.
@@ -34,17 +34,17 @@ describe('npm test', () => {
     expect(p.notes).toEqual([]);
   });
 
-  it('makes the venvs of the tiers that run first: schemathesis and moto (integration), mitmproxy (e2e)', () => {
+  it('makes the venvs of the tiers that run first: integration schemathesis, moto, pytools; e2e pytools, mitmproxy', () => {
     const step = (name: string) => ({
       what: `the ${name} virtual environment`,
       command: 'bash',
       args: [VENV_SCRIPT, name],
     });
-    const integration = [step('schemathesis'), step('moto')];
+    const integration = [step('schemathesis'), step('moto'), step('pytools')];
     expect(plan([]).setup).toEqual([...integration, step('mitmproxy')]);
     expect(plan(['test/unit/lease']).setup).toEqual([...integration, step('mitmproxy')]);
     expect(plan(['--tier', 'integration']).setup).toEqual(integration);
-    expect(plan(['--tier', 'e2e']).setup).toEqual([step('mitmproxy')]);
+    expect(plan(['--tier', 'e2e']).setup).toEqual([step('pytools'), step('mitmproxy')]);
   });
 
   it('builds no guest image when not root (the KVM test then names the command)', () => {

@@ -12,7 +12,7 @@ import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Agent, fetch as undiciFetch } from 'undici';
-import { freePort } from '../../../support/ports.ts';
+import { consecutive, freePortRange } from '../../../support/ports.ts';
 import { until } from '../../../support/wait.ts';
 
 export const BUILD_SCRIPT = resolve(import.meta.dirname, '../control-plane/build.sh');
@@ -86,15 +86,24 @@ function failFastOn(p: Proc): () => string | undefined {
       : undefined;
 }
 
-/** Builds the binaries, or finds them in the cache; returns their directory. */
-export function controlPlaneBinaries(): string {
-  const out = execFileSync('bash', [BUILD_SCRIPT], {
+function built(args: string[]): string {
+  const out = execFileSync('bash', [BUILD_SCRIPT, ...args], {
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const dir = out.trim().split('\n').at(-1);
-  if (!dir) throw new Error(`${BUILD_SCRIPT} printed no directory`);
+  if (!dir) throw new Error(`${BUILD_SCRIPT} ${args.join(' ')} printed no directory`);
   return dir;
+}
+
+/** Builds the binaries, or finds them in the cache; returns their directory. */
+export function controlPlaneBinaries(): string {
+  return built([]);
+}
+
+/** Builds helm (control-plane/helm), or finds it in the cache; returns its directory. */
+export function helmBinaries(): string {
+  return built(['helm']);
 }
 
 export interface ControlPlaneOptions {
@@ -109,12 +118,9 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
   const dir = mkdtempSync(join(tmpdir(), 'e2e-kube-'));
   const certDir = join(dir, 'certs');
   mkdirSync(certDir);
-  const [etcdPort, etcdPeer, apiPort, kcmPort] = [
-    await freePort(),
-    await freePort(),
-    await freePort(),
-    await freePort(),
-  ];
+  // Ports below the ephemeral range: a kernel-assigned one can be taken by an outgoing
+  // connection between this call and the bind (seen as EADDRINUSE).
+  const [etcdPort, etcdPeer, apiPort, kcmPort] = consecutive(await freePortRange(4));
   const etcd = `http://127.0.0.1:${etcdPort}`;
   const server = `https://127.0.0.1:${apiPort}`;
   const adminToken = randomBytes(24).toString('base64url');

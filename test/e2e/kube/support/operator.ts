@@ -8,7 +8,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CliProcess, REPO_ROOT } from '../../../support/cli.ts';
-import { freePort } from '../../../support/ports.ts';
+import { consecutive, freePortRange } from '../../../support/ports.ts';
 import { until } from '../../../support/wait.ts';
 import { type ControlPlaneInfo, kubectl } from './control-plane.ts';
 
@@ -75,12 +75,9 @@ export interface OperatorOptions {
 }
 
 export async function startOperator(o: OperatorOptions): Promise<RunningOperator> {
-  const [discoveryPort, probePort, metricsPort, gatewayPort] = [
-    await freePort(),
-    await freePort(),
-    await freePort(),
-    await freePort(),
-  ];
+  // Ports below the ephemeral range: a kernel-assigned one can be taken by an outgoing
+  // connection between this call and the bind (seen as EADDRINUSE).
+  const [discoveryPort, probePort, metricsPort, gatewayPort] = consecutive(await freePortRange(4));
   const args = [
     'operator',
     '--providers-config',
