@@ -57,5 +57,6 @@ describe('docs/gateway.md', () => {
     expect(doc).toContain('session.get(url, verify=ca_file, timeout=30)');
     expect(doc).toContain("certutil -d sql:$HOME/.pki/nssdb -A -t 'C,,' -n egress-gateway-ca -i ca.pem");
     expect(doc).toContain('curl --cacert ca.pem');
+    expect(doc).toContain('NODE_USE_ENV_PROXY=1 HTTPS_PROXY="$GATEWAY" NODE_EXTRA_CA_CERTS=ca.pem');
   });
 });
