@@ -5,12 +5,21 @@
  * chaining to the same upstream; 2,000 idle tunnels within 256 MB RSS. The upstream, the origin,
  * the stock gateway, the gateway and the load generator each run in their own process, so the
  * idle-tunnel RSS is the gateway's own (and its growth from before the tunnels is shown).
- * Exits non-zero on a miss.
+ * The inspected path (HTTPS inspection, docs/gateway.md) against an HTTPS origin, for direct
+ * (through the upstream, no inspection), the inspecting gateway and mitmproxy's mitmdump
+ * (chaining to the same upstream, from its private venv: scripts/ci/venv.sh mitmproxy), each
+ * its own process: set-up p50 (CONNECT, TLS handshake, one small exchange on a new connection)
+ * for a host never seen and for a cached host ≤ direct + 2 ms; bulk throughput (1 MiB bodies
+ * over 16 TLS tunnels) ≥ 50 % of direct and never below mitmproxy. Exits non-zero on a miss.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import type { GatewaySpec, LoadSpec, ProxyTarget } from './gateway-peer.ts';
+import { type Mitmproxy, startMitmproxy } from '../test/support/gateway/mitmproxy.ts';
+import type { GatewaySpec, LoadSpec, ProxyTarget, TlsOriginInfo } from './gateway-peer.ts';
 
 const ROUNDS = 3;
 const CONNECTS = 400;
@@ -19,6 +28,12 @@ const BULK_MS = 3000;
 const IDLE_TUNNELS = 2000;
 const RSS_LIMIT_MB = 256;
 const TOKEN = 'bench-token';
+/** Inspected path: hosts never seen per round and target, connects to one cached host, TLS tunnels. */
+const NEW_HOSTS = 60;
+const CACHED_CONNECTS = 200;
+const TLS_TUNNELS = 16;
+const CACHED_SLACK_MS = 2;
+const INSPECTED_BULK_SHARE = 0.5;
 
 const children: ChildProcess[] = [];
 
@@ -71,6 +86,92 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)] ?? 0;
 }
 
+/** `median (min–max)` of the rounds. */
+function spread(xs: number[], digits: number): string {
+  return `${median(xs).toFixed(digits)} (${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)})`;
+}
+
+const basic = (u: string, p: string) => `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}`;
+
+/**
+ * The inspected path: direct, the inspecting gateway and mitmproxy, measured in turn in each
+ * round; returns the targets it missed.
+ */
+async function inspected(
+  upstream: { port: number; username: string; password: string },
+  gatewaySpec: GatewaySpec,
+): Promise<string[]> {
+  const origin = (await startChild('./gateway-peer.ts', ['tls-origin', String(NEW_HOSTS * ROUNDS)]))
+    .out as unknown as TlsOriginInfo;
+  const caDir = join(mkdtempSync(join(tmpdir(), 'bench-gateway-ca-')), 'ca');
+  const spec: GatewaySpec = {
+    ...gatewaySpec,
+    inspect: { caDir, originCaFile: origin.caFile, tlsOriginPort: origin.port },
+  };
+  const gw = await startChild('./gateway-peer.ts', ['gateway', JSON.stringify(spec)]);
+  let mitm: Mitmproxy | undefined;
+  try {
+    mitm = await startMitmproxy({
+      originCaFile: origin.caFile,
+      upstream: {
+        url: `http://127.0.0.1:${upstream.port}`,
+        auth: `${upstream.username}:${upstream.password}`,
+      },
+    });
+    const targets: Record<string, { proxy: ProxyTarget; caFile: string }> = {
+      direct: {
+        proxy: { port: upstream.port, auth: basic(upstream.username, upstream.password) },
+        caFile: origin.caFile,
+      },
+      inspected: {
+        proxy: { port: gw.out.port as number, auth: basic('crawler', TOKEN) },
+        caFile: join(caDir, 'ca.pem'),
+      },
+      mitmproxy: { proxy: { port: mitm.port, auth: basic(mitm.user, mitm.password) }, caFile: mitm.caFile },
+    };
+    const names = Object.keys(targets);
+    const fresh: Record<string, number[]> = Object.fromEntries(names.map((n) => [n, []]));
+    const cached: Record<string, number[]> = Object.fromEntries(names.map((n) => [n, []]));
+    const mbps: Record<string, number[]> = Object.fromEntries(names.map((n) => [n, []]));
+    const [home = '127.0.0.1', ...others] = origin.hosts;
+    for (let round = 0; round < ROUNDS; round++) {
+      const newHosts = others.slice(round * NEW_HOSTS, (round + 1) * NEW_HOSTS);
+      for (const [name, t] of Object.entries(targets)) {
+        const base = { proxy: t.proxy, target: String(origin.port), caFile: t.caFile, durationMs: 0 };
+        const n = await load({ ...base, mode: 'tls-latency', hosts: newHosts, count: newHosts.length });
+        fresh[name]?.push(n.p50Millis as number);
+        const c = await load({ ...base, mode: 'tls-latency', hosts: [home], count: CACHED_CONNECTS });
+        cached[name]?.push(c.p50Millis as number);
+        const b = await load({
+          ...base,
+          mode: 'tls-bulk',
+          hosts: [home],
+          count: TLS_TUNNELS,
+          durationMs: BULK_MS,
+        });
+        mbps[name]?.push(b.mbPerSecond as number);
+      }
+    }
+    const line = (what: string, r: Record<string, number[]>, digits: number) =>
+      console.log(`${what}: ${names.map((n) => `${n} ${spread(r[n] ?? [], digits)}`).join(', ')}`);
+    console.log(`inspected HTTPS, median (range) of ${ROUNDS} rounds:`);
+    line('  set-up p50, new host (ms)', fresh, 2);
+    line('  set-up p50, cached host (ms)', cached, 2);
+    line(`  bulk 1 MiB over ${TLS_TUNNELS} TLS tunnels (MB/s)`, mbps, 0);
+    const m = (r: Record<string, number[]>, k: string) => median(r[k] ?? []);
+    const misses: string[] = [];
+    if (m(cached, 'inspected') > m(cached, 'direct') + CACHED_SLACK_MS)
+      misses.push(`inspected set-up p50 for a cached host above direct + ${CACHED_SLACK_MS} ms`);
+    if (m(mbps, 'inspected') < INSPECTED_BULK_SHARE * m(mbps, 'direct'))
+      misses.push(`inspected bulk throughput below ${INSPECTED_BULK_SHARE * 100} % of direct`);
+    if (m(mbps, 'inspected') < m(mbps, 'mitmproxy')) misses.push('inspected bulk throughput below mitmproxy');
+    return misses;
+  } finally {
+    await mitm?.close();
+    gw.child.stdin?.end();
+  }
+}
+
 async function main(): Promise<number> {
   const upstream = (await startChild('./health-servers.ts', ['proxies', '1'])).out as {
     proxies: number[];
@@ -93,10 +194,15 @@ async function main(): Promise<number> {
     originPort: origin,
     token: TOKEN,
   };
+  // `--inspected`: the inspected path alone (what its targets need, in less time).
+  if (process.argv.includes('--inspected')) {
+    const misses = await inspected({ port: upstreamPort, ...upstream }, gatewaySpec);
+    for (const miss of misses) console.log(`MISS: ${miss}`);
+    return misses.length === 0 ? 0 : 1;
+  }
   const gw = await startChild('./gateway-peer.ts', ['gateway', JSON.stringify(gatewaySpec)], ['--expose-gc']);
   const gatewayPort = gw.out.port as number;
 
-  const basic = (u: string, p: string) => `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}`;
   const targets: Record<string, ProxyTarget> = {
     direct: { port: upstreamPort, auth: basic(upstream.username, upstream.password) },
     gateway: { port: gatewayPort, auth: basic('crawler', TOKEN) },
@@ -159,6 +265,7 @@ async function main(): Promise<number> {
     misses.push(`gateway RSS above ${RSS_LIMIT_MB} MB with ${IDLE_TUNNELS} idle tunnels`);
   idle.child.stdin?.end();
   gw2.child.stdin?.end();
+  misses.push(...(await inspected({ port: upstreamPort, ...upstream }, gatewaySpec)));
   for (const miss of misses) console.log(`MISS: ${miss}`);
   return misses.length === 0 ? 0 : 1;
 }

@@ -1,6 +1,7 @@
 /**
  * bench/run — `npm run bench`: runs every benchmark (targets: docs/benchmarks.md), each in its own process so
- * they do not share heap, JIT state or CPU, and prints their figures one after another.
+ * they do not share heap, JIT state or CPU, and prints their figures one after another. The gateway
+ * bench's mitmproxy comes from its private venv, made (or found cached) first (scripts/ci/venv.sh).
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -17,6 +18,14 @@ const BENCHES = [
 
 const only = process.argv.slice(2);
 let failed = 0;
+if (only.length === 0 || only.includes('gateway')) {
+  const venv = fileURLToPath(new URL('../scripts/ci/venv.sh', import.meta.url));
+  const res = spawnSync('bash', [venv, 'mitmproxy'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  if (res.status !== 0) {
+    console.log(`bash ${venv} mitmproxy failed (exit ${res.status}): the gateway bench needs mitmproxy`);
+    process.exit(res.status ?? 1);
+  }
+}
 for (const [name, file] of BENCHES) {
   if (only.length > 0 && !only.includes(name)) continue;
   console.log(`\n=== ${name} ===`);

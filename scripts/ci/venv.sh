@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Creates a private virtual environment of a Python tool the tests run: `venv.sh schemathesis`
 # (the API fuzzing test, test/integration/discovery/openapi-fuzz.test.ts), `venv.sh moto` (the
-# aws provider tests' moto_server, test/support/moto.ts) or `venv.sh pytools` (the Python
+# aws provider tests' moto_server, test/support/moto.ts), `venv.sh pytools` (the Python
 # package's mypy, ruff, pytest, build and twine, and the Scrapy its test matrix installs:
-# test/integration/clients/python-package.test.ts, test/e2e/clients/scrapy-crawl.test.ts).
+# test/integration/clients/python-package.test.ts, test/e2e/clients/scrapy-crawl.test.ts) or
+# `venv.sh mitmproxy` (the mitmdump the HTTPS-inspection tests and bench/gateway.ts run,
+# test/support/gateway/mitmproxy.ts).
 # Debian's python3 -m venv, then pip installs scripts/ci/<name>/requirements.txt (the tool and
 # every dependency pinned) from PyPI. pytools first downloads its pins as wheels into the
 # environment's wheelhouse/ and installs from there: the tests make fresh environments from that
@@ -16,9 +18,9 @@ set -euo pipefail
 name="${1:-}"
 # The package whose pinned version names the environment.
 case "$name" in
-  schemathesis | moto) pkg="$name" ;;
+  schemathesis | moto | mitmproxy) pkg="$name" ;;
   pytools) pkg=mypy ;;
-  *) echo "usage: venv.sh schemathesis|moto|pytools [--check]" >&2; exit 2 ;;
+  *) echo "usage: venv.sh schemathesis|moto|pytools|mitmproxy [--check]" >&2; exit 2 ;;
 esac
 shift
 here="$(cd "$(dirname "$0")" && pwd)"

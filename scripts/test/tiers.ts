@@ -7,7 +7,8 @@
  * Before the tests, the private Python virtual environments are made (or found cached):
  * schemathesis (API fuzzing) and moto (the aws provider tests) for the integration tier, pytools
  * (the Python package's tools and the Scrapy wheelhouse of its test matrix) for both the
- * integration and the e2e tier. See docs/testing.md.
+ * integration and the e2e tier, mitmproxy (the gateway's HTTPS-inspection tests) for the e2e
+ * tier. See docs/testing.md.
  */
 import { join } from 'node:path';
 import { GUEST_IMAGE_SCRIPT } from './prerequisites.ts';
@@ -25,9 +26,10 @@ export const VENV_SCRIPT = 'scripts/ci/venv.sh';
 export const INTEGRATION_VENVS = ['schemathesis', 'moto', 'pytools'] as const;
 /**
  * The venvs of the e2e tier: pytools (the wheel test/e2e/clients/scrapy-crawl.test.ts builds,
- * and the Scrapy from PyPI it installs next to it).
+ * and the Scrapy from PyPI it installs next to it) and mitmproxy (test/support/gateway/mitmproxy.ts,
+ * the HTTPS-inspection tests; bench/gateway.ts too).
  */
-export const E2E_VENVS = ['pytools'] as const;
+export const E2E_VENVS = ['pytools', 'mitmproxy'] as const;
 
 /** The tiers run.ts can run alone; `unit` needs no machine set-up and runs as plain vitest. */
 export const RUN_TIERS = ['integration', 'e2e'] as const;
@@ -144,8 +146,14 @@ export function planRun(o: {
   } else if (withSuites) {
     afterwards = [...kubeSuite(vitest), ...kvmSuite(vitest, o.isRoot)];
   }
-  // The e2e tier alone needs only its own; every other run, the integration tier's (a superset).
-  const setup: SetupStep[] = (o.tier === 'e2e' ? E2E_VENVS : INTEGRATION_VENVS).map((name) => ({
+  // One tier alone needs only its own; every other run, both tiers' (each venv once).
+  const venvs =
+    o.tier === 'e2e'
+      ? E2E_VENVS
+      : o.tier === 'integration'
+        ? INTEGRATION_VENVS
+        : [...new Set<string>([...INTEGRATION_VENVS, ...E2E_VENVS])];
+  const setup: SetupStep[] = venvs.map((name) => ({
     what: `the ${name} virtual environment`,
     command: 'bash',
     args: [VENV_SCRIPT, name],

@@ -26,8 +26,17 @@ export interface Browser {
   close(): Promise<void>;
 }
 
+/** What a launch may add: a proxy (with Basic credentials) and environment (e.g. HOME, whose NSS db Chromium trusts). */
+export interface LaunchOptions {
+  proxy?: { server: string; username?: string; password?: string };
+  env?: Record<string, string>;
+}
+
 /** Launches Chromium with a fresh --user-data-dir; fails naming the fix when it is missing. */
-export async function launchChromium(viewport = { width: 1440, height: 900 }): Promise<Browser> {
+export async function launchChromium(
+  viewport = { width: 1440, height: 900 },
+  opts: LaunchOptions = {},
+): Promise<Browser> {
   if (!existsSync(CHROMIUM)) {
     throw new Error(
       `${CHROMIUM} is missing: run \`bash .ci/install-system-packages.sh\` as root (Debian package chromium)`,
@@ -40,6 +49,8 @@ export async function launchChromium(viewport = { width: 1440, height: 900 }): P
     headless: true,
     args: CHROMIUM_FLAGS,
     viewport,
+    ...(opts.proxy ? { proxy: opts.proxy } : {}),
+    ...(opts.env ? { env: { ...process.env, ...opts.env } } : {}),
   });
   return {
     context,

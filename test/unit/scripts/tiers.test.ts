@@ -34,21 +34,17 @@ describe('npm test', () => {
     expect(p.notes).toEqual([]);
   });
 
-  it('makes the schemathesis, moto and pytools venvs first; the e2e tier alone only pytools', () => {
-    const pytools = {
-      what: 'the pytools virtual environment',
+  it('makes the venvs of the tiers that run first: integration schemathesis, moto, pytools; e2e pytools, mitmproxy', () => {
+    const step = (name: string) => ({
+      what: `the ${name} virtual environment`,
       command: 'bash',
-      args: [VENV_SCRIPT, 'pytools'],
-    };
-    const venv = [
-      { what: 'the schemathesis virtual environment', command: 'bash', args: [VENV_SCRIPT, 'schemathesis'] },
-      { what: 'the moto virtual environment', command: 'bash', args: [VENV_SCRIPT, 'moto'] },
-      pytools,
-    ];
-    expect(plan([]).setup).toEqual(venv);
-    expect(plan(['test/unit/lease']).setup).toEqual(venv);
-    expect(plan(['--tier', 'integration']).setup).toEqual(venv);
-    expect(plan(['--tier', 'e2e']).setup).toEqual([pytools]);
+      args: [VENV_SCRIPT, name],
+    });
+    const integration = [step('schemathesis'), step('moto'), step('pytools')];
+    expect(plan([]).setup).toEqual([...integration, step('mitmproxy')]);
+    expect(plan(['test/unit/lease']).setup).toEqual([...integration, step('mitmproxy')]);
+    expect(plan(['--tier', 'integration']).setup).toEqual(integration);
+    expect(plan(['--tier', 'e2e']).setup).toEqual([step('pytools'), step('mitmproxy')]);
   });
 
   it('builds no guest image when not root (the KVM test then names the command)', () => {
