@@ -101,6 +101,7 @@ export class GatewayLink {
         epoch: this.epoch,
         cursor: this.cursor,
         waitMs: 0,
+        upstreamCursor: this.upstreamCursor(),
         held: share.held,
         want: share.want,
         release: share.release,
@@ -132,11 +133,18 @@ export class GatewayLink {
           cursor: this.cursor,
           waitMs: WATCH_WAIT_MS,
           askCursor: this.o.replica.askCursor,
+          upstreamCursor: this.upstreamCursor(),
         },
         signal,
       );
       if (!ok) await this.pause(RETRY_MS, signal, false);
     }
+  }
+
+  /** The replica's upstream cursor when it belongs to the epoch synced with (else 0: send everything). */
+  private upstreamCursor(): number {
+    const r = this.o.replica;
+    return r.upstreamEpoch === this.epoch ? r.upstreamCursor : 0;
   }
 
   private pause(ms: number, signal: AbortSignal, kickable: boolean): Promise<void> {

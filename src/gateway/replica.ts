@@ -80,6 +80,9 @@ export class ReplicaChooser implements UpstreamChooser {
   private readonly askedSessions = new Set<string>();
   /** The newest session ask seen, per hub epoch. */
   askCursor = 0;
+  /** The hub epoch and last upstream change this replica's upstreams reflect (gateway/share). */
+  upstreamEpoch = '';
+  upstreamCursor = 0;
   private askEpoch = '';
   private readonly short = new Set<string>();
   /** Routings whose matching upstreams were checked for shortness since the last share round. */
@@ -131,34 +134,20 @@ export class ReplicaChooser implements UpstreamChooser {
   applyAnswer(raw: unknown): SyncAnswer {
     const a = parseSyncAnswer(raw);
     if (a.replicas !== undefined) this.replicas = Math.max(1, a.replicas);
-    const next = new Map<string, Known>();
-    for (const u of a.upstreams) {
-      const old = this.known.get(u.key);
-      next.set(u.key, {
-        ...u,
-        selectable: selectableLabels(u.labels, u.location),
-        slots: old?.slots ?? [],
-        inUse: old?.inUse ?? 0,
-        upstream: old?.upstream,
-        mirrored: old?.mirrored ?? '',
-      });
-    }
+    const next = this.takeUpstreams(a);
+    const changed = next !== this.known;
     if (a.slots) {
       for (const k of next.values()) {
-        const given = a.slots[k.key] ?? [];
-        const urls = new Map(k.slots.map((s) => [s.id, s.url]));
-        k.slots = given.map((s) => ({ id: s.id, url: s.url === '' ? (urls.get(s.id) ?? '') : s.url }));
+        const given = a.slots[k.key] ?? (a.slotsPartial ? undefined : []);
+        if (given !== undefined) {
+          const urls = new Map(k.slots.map((s) => [s.id, s.url]));
+          k.slots = given.map((s) => ({ id: s.id, url: s.url === '' ? (urls.get(s.id) ?? '') : s.url }));
+        }
         k.upstream = upstreamFor(k);
       }
     }
-    for (const [key, old] of this.known) {
-      if (next.has(key)) continue;
-      // Connections still open on an upstream that disappeared keep counting until they close.
-      if (old.inUse > 0) next.set(key, { ...old, reason: 'Deleting', slots: [] });
-      else this.mirror.removeProxy(key);
-    }
     this.known = next;
-    for (const k of next.values()) this.mirrorOne(k);
+    if (changed || a.slots) for (const k of next.values()) this.mirrorOne(k);
     // Cooldowns only lengthen (as in the leader's store): a full answer adds what the replica lacks.
     for (const [key, target, left] of a.cooldowns) {
       const k = next.get(key);
@@ -206,6 +195,45 @@ export class ReplicaChooser implements UpstreamChooser {
       for (const w of ws) w();
     }
     return a;
+  }
+
+  /**
+   * The upstreams after answer `a`: its whole list, or its changes and removals merged into what
+   * this replica knows. An answer older than the last one applied (the sync and watch loops'
+   * answers may cross) leaves them as they are, returning the same map.
+   */
+  private takeUpstreams(a: SyncAnswer): Map<string, Known> {
+    const whole = a.upstreamsFull !== false;
+    if (a.upstreamCursor !== undefined && a.epoch === this.upstreamEpoch) {
+      if (a.upstreamCursor < this.upstreamCursor || (!whole && a.upstreamCursor === this.upstreamCursor))
+        return this.known;
+    } else if (!whole) return this.known;
+    const next = whole ? new Map<string, Known>() : new Map(this.known);
+    for (const u of a.upstreams) {
+      const old = this.known.get(u.key);
+      next.set(u.key, {
+        ...u,
+        selectable: selectableLabels(u.labels, u.location),
+        slots: old?.slots ?? [],
+        inUse: old?.inUse ?? 0,
+        upstream: old?.upstream,
+        mirrored: old?.mirrored ?? '',
+      });
+    }
+    const gone = whole ? [...this.known.keys()].filter((key) => !next.has(key)) : (a.removed ?? []);
+    for (const key of gone) {
+      const old = this.known.get(key);
+      if (!old) continue;
+      // Connections still open on an upstream that disappeared keep counting until they close.
+      if (old.inUse > 0) next.set(key, { ...old, reason: 'Deleting', slots: [] });
+      else {
+        next.delete(key);
+        this.mirror.removeProxy(key);
+      }
+    }
+    this.upstreamEpoch = a.epoch;
+    this.upstreamCursor = a.upstreamCursor ?? 0;
+    return next;
   }
 
   /**
