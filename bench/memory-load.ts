@@ -95,5 +95,6 @@ export async function runMemoryBench(
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  process.stdout.write(`${JSON.stringify(await runMemoryBench())}\n`);
+  const opts = JSON.parse(process.argv[2] ?? '{}') as Parameters<typeof runMemoryBench>[0];
+  process.stdout.write(`${JSON.stringify(await runMemoryBench(opts))}\n`);
 }
