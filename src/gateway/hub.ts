@@ -61,6 +61,12 @@ interface Published {
 
 interface Replica {
   slots: Map<string, Slot[]>;
+  /** Slot leases wanted per upstream, as the replica last said (a delta request changes some). */
+  want: Map<string, number>;
+  /** Per upstream, the slot ids the replica was last told it holds (answers send what differs). */
+  told: Map<string, string>;
+  /** Names this record: a replica's delta request carries it, and one for another record is not applied. */
+  token: string;
   lastSeen: number;
   /** Has had a mutating sync here (before it, the slot leases it says it holds may be adopted). */
   synced: boolean;
@@ -117,14 +123,26 @@ export class GatewayHub {
     let r = this.replicas.get(req.replica);
     const mutating = isMutating(req);
     if (!r) {
-      r = { slots: new Map(), lastSeen: now, synced: false };
+      r = {
+        slots: new Map(),
+        want: new Map(),
+        told: new Map(),
+        token: randomBytes(8).toString('hex'),
+        lastSeen: now,
+        synced: false,
+      };
       this.replicas.set(req.replica, r);
     }
     r.lastSeen = now;
+    // A delta request made for another record of this replica (a new leader, or a share this hub
+    // gave up): only what needs no share state is applied, and the answer asks for a full one.
+    const stale = req.shareToken !== undefined && req.shareToken !== r.token;
     if (mutating) {
-      if (!r.synced && req.held) this.adopt(r, req.held);
-      r.synced = true;
-      this.apply(r, req);
+      if (!stale) {
+        if (!r.synced && req.held) this.adopt(r, req.held);
+        r.synced = true;
+      }
+      this.apply(r, req, stale);
     }
     if (!mutating && req.waitMs > 0) this.refresh();
     if (
@@ -256,7 +274,7 @@ export class GatewayHub {
     );
   }
 
-  private apply(r: Replica, req: SyncRequest): void {
+  private apply(r: Replica, req: SyncRequest, stale: boolean): void {
     if (req.release?.length) {
       const gone = new Set(req.release);
       for (const [key, slots] of r.slots) {
@@ -286,6 +304,7 @@ export class GatewayHub {
         this.log.info({ upstream: rep.upstream, err: err.message }, 'gateway replica report refused');
       }
     }
+    if (stale) return;
     // Renew what is held: a slot lease the store will not renew (drain deadline, gone) leaves the share.
     for (const [key, slots] of r.slots) {
       const kept = slots.filter((s) => this.leases.renew(s.id, SLOT_TTL_SECONDS) !== undefined);
@@ -293,12 +312,20 @@ export class GatewayHub {
       else r.slots.delete(key);
     }
     if (req.want) {
+      // A full request's `want` replaces what was wanted, a delta request's changes it (0 = none).
+      if (req.shareToken === undefined) r.want.clear();
+      for (const [key, w] of Object.entries(req.want)) {
+        if (w > 0) r.want.set(key, w);
+        else r.want.delete(key);
+      }
+    }
+    if (req.want || req.shareToken !== undefined) {
       for (const [key, slots] of r.slots) {
-        const want = req.want[key] ?? 0;
+        const want = r.want.get(key) ?? 0;
         while (slots.length > want) this.leases.release((slots.pop() as Slot).id);
         if (slots.length === 0) r.slots.delete(key);
       }
-      for (const [key, want] of Object.entries(req.want)) {
+      for (const [key, want] of r.want) {
         const slots = r.slots.get(key) ?? [];
         while (slots.length < want) {
           let got: UpstreamLeaseOutcome;
@@ -401,20 +428,41 @@ export class GatewayHub {
         if (removed.length > 0) out.removed = removed;
       }
     }
-    if (r) {
-      if (since === undefined) out.slots = Object.fromEntries(r.slots);
-      else {
-        // Only the upstreams whose slots differ from what the replica says it holds.
-        const held = req.held ?? {};
-        const slots: Record<string, Slot[]> = {};
-        for (const [key, s] of r.slots) if (!sameIds(s, held[key])) slots[key] = s;
-        for (const key of Object.keys(held)) if (!r.slots.has(key)) slots[key] = [];
-        out.slots = slots;
-        out.slotsPartial = true;
-      }
-    }
+    if (r) this.answerShare(req, r, out);
     if (this.asks.size > 0) out.sessionAsks = [...this.asks.values()].map((p) => p.ask);
     return out;
+  }
+
+  /**
+   * The share part of an answer to a mutating sync: the whole share for a replica that takes no
+   * deltas; otherwise this record's token and the upstreams whose slots differ from what the
+   * replica holds (its `held` in a full request, what it was last told in a delta request).
+   */
+  private answerShare(req: SyncRequest, r: Replica, out: SyncAnswer): void {
+    if (req.upstreamCursor === undefined) {
+      out.slots = Object.fromEntries(r.slots);
+      return;
+    }
+    out.shareToken = r.token;
+    if (req.shareToken !== undefined && req.shareToken !== r.token) return;
+    if (req.shareToken === undefined) {
+      r.told.clear();
+      for (const [key, ids] of Object.entries(req.held ?? {})) r.told.set(key, ids.join(','));
+    }
+    const slots: Record<string, Slot[]> = {};
+    for (const [key, s] of r.slots) {
+      const ids = s.map((x) => x.id).join(',');
+      if (r.told.get(key) === ids) continue;
+      slots[key] = s;
+      r.told.set(key, ids);
+    }
+    for (const key of r.told.keys()) {
+      if (r.slots.has(key)) continue;
+      slots[key] = [];
+      r.told.delete(key);
+    }
+    out.slots = slots;
+    out.slotsPartial = true;
   }
 }
 
@@ -445,10 +493,4 @@ function sameRecord(a: Record<string, string>, b: Record<string, string>): boole
     n++;
   }
   return Object.keys(b).length === n;
-}
-
-function sameIds(slots: Slot[], ids: string[] | undefined): boolean {
-  if (ids === undefined || ids.length !== slots.length) return false;
-  for (let i = 0; i < slots.length; i++) if ((slots[i] as Slot).id !== ids[i]) return false;
-  return true;
 }

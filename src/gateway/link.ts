@@ -102,7 +102,7 @@ export class GatewayLink {
         cursor: this.cursor,
         waitMs: 0,
         upstreamCursor: this.upstreamCursor(),
-        held: share.held,
+        ...(share.shareToken === undefined ? { held: share.held } : { shareToken: share.shareToken }),
         want: share.want,
         release: share.release,
         reports: share.reports,

@@ -55,11 +55,15 @@ interface Known extends UpstreamState {
   mirrored: string;
 }
 
-/** What the link sends next: wanted shares, give-backs and reports. */
+/**
+ * What the link sends next: wanted shares, give-backs and reports. With `shareToken` a delta:
+ * `want` holds only the upstreams whose wanted share changed (0 = none), and no `held`.
+ */
 export interface ShareRequest {
+  shareToken?: string;
   want: Record<string, number>;
   release: string[];
-  held: Record<string, string[]>;
+  held?: Record<string, string[]>;
   reports: SyncReport[];
   sessionAnswers: SessionAnswer[];
 }
@@ -83,6 +87,12 @@ export class ReplicaChooser implements UpstreamChooser {
   /** The hub epoch and last upstream change this replica's upstreams reflect (gateway/share). */
   upstreamEpoch = '';
   upstreamCursor = 0;
+  /** The hub's token for this replica's share, once a full share request was answered. */
+  private shareToken: string | undefined;
+  /** Per upstream, the share wanted as the hub last acknowledged it. */
+  private readonly sentWant = new Map<string, number>();
+  /** The share wanted in the request in flight, acknowledged by its answer. */
+  private pendingWant: Map<string, number> | undefined;
   private askEpoch = '';
   private readonly short = new Set<string>();
   /** Routings whose matching upstreams were checked for shortness since the last share round. */
@@ -148,6 +158,7 @@ export class ReplicaChooser implements UpstreamChooser {
     }
     this.known = next;
     if (changed || a.slots) for (const k of next.values()) this.mirrorOne(k);
+    if (a.shareToken !== undefined) this.takeShareToken(a.shareToken);
     // Cooldowns only lengthen (as in the leader's store): a full answer adds what the replica lacks.
     for (const [key, target, left] of a.cooldowns) {
       const k = next.get(key);
@@ -198,6 +209,32 @@ export class ReplicaChooser implements UpstreamChooser {
   }
 
   /**
+   * After a share answer: the token the hub answered with. The one this request was made under (or
+   * the first one) acknowledges the share wanted; another means the hub had no record of it, so
+   * the next request, sent at once, is a whole one.
+   */
+  private takeShareToken(token: string): void {
+    const sent = this.shareToken;
+    if (sent !== undefined && sent !== token) {
+      this.forgetShareToken();
+      queueMicrotask(() => this.onNeed());
+      return;
+    }
+    this.shareToken = token;
+    if (this.pendingWant) {
+      this.sentWant.clear();
+      for (const [key, w] of this.pendingWant) this.sentWant.set(key, w);
+    }
+    this.pendingWant = undefined;
+  }
+
+  private forgetShareToken(): void {
+    this.shareToken = undefined;
+    this.sentWant.clear();
+    this.pendingWant = undefined;
+  }
+
+  /**
    * The upstreams after answer `a`: its whole list, or its changes and removals merged into what
    * this replica knows. An answer older than the last one applied (the sync and watch loops'
    * answers may cross) leaves them as they are, returning the same map.
@@ -242,7 +279,7 @@ export class ReplicaChooser implements UpstreamChooser {
    * it are given back and stop counting here at once.
    */
   shareRequest(): ShareRequest {
-    const want: Record<string, number> = {};
+    const wanted = new Map<string, number>();
     const release: string[] = this.releaseBacklog;
     this.releaseBacklog = [];
     const held: Record<string, string[]> = {};
@@ -260,23 +297,32 @@ export class ReplicaChooser implements UpstreamChooser {
       }
       w = Math.max(w, k.maxLeases === 0 ? Math.min(1, k.slots.length) : Math.min(k.inUse, k.slots.length));
       while (k.slots.length > w) release.push((k.slots.pop() as Slot).id);
-      if (w > 0) want[k.key] = w;
-      if (k.slots.length > 0) held[k.key] = k.slots.map((s) => s.id);
+      if (w > 0) wanted.set(k.key, w);
+      if (k.slots.length > 0 && this.shareToken === undefined) held[k.key] = k.slots.map((s) => s.id);
       k.upstream = upstreamFor(k);
       this.mirrorOne(k);
     }
     this.short.clear();
     this.scanned.clear();
-    this.asked = new Set(Object.keys(want));
+    this.asked = new Set(wanted.keys());
+    this.pendingWant = wanted;
     const reports = this.reports;
     this.reports = [];
     const sessionAnswers = this.sessionAnswers;
     this.sessionAnswers = [];
-    return { want, release, held, reports, sessionAnswers };
+    if (this.shareToken === undefined)
+      return { want: Object.fromEntries(wanted), release, held, reports, sessionAnswers };
+    // A delta: only what the hub does not know yet.
+    const want: Record<string, number> = {};
+    for (const [key, w] of wanted) if (this.sentWant.get(key) !== w) want[key] = w;
+    for (const key of this.sentWant.keys()) if (!wanted.has(key)) want[key] = 0;
+    return { shareToken: this.shareToken, want, release, reports, sessionAnswers };
   }
 
   /** Reports the link could not deliver go back to the queue. */
   requeue(reports: SyncReport[], sessionAnswers: SessionAnswer[] = [], release: string[] = []): void {
+    // Whether the hub applied the lost request is unknown: the next one tells it the whole share.
+    this.forgetShareToken();
     this.reports.unshift(...reports);
     this.sessionAnswers.unshift(...sessionAnswers);
     this.releaseBacklog.unshift(...release);

@@ -101,6 +101,13 @@ export const SyncRequestBody = Type.Object(
     askCursor: Type.Optional(
       counter('The newest session ask (`SessionAsk.n`) the replica has seen in this epoch.'),
     ),
+    shareToken: Type.Optional(
+      Type.String({
+        maxLength: 64,
+        description:
+          "The hub's `shareToken` from the last answer: `want` then lists only the upstreams whose wanted share changed (0 = none) and `held` may be left out. Without it, `want` is the whole share wanted.",
+      }),
+    ),
     upstreamCursor: Type.Optional(
       counter(
         'The last upstream change the replica has seen in this epoch (0 = none). Sent, it asks for deltas: the upstreams changed since, the removed ones, and only the slots that differ from `held`.',
@@ -218,6 +225,13 @@ export const SyncAnswerBody = Type.Object({
         "The replica's share, when the request was a mutating one (not a pure watch): all of it, or with `slotsPartial` only the upstreams whose slots differ from the request's `held`.",
     }),
   ),
+  shareToken: Type.Optional(
+    Type.String({
+      maxLength: 64,
+      description:
+        "Names the hub's record of this replica's share: sent back, the next request may be a delta. An answer with a token other than the one sent had the request's share changes ignored: send the whole share.",
+    }),
+  ),
   slotsPartial: Type.Optional(
     Type.Boolean({ description: 'Upstreams missing from `slots` keep the slots the replica holds.' }),
   ),
@@ -244,6 +258,7 @@ export interface SyncAnswer {
   upstreamsFull?: boolean;
   removed?: string[];
   slots?: Record<string, Slot[]>;
+  shareToken?: string;
   slotsPartial?: boolean;
   sessionAsks?: SessionAsk[];
   replicas?: number;
@@ -298,6 +313,7 @@ export function syncRequestProblem(req: SyncRequest): { field: string; message: 
 /** Whether the request changes anything at the hub (otherwise it is a watch and may wait). */
 export function isMutating(req: SyncRequest): boolean {
   return (
+    req.shareToken !== undefined ||
     req.held !== undefined ||
     req.want !== undefined ||
     (req.release?.length ?? 0) > 0 ||

@@ -5,7 +5,9 @@
  * what a replica that just joined learns from one whole answer, and choose the same way.
  */
 import { describe, expect, it } from 'vitest';
-import { GatewayHub } from '../../../src/gateway/hub.ts';
+import { GatewayHub, REPLICA_TIMEOUT_MS } from '../../../src/gateway/hub.ts';
+import { GatewayLink, type SyncTransport } from '../../../src/gateway/link.ts';
+import { ReplicaChooser } from '../../../src/gateway/replica.ts';
 import type { SyncAnswer, SyncRequest, UpstreamState } from '../../../src/gateway/share.ts';
 import { LeaseStore } from '../../../src/lease/store.ts';
 import type { ProxyInfo } from '../../../src/lease/types.ts';
@@ -120,6 +122,57 @@ describe('gateway sync deltas', () => {
     leases.setHealth('crawl/p0', undefined, { healthy: true, latencyMillis: 450 });
     expect((await next(first.upstreamCursor ?? 0)).upstreams).toMatchObject([{ latencyMillis: 450 }]);
     close();
+  });
+
+  it("an idle replica's share rounds send and receive the same bytes at 10 and at 1,000 upstreams", async () => {
+    const perRound: number[] = [];
+    for (const n of [10, 1000]) {
+      const { clock, leases, hub, close } = hubOver(fleetOf(n));
+      const replica = new ReplicaChooser(clock);
+      const sizes: number[] = [];
+      const transport: SyncTransport = async (req) => {
+        const answer = JSON.stringify(await hub.sync(req));
+        // The counters' digits aside (they count changes, not proxies).
+        const flat = (t: string) => t.replace(/"(cursor|upstreamCursor)":\d+/g, '"$1":0').length;
+        sizes.push(flat(JSON.stringify(req)) + flat(answer));
+        return JSON.parse(answer) as unknown;
+      };
+      const link = new GatewayLink({ replica, transport, clock, log: silentLogger() });
+      for (let i = 0; i < 3; i++) expect(await link.syncOnce(new AbortController().signal)).toBe(true);
+      // Every upstream usable here holds one slot for this replica.
+      expect(leases.activeLeases()).toBe(n);
+      sizes.length = 0;
+      for (let i = 0; i < 3; i++) await link.syncOnce(new AbortController().signal);
+      expect(new Set(sizes).size).toBe(1);
+      perRound.push(sizes[0] as number);
+      replica.close();
+      close();
+    }
+    expect(perRound[1]).toBe(perRound[0]);
+  });
+
+  it('a delta share request the hub has no record for changes nothing; the whole share follows', async () => {
+    const clock = new FakeClock();
+    const leader = newLeader(clock, fleetOf(3));
+    const r = newReplica(clock, () => leader);
+    for (let i = 0; i < 2; i++) await sync(r);
+    expect(leader.store.activeLeases()).toBe(3);
+    // Silent past the timeout: the hub gives the share back and forgets the replica.
+    clock.advance(REPLICA_TIMEOUT_MS + 2000);
+    expect(leader.hub.replicaCount).toBe(0);
+    expect(leader.store.activeLeases()).toBe(0);
+    // Its next (delta) request finds no record: nothing granted from it, and the answer says so.
+    await sync(r);
+    expect(leader.store.activeLeases()).toBe(0);
+    // The whole request that follows gets the share back.
+    await sync(r);
+    expect(leader.store.activeLeases()).toBe(3);
+    expect(r.chooser.shares().map((s) => s.slots)).toEqual([1, 1, 1]);
+    const got = await acquire(r, clock, 'shop.example');
+    expect(got.ok).toBe(true);
+    r.chooser.close();
+    leader.hub.close();
+    leader.store.close();
   });
 
   it('replicas that followed deltas choose like one that just joined', async () => {
