@@ -104,8 +104,12 @@ async function probePart(n: number) {
 }
 
 /** One load-generator round against `url`; this process's CPU over the measured window is the server's. */
-async function apiRound(args: LoadgenArgs): Promise<{ cpuMicrosPerRequest: number; rps: number; errors: number }> {
-  const child = spawn(process.execPath, [LOADGEN, JSON.stringify(args)], { stdio: ['ignore', 'pipe', 'inherit'] });
+async function apiRound(
+  args: LoadgenArgs,
+): Promise<{ cpuMicrosPerRequest: number; rps: number; errors: number }> {
+  const child = spawn(process.execPath, [LOADGEN, JSON.stringify(args)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   let out = '';
   child.stdout.on('data', (d: Buffer) => {
     out += d.toString();
@@ -237,7 +241,12 @@ async function syncPart(n: number) {
     }
     for (let i = 0; i < CHURN_COOLDOWNS; i++, c++) {
       const p = proxy((c * 7919) % n);
-      leases.reportProxy({ namespace: 'bench', name: p.name, target: `site-${c}.example`, result: 'blocked' });
+      leases.reportProxy({
+        namespace: 'bench',
+        name: p.name,
+        target: `site-${c}.example`,
+        result: 'blocked',
+      });
     }
   });
   stop.abort();
@@ -410,7 +419,8 @@ async function main(): Promise<void> {
   for (const r of rows) {
     const ratio = r.large / r.small;
     const problems: string[] = [];
-    if (r.maxRatio !== undefined && !(ratio <= r.maxRatio)) problems.push(`ratio ${ratio.toFixed(2)} > ${r.maxRatio}`);
+    if (r.maxRatio !== undefined && !(ratio <= r.maxRatio))
+      problems.push(`ratio ${ratio.toFixed(2)} > ${r.maxRatio}`);
     if (r.max !== undefined && !(r.small <= r.max && r.large <= r.max)) problems.push(`over ${r.max}`);
     if (r.maxLarge !== undefined && !(r.large <= r.maxLarge)) problems.push(`10,000 over ${r.maxLarge}`);
     const target =
@@ -427,7 +437,8 @@ async function main(): Promise<void> {
     if (problems.length > 0) missed.push(`${r.what.trim()}: ${problems.join(', ')}`);
   }
   for (const [i, p] of probe.entries()) {
-    if (p.maxLagMs >= p.intervalMs) missed.push(`probing at ${SIZES[i]}: a probe ${p.maxLagMs} ms late (interval ${p.intervalMs} ms)`);
+    if (p.maxLagMs >= p.intervalMs)
+      missed.push(`probing at ${SIZES[i]}: a probe ${p.maxLagMs} ms late (interval ${p.intervalMs} ms)`);
     if (p.unhealthy > 0) missed.push(`probing at ${SIZES[i]}: ${p.unhealthy} proxies judged unhealthy`);
   }
   if (api.errors > 0) missed.push(`API rounds: ${api.errors} failed requests`);
