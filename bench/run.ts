@@ -12,6 +12,7 @@ const BENCHES = [
   ['health', 'health.ts'],
   ['memory', 'memory.ts'],
   ['gateway', 'gateway.ts'],
+  ['scale', 'scale.ts'],
 ] as const;
 
 const only = process.argv.slice(2);

@@ -31,7 +31,7 @@ import { runReconcileBench } from './reconcile.ts';
 
 const SIZES = [1000, 10_000] as const;
 /** Probes per second at both sizes: each proxy is probed every SIZE / PROBE_RATE seconds. */
-const PROBE_RATE = 1000;
+const PROBE_RATE = 500;
 /** Per proxy, in the memory part: active leases and per-target cooldowns (10,000 × 20 = the store's 200,000 cap). */
 const LEASES_PER_PROXY = 5;
 const COOLDOWNS_PER_PROXY = 20;
