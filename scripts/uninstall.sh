@@ -4,28 +4,50 @@
 #   1. every ProxyPool, waited for (a pool would re-create the Proxies deleted in step 2);
 #   2. every Proxy, waited for until the operator has deleted its instance and released its
 #      finalizer;
-#   3. only then the installation: kubectl delete -k <kustomization>.
+#   3. only then the installation: kubectl delete -k <kustomization>, or with --helm
+#      `helm uninstall <release>` (which leaves the CRDs: Helm never deletes a chart's crds/).
 # Before deleting anything it checks that an operator is leading (its leader Lease is renewed):
 # without one nobody would release the finalizers. If a Proxy is still there after the timeout it
 # stops and deletes nothing more, so the operator stays installed to finish the job.
 #
 # usage: scripts/uninstall.sh [kustomization dir, default config/default]
+#        scripts/uninstall.sh --helm <release>
 # environment: UNINSTALL_TIMEOUT (kubectl duration, default 15m), OPERATOR_NAMESPACE (default
-# egress-proxies-system), KUBECTL (default kubectl).
+# egress-proxies-system; the Helm release's namespace), KUBECTL (default kubectl), HELM (default
+# helm).
 set -euo pipefail
 
-kustomization=${1:-config/default}
 timeout=${UNINSTALL_TIMEOUT:-15m}
 namespace=${OPERATOR_NAMESPACE:-egress-proxies-system}
 kubectl=${KUBECTL:-kubectl}
+helm=${HELM:-helm}
 pools=proxypools.crawl.example.com
 proxies=proxies.crawl.example.com
 
 say() { printf 'uninstall: %s\n' "$*" >&2; }
 
-if [ ! -d "$kustomization" ]; then
-  say "$kustomization is not a kustomization directory"
-  exit 2
+release=
+kustomization=
+if [ "${1:-}" = --helm ]; then
+  release=${2:-}
+  if [ -z "$release" ]; then
+    say "usage: $0 --helm <release>"
+    exit 2
+  fi
+  if ! command -v "$helm" >/dev/null; then
+    say "no $helm on PATH (HELM names another binary)"
+    exit 2
+  fi
+  if ! "$helm" status "$release" --namespace "$namespace" >/dev/null 2>&1; then
+    say "no Helm release $release in namespace $namespace (OPERATOR_NAMESPACE names another)"
+    exit 2
+  fi
+else
+  kustomization=${1:-config/default}
+  if [ ! -d "$kustomization" ]; then
+    say "$kustomization is not a kustomization directory"
+    exit 2
+  fi
 fi
 
 leader() {
@@ -73,6 +95,11 @@ if "$kubectl" get crd "$proxies" >/dev/null 2>&1; then
     fi
   fi
 fi
-say "3/3 no Proxy left: deleting the installation ($kustomization)"
-"$kubectl" delete -k "$kustomization" --wait --ignore-not-found
+if [ -n "$release" ]; then
+  say "3/3 no Proxy left: uninstalling the Helm release $release (the CRDs stay)"
+  "$helm" uninstall "$release" --namespace "$namespace" --wait --timeout "$timeout"
+else
+  say "3/3 no Proxy left: deleting the installation ($kustomization)"
+  "$kubectl" delete -k "$kustomization" --wait --ignore-not-found
+fi
 say "done"

@@ -8,7 +8,7 @@
  * `npm test --` go to vitest, and the kube and KVM suites are then left out (it says so).
  * `--tier integration` and `--tier e2e` (npm run test:integration, test:e2e) run one tier, with
  * the same machine set-up but no type-check or lint (scripts/test/tiers.ts). Before the tests it
- * makes (or finds cached) the private Python venvs of the integration tier (schemathesis, moto).
+ * makes (or finds cached) the private Python venvs (schemathesis, moto, pytools; the e2e tier alone: pytools).
  * See docs/testing.md.
  */
 import { spawnSync } from 'node:child_process';

@@ -1,11 +1,13 @@
 /**
  * scripts/test/tiers — what a run of scripts/test/run.ts runs, as data: `npm test` runs the three
  * vitest projects of vitest.config.ts (unit, integration, e2e), then the real-API-server suite
- * (test/e2e/kube, its control plane built first) and the KVM suite (test/e2e/kvm, its guest
+ * (test/e2e/kube, its control plane and helm built first) and the KVM suite (test/e2e/kvm, its guest
  * image built first as root); `npm run test:integration` and `npm run test:e2e` run one tier
  * (`--tier <name>`). Arguments after `--` go to vitest and leave the kube and KVM suites out.
- * Before the tests, the private Python virtual environments of the integration tier are made (or
- * found cached): schemathesis (API fuzzing) and moto (the aws provider tests). See docs/testing.md.
+ * Before the tests, the private Python virtual environments are made (or found cached):
+ * schemathesis (API fuzzing) and moto (the aws provider tests) for the integration tier, pytools
+ * (the Python package's tools and the Scrapy wheelhouse of its test matrix) for both the
+ * integration and the e2e tier. See docs/testing.md.
  */
 import { join } from 'node:path';
 import { GUEST_IMAGE_SCRIPT } from './prerequisites.ts';
@@ -20,7 +22,12 @@ export const VENV_SCRIPT = 'scripts/ci/venv.sh';
  * The venvs of the integration tier: schemathesis (test/integration/discovery/openapi-fuzz.test.ts)
  * and moto's server (test/support/moto.ts, the aws provider tests).
  */
-export const INTEGRATION_VENVS = ['schemathesis', 'moto'] as const;
+export const INTEGRATION_VENVS = ['schemathesis', 'moto', 'pytools'] as const;
+/**
+ * The venvs of the e2e tier: pytools (the wheel test/e2e/clients/scrapy-crawl.test.ts builds,
+ * and the Scrapy from PyPI it installs next to it).
+ */
+export const E2E_VENVS = ['pytools'] as const;
 
 /** The tiers run.ts can run alone; `unit` needs no machine set-up and runs as plain vitest. */
 export const RUN_TIERS = ['integration', 'e2e'] as const;
@@ -80,7 +87,7 @@ export function parseRunArgs(
 function kubeSuite(vitest: string): FollowUp[] {
   return [
     {
-      name: `control plane for the real-API-server tier (${CONTROL_PLANE_BUILD}, cached after the first build)`,
+      name: `control plane and helm for the real-API-server tier (${CONTROL_PLANE_BUILD}, cached after the first build)`,
       command: 'bash',
       args: [CONTROL_PLANE_BUILD],
       gate: true,
@@ -137,15 +144,12 @@ export function planRun(o: {
   } else if (withSuites) {
     afterwards = [...kubeSuite(vitest), ...kvmSuite(vitest, o.isRoot)];
   }
-  // Their tests are integration tests: the e2e tier alone needs none of them.
-  const setup: SetupStep[] =
-    o.tier === 'e2e'
-      ? []
-      : INTEGRATION_VENVS.map((name) => ({
-          what: `the ${name} virtual environment`,
-          command: 'bash',
-          args: [VENV_SCRIPT, name],
-        }));
+  // The e2e tier alone needs only its own; every other run, the integration tier's (a superset).
+  const setup: SetupStep[] = (o.tier === 'e2e' ? E2E_VENVS : INTEGRATION_VENVS).map((name) => ({
+    what: `the ${name} virtual environment`,
+    command: 'bash',
+    args: [VENV_SCRIPT, name],
+  }));
   return {
     tier: o.tier,
     checks: o.tier === undefined,

@@ -172,7 +172,12 @@ function crd(input: CrdInput): JsonObject {
   return {
     apiVersion: 'apiextensions.k8s.io/v1',
     kind: 'CustomResourceDefinition',
-    metadata: { name: `${input.plural}.${GROUP}` },
+    metadata: {
+      name: `${input.plural}.${GROUP}`,
+      // The label config/default puts on every object, here already so that the chart's copy in
+      // crds/ (which Helm applies untemplated) is the same object.
+      labels: { 'app.kubernetes.io/part-of': 'egress-proxies-operator' },
+    },
     spec: {
       group: GROUP,
       names: {
@@ -276,6 +281,8 @@ function toYaml(doc: JsonObject): string {
 }
 
 export const CRD_BASES_DIR = 'config/crd/bases';
+/** The Helm chart installs the same CRDs from its crds/ directory (Helm never templates them). */
+export const CHART_CRDS_DIR = 'charts/egress-proxies-operator/crds';
 
 /** Every generated file, keyed by its path relative to the repository root. */
 export function renderCrdFiles(): Record<string, string> {
@@ -287,10 +294,18 @@ export function renderCrdFiles(): Record<string, string> {
     kind: 'Kustomization',
     resources: [proxies, providerHealths, pools].map((p) => p.slice('config/crd/'.length)),
   };
-  return {
+  const bases = {
     [proxies]: toYaml(proxyCrd()),
     [providerHealths]: toYaml(providerHealthCrd()),
     [pools]: toYaml(proxyPoolCrd()),
+  };
+  const chartCopies = Object.entries(bases).map(([path, content]) => [
+    `${CHART_CRDS_DIR}/${path.slice(CRD_BASES_DIR.length + 1)}`,
+    content,
+  ]);
+  return {
+    ...bases,
     'config/crd/kustomization.yaml': `${HEADER}${stringify(kustomization, { lineWidth: 0, indentSeq: false })}`,
+    ...Object.fromEntries(chartCopies),
   };
 }

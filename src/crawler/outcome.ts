@@ -3,7 +3,8 @@
  * table "What to report" in docs/lease-api.md as pure functions, the TypeScript twin of
  * clients/python/egress_proxies/outcome.py. Only a proxy that cannot be reached is `failed`; an
  * answer from the proxy about the origin (marked `X-Proxy-Error`, or a 5xx to a CONNECT) is the
- * origin's; a 407 means the lease ended; the site's own refusals are `blocked`.
+ * origin's; a 407 means the lease ended; the site's own refusals are `blocked`. Both twins pass
+ * one table of cases, clients/outcome-cases.json.
  */
 
 /** The header our proxies mark their own answers about an origin with. */
@@ -37,13 +38,16 @@ const PROXY_CONNECT_CODES = new Set([
   'UND_ERR_CONNECT_TIMEOUT',
 ]);
 
-/** undici's ProxyAgent: "Proxy response (502) !== 200 when HTTP Tunneling"; other clients: "Tunnel connection failed: 502". */
-const TUNNEL_STATUS = /Proxy response \((\d{3})\)|Tunnel connection failed: (\d{3})/;
+/**
+ * undici's ProxyAgent: "Proxy response (502) !== 200 when HTTP Tunneling"; requests' "Tunnel
+ * connection failed: 502"; Scrapy's "{'status': 502, ...}" (the Python package reads the same three).
+ */
+const TUNNEL_STATUS = /Proxy response \((\d{3})\)|Tunnel connection failed: (\d{3})|'status': (\d{3})/;
 
 /** The status a proxy answered a CONNECT with, read from a client's error message; null if none. */
 export function tunnelStatus(message: string): number | null {
   const m = TUNNEL_STATUS.exec(message);
-  return m ? Number(m[1] ?? m[2]) : null;
+  return m ? Number(m[1] ?? m[2] ?? m[3]) : null;
 }
 
 /**

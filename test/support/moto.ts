@@ -6,30 +6,19 @@
  * action, and public addresses rewritten to loopback ones a test can serve a proxy on. A missing
  * environment or a server that does not come up fails the test file, never skips it.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { CreateSubnetCommand, CreateVpcCommand, DescribeImagesCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { RUN_MARKER } from '../../scripts/test/prerequisites.ts';
-import { VENV_SCRIPT } from '../../scripts/test/tiers.ts';
-import { REPO_ROOT } from './cli.ts';
 import { freePort } from './ports.ts';
+import { privateVenv } from './python.ts';
 
 export const MOTO_CREDENTIALS = { accessKeyId: 'testing', secretAccessKey: 'testing' };
 
 /** The venv's directory; throws with the command that makes it (npm test runs it first). */
 export function motoVenv(): string {
-  try {
-    const out = execFileSync('bash', [VENV_SCRIPT, 'moto', '--check'], {
-      cwd: REPO_ROOT,
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    return out.trim().split('\n').pop() ?? '';
-  } catch (err) {
-    const stderr = String((err as { stderr?: unknown }).stderr ?? '').trim();
-    throw new Error(`moto is not set up: ${stderr || (err as Error).message}`);
-  }
+  return privateVenv('moto');
 }
 
 export interface Moto {

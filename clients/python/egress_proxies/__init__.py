@@ -23,20 +23,23 @@ from .outcome import (
     status_fault,
 )
 
+# The package's one version source (pyproject.toml reads it).
+__version__ = "0.1.0"
+
 __all__ = [
-    "ApiUnreachable",
-    "DiscoveryError",
-    "Lease",
-    "LeaseClient",
-    "LeaseNotFound",
-    "NoneLeasable",
     "DENIED",
     "LEASE_ENDED",
     "ORIGIN_FAULT",
     "PROXY_ERROR_HEADER",
     "PROXY_FAULT",
     "UNKNOWN",
+    "ApiUnreachable",
+    "DiscoveryError",
+    "Lease",
+    "LeaseClient",
+    "LeaseNotFound",
+    "NoneLeasable",
+    "__version__",
     "classify_exception",
     "status_fault",
 ]
-__version__ = "0.1.0"

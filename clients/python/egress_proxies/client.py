@@ -3,20 +3,24 @@
 Every call has a timeout; while the API cannot be reached (an operator restart, a leader
 election answering 503 `no_leader`) calls are retried with capped exponential backoff for up to
 `retry_for` seconds. `leased()` is a context manager that always releases its lease, and can
-wait for a proxy until the `retryAt` the API announces.
+wait for a proxy until the `retryAt` the API announces. Calls reuse keep-alive connections
+(`_Connections`): a crawler's lease, report and release cost no TCP handshake each.
 """
+
+from __future__ import annotations
 
 import contextlib
 import datetime
+import http.client
 import json
 import os
-import socket
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from types import TracebackType
+from typing import Any
 
 from .outcome import backoff_delays, retry_after_seconds
 
@@ -26,7 +30,7 @@ RESULTS = ("success", "blocked", "failed")
 class DiscoveryError(Exception):
     """Any non-success answer of the API (status 0: no answer at all)."""
 
-    def __init__(self, status: int, code: str, message: str, field_name: Optional[str] = None):
+    def __init__(self, status: int, code: str, message: str, field_name: str | None = None):
         super().__init__(message)
         self.status = status
         self.code = code
@@ -36,7 +40,7 @@ class DiscoveryError(Exception):
 class ApiUnreachable(DiscoveryError):
     """No answer, or one that says to come back (503, 502, 504); `retry_after` in seconds if given."""
 
-    def __init__(self, message: str, status: int = 0, retry_after: Optional[float] = None):
+    def __init__(self, message: str, status: int = 0, retry_after: float | None = None):
         super().__init__(status, "unreachable", message)
         self.retry_after = retry_after
 
@@ -44,7 +48,7 @@ class ApiUnreachable(DiscoveryError):
 class NoneLeasable(DiscoveryError):
     """409: nothing leasable now. `retry_at` (epoch seconds) is when something may be; None: nothing will."""
 
-    def __init__(self, message: str, counts: Dict[str, int], retry_at: Optional[float], retry_after: Optional[float]):
+    def __init__(self, message: str, counts: dict[str, int], retry_at: float | None, retry_after: float | None):
         super().__init__(409, "none_leasable", message)
         self.counts = counts
         self.retry_at = retry_at
@@ -55,7 +59,7 @@ class LeaseNotFound(DiscoveryError):
     """404 on renew or report: the lease ended too long ago, or never existed. Take a new one."""
 
 
-def parse_time(value: Optional[str]) -> Optional[float]:
+def parse_time(value: str | None) -> float | None:
     """An RFC 3339 time from the API as epoch seconds."""
     if not value:
         return None
@@ -70,9 +74,9 @@ class Lease:
     name: str
     host: str
     port: int
-    target: Optional[str]
+    target: str | None
     expires_at: float
-    client: "LeaseClient" = field(repr=False, compare=False)
+    client: LeaseClient = field(repr=False, compare=False)
     ended: bool = field(default=False, compare=False)
 
     @property
@@ -81,11 +85,11 @@ class Lease:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def proxies(self) -> Dict[str, str]:
+    def proxies(self) -> dict[str, str]:
         """The `proxies=` mapping of requests / urllib for this lease."""
         return {"http": self.proxy_url, "https": self.proxy_url}
 
-    def report(self, result: str, cooldown: Optional[int] = None, release: bool = True) -> None:
+    def report(self, result: str, cooldown: int | None = None, release: bool = True) -> None:
         self.client.report(self.id, result, cooldown=cooldown, release=release)
         if release:
             self.ended = True
@@ -96,18 +100,84 @@ class Lease:
             self.ended = True
 
 
-Transport = Callable[[urllib.request.Request, float], Tuple[int, Dict[str, str], bytes]]
+# A connection that failed at once when reused was most likely closed by the server while idle
+# (before it read the request): the call is sent again once on a new connection.
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+# Idle connections kept per client: as many as callers run at once (the middleware's threads).
+_MAX_IDLE = 8
 
 
-def _urllib_transport(req: urllib.request.Request, timeout: float) -> Tuple[int, Dict[str, str], bytes]:
-    # The API is never reached through an HTTP proxy from the environment.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(req, timeout=timeout) as res:
-            return res.status, dict(res.headers.items()), res.read()
-    except urllib.error.HTTPError as err:
-        with err:
-            return err.code, dict(err.headers.items()), err.read()
+class _Connections:
+    """
+    Keep-alive HTTP connections to the API. A call borrows an idle connection (or opens one) and
+    gives it back once the whole answer is read, so calls one after another share one TCP
+    connection and calls at once (the Scrapy middleware's thread pool) one each. The API is
+    never reached through a proxy from the environment.
+    """
+
+    def __init__(self, base_url: str):
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url must be an http:// or https:// URL, not {base_url!r}")
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port
+        self.prefix = parts.path.rstrip("/")
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def request(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float
+    ) -> tuple[int, dict[str, str], bytes]:
+        conn, reused = self._take(timeout)
+        try:
+            return self._exchange(conn, method, path, body, headers)
+        except _STALE:
+            if not reused:
+                raise
+        conn, _ = self._take(timeout, fresh=True)
+        return self._exchange(conn, method, path, body, headers)
+
+    def _exchange(
+        self, conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        try:
+            conn.request(method, self.prefix + path, body=body, headers=headers)
+            res = conn.getresponse()
+            raw = res.read()
+        except BaseException:
+            conn.close()
+            raise
+        if res.will_close:
+            conn.close()
+        else:
+            self._give_back(conn)
+        return res.status, dict(res.getheaders()), raw
+
+    def _take(self, timeout: float, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
+        if not fresh:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is not None:
+                conn.timeout = timeout
+                if conn.sock is not None:
+                    conn.sock.settimeout(timeout)
+                return conn, True
+        kind = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        return kind(self.host, self.port, timeout=timeout), False
+
+    def _give_back(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < _MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
 
 class LeaseClient:
@@ -115,16 +185,16 @@ class LeaseClient:
     base_url: the discovery API, e.g. http://127.0.0.1:8090. token: the operator's
     DISCOVERY_TOKEN (default: that environment variable; None or empty = no auth header).
     timeout: seconds per HTTP call. retry_for: how long to keep retrying an unreachable API
-    (0 = one attempt).
+    (0 = one attempt). Safe to share between threads; `close()` (or a `with` block) closes its
+    idle connections.
     """
 
     def __init__(
         self,
         base_url: str,
-        token: Optional[str] = None,
+        token: str | None = None,
         timeout: float = 10.0,
         retry_for: float = 60.0,
-        transport: Optional[Transport] = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
     ):
@@ -133,18 +203,28 @@ class LeaseClient:
         self.token = tok.strip() if tok and tok.strip() else None
         self.timeout = timeout
         self.retry_for = retry_for
-        self._transport = transport or _urllib_transport
+        self._connections = _Connections(self.base_url)
         self._sleep = sleep
         self._clock = clock
+
+    def close(self) -> None:
+        """Closes the idle connections; a later call opens a new one."""
+        self._connections.close()
+
+    def __enter__(self) -> LeaseClient:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
 
     # ---- the API ----
 
     def lease(
         self,
-        target: Optional[str] = None,
-        selector: Optional[str] = None,
-        namespace: Optional[str] = None,
-        ttl: Optional[int] = None,
+        target: str | None = None,
+        selector: str | None = None,
+        namespace: str | None = None,
+        ttl: int | None = None,
     ) -> Lease:
         """Raises NoneLeasable (409) when nothing is leasable now."""
         body = _without_none({"target": target, "selector": selector, "namespace": namespace, "ttlSeconds": ttl})
@@ -162,7 +242,7 @@ class LeaseClient:
             client=self,
         )
 
-    def renew(self, lease_id: str, ttl: Optional[int] = None) -> float:
+    def renew(self, lease_id: str, ttl: int | None = None) -> float:
         """The new expiry (epoch seconds). Raises LeaseNotFound when the lease has ended."""
         body = _without_none({"ttlSeconds": ttl})
         return parse_time(self.call("POST", f"/v1/leases/{_quote(lease_id)}/renew", body)["expiresAt"]) or 0.0
@@ -171,33 +251,41 @@ class LeaseClient:
         """Idempotent."""
         self.call("DELETE", f"/v1/leases/{_quote(lease_id)}")
 
-    def report(self, lease_id: str, result: str, cooldown: Optional[int] = None, release: bool = True) -> None:
+    def report(self, lease_id: str, result: str, cooldown: int | None = None, release: bool = True) -> None:
         """Also accepted up to 15 minutes after the lease ended (a late or shared report)."""
         _check_result(result)
         body = _without_none({"result": result, "cooldownSeconds": cooldown, "release": release})
         self.call("POST", f"/v1/leases/{_quote(lease_id)}/report", body)
 
     def report_proxy(
-        self, namespace: str, name: str, result: str, target: Optional[str] = None, cooldown: Optional[int] = None
+        self, namespace: str, name: str, result: str, target: str | None = None, cooldown: int | None = None
     ) -> None:
         """A report by proxy and target, without a lease; idempotent, releases nothing."""
         _check_result(result)
         body = _without_none(
-            {"proxy": {"namespace": namespace, "name": name}, "target": target, "result": result, "cooldownSeconds": cooldown}
+            {
+                "proxy": {"namespace": namespace, "name": name},
+                "target": target,
+                "result": result,
+                "cooldownSeconds": cooldown,
+            }
         )
         self.call("POST", "/v1/reports", body)
 
-    def proxies(self, target: Optional[str] = None, selector: Optional[str] = None, namespace: Optional[str] = None) -> list:
+    def proxies(
+        self, target: str | None = None, selector: str | None = None, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
         q = urllib.parse.urlencode(_without_none({"target": target, "selector": selector, "namespace": namespace}))
-        return self.call("GET", "/v1/proxies" + (f"?{q}" if q else ""))["proxies"]
+        found: list[dict[str, Any]] = self.call("GET", "/v1/proxies" + (f"?{q}" if q else ""))["proxies"]
+        return found
 
     @contextlib.contextmanager
     def leased(
         self,
-        target: Optional[str] = None,
-        selector: Optional[str] = None,
-        namespace: Optional[str] = None,
-        ttl: Optional[int] = None,
+        target: str | None = None,
+        selector: str | None = None,
+        namespace: str | None = None,
+        ttl: int | None = None,
         wait: float = 0.0,
     ) -> Iterator[Lease]:
         """
@@ -211,7 +299,14 @@ class LeaseClient:
         finally:
             lease.release()
 
-    def lease_waiting(self, target=None, selector=None, namespace=None, ttl=None, wait: float = 0.0) -> Lease:
+    def lease_waiting(
+        self,
+        target: str | None = None,
+        selector: str | None = None,
+        namespace: str | None = None,
+        ttl: int | None = None,
+        wait: float = 0.0,
+    ) -> Lease:
         """lease(), retried until `retryAt` while that is within `wait` seconds from the first try."""
         deadline = self._clock() + wait
         while True:
@@ -225,7 +320,7 @@ class LeaseClient:
 
     # ---- transport ----
 
-    def call(self, method: str, path: str, body: Optional[dict] = None) -> Any:
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """One API call, retried while the API is unreachable (up to `retry_for` seconds)."""
         deadline = self._clock() + self.retry_for
         delays = backoff_delays()
@@ -238,7 +333,7 @@ class LeaseClient:
                     raise
                 self._sleep(delay)
 
-    def call_once(self, method: str, path: str, body: Optional[dict] = None) -> Any:
+    def call_once(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         headers = {"Accept": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -246,22 +341,21 @@ class LeaseClient:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        req = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
         try:
-            status, res_headers, raw = self._transport(req, self.timeout)
-        except (urllib.error.URLError, OSError, socket.timeout, ConnectionError) as err:
-            raise ApiUnreachable(f"{method} {path}: {getattr(err, 'reason', err)}") from err
+            status, res_headers, raw = self._connections.request(method, path, data, headers, self.timeout)
+        except (OSError, http.client.HTTPException) as err:
+            raise ApiUnreachable(f"{method} {path}: {err or type(err).__name__}") from err
         return _answer(method, path, status, res_headers, raw)
 
 
-def wait_for_retry(refused: NoneLeasable, now: float) -> Optional[float]:
+def wait_for_retry(refused: NoneLeasable, now: float) -> float | None:
     """Seconds to wait before leasing again after a 409, or None when nothing will become leasable."""
     if refused.retry_at is not None:
         return max(0.05, refused.retry_at - now)
     return None
 
 
-def _answer(method: str, path: str, status: int, headers: Dict[str, str], raw: bytes) -> Any:
+def _answer(method: str, path: str, status: int, headers: dict[str, str], raw: bytes) -> Any:
     lower = {k.lower(): v for k, v in headers.items()}
     try:
         payload = json.loads(raw) if raw else None
@@ -272,7 +366,7 @@ def _answer(method: str, path: str, status: int, headers: Dict[str, str], raw: b
     err = (payload.get("error") or {}) if isinstance(payload, dict) else {}
     message = err.get("message") or f"{method} {path}: HTTP {status}"
     retry_after = retry_after_seconds(lower.get("retry-after"))
-    if status == 409 and err.get("code") == "none_leasable":
+    if status == 409 and err.get("code") == "none_leasable" and isinstance(payload, dict):
         counts = {k: v for k, v in payload.items() if isinstance(v, int)}
         raise NoneLeasable(message, counts, parse_time(payload.get("retryAt")), retry_after)
     if status in (502, 503, 504):
@@ -282,7 +376,7 @@ def _answer(method: str, path: str, status: int, headers: Dict[str, str], raw: b
     raise DiscoveryError(status, err.get("code") or "http_error", message, err.get("field"))
 
 
-def _without_none(d: dict) -> dict:
+def _without_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 

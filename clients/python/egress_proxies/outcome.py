@@ -4,13 +4,16 @@ Pure functions, shared by the lease client's users and the Scrapy middleware. Th
 table "What to report" in docs/lease-api.md: only a proxy that cannot be reached or talked to is
 `failed`; an answer from the proxy about the origin (marked `X-Proxy-Error`, or a 5xx to a
 CONNECT) is the origin's fault; a 407 means the lease ended; the site's own refusals are
-`blocked`.
+`blocked`. The cases both this module and its TypeScript twin (src/crawler/outcome.ts) must
+pass are one table, clients/outcome-cases.json in the repository.
 """
+
+from __future__ import annotations
 
 import email.utils
 import re
 import time
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 PROXY_ERROR_HEADER = "X-Proxy-Error"
 
@@ -35,19 +38,19 @@ _PROXY_CONNECT_ERRORS = {
     "NewConnectionError",
 }
 # A CONNECT the proxy refused: Scrapy's TunnelError carries "{'status': 502, ...}", requests'
-# ProxyError "Tunnel connection failed: 502 Bad Gateway".
-_TUNNEL_STATUS = re.compile(r"'status': (\d{3})|Tunnel connection failed: (\d{3})")
+# ProxyError "Tunnel connection failed: 502 Bad Gateway", undici's "Proxy response (502) !== 200".
+_TUNNEL_STATUS = re.compile(r"'status': (\d{3})|Tunnel connection failed: (\d{3})|Proxy response \((\d{3})\)")
 
 
-def tunnel_status(message: str) -> Optional[int]:
+def tunnel_status(message: str) -> int | None:
     """The status a proxy answered a CONNECT with, read from a client's error message."""
     m = _TUNNEL_STATUS.search(message)
     if not m:
         return None
-    return int(m.group(1) or m.group(2))
+    return int(m.group(1) or m.group(2) or m.group(3))
 
 
-def status_fault(status: int, proxy_error: Optional[str] = None, connect: bool = False) -> Optional[str]:
+def status_fault(status: int, proxy_error: str | None = None, connect: bool = False) -> str | None:
     """
     What an HTTP status from the proxy's side means, or None when it is the origin's own answer.
     `proxy_error` is the X-Proxy-Error header (plain HTTP through the proxy); a CONNECT refusal
@@ -79,7 +82,7 @@ def classify_exception(exc: BaseException) -> str:
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
     """The exception and what it wraps (requests wraps urllib3's error, which wraps the socket's)."""
-    seen = set()
+    seen: set[int] = set()
     todo = [exc]
     while todo:
         cur = todo.pop()
@@ -91,7 +94,7 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         todo.extend(w for w in wrapped if isinstance(w, BaseException))
 
 
-def retry_after_seconds(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
     """A Retry-After header (delta-seconds or an HTTP date) as seconds from now, or None."""
     if value is None:
         return None
@@ -115,10 +118,10 @@ def backoff_delays(first: float = 0.25, cap: float = 5.0, factor: float = 2.0) -
         delay = min(cap, delay * factor)
 
 
-def header_getter(headers: object) -> Callable[[str], Optional[str]]:
+def header_getter(headers: object) -> Callable[[str], str | None]:
     """A case-insensitive `get` over a dict, an http.client message or Scrapy's Headers."""
 
-    def get(name: str) -> Optional[str]:
+    def get(name: str) -> str | None:
         getter = getattr(headers, "get", None)
         if getter is None:
             return None

@@ -6,21 +6,29 @@ concurrent requests share it; the lease each request used travels in `request.me
 report always names the proxy that carried it. Every lease is counted in use by the requests
 in flight through it: a `blocked` or `failed` report (or a 407) retires it from its slot, and
 it is released once the last request using it has finished — never while a sibling still
-uses it, never left to expire; a slot's lease unused for EGRESS_LEASE_IDLE is released too. Lease API calls are blocking calls of LeaseClient run on a small
-thread pool of our own, and every wait (backoff, `retryAt`) is a reactor timer: the reactor
-never blocks.
+uses it, never left to expire; a slot's lease unused for EGRESS_LEASE_IDLE is released too.
+Lease API calls are blocking calls of LeaseClient run on a small thread pool of our own, and
+every wait (backoff, `retryAt`) is a reactor timer: the reactor never blocks.
 """
+
+from __future__ import annotations
 
 import logging
 import math
 import time
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
-from scrapy import signals
+from scrapy import Request, Spider, signals
+from scrapy.crawler import Crawler
 from scrapy.exceptions import DontCloseSpider, IgnoreRequest, NotConfigured
-from twisted.internet import defer, reactor, task, threads
+from scrapy.http import Response
+from scrapy.settings import BaseSettings
+from twisted.internet import defer, task, threads
+from twisted.internet import reactor as _reactor
+from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from .client import ApiUnreachable, DiscoveryError, Lease, LeaseClient, LeaseNotFound, NoneLeasable, wait_for_retry
@@ -39,6 +47,15 @@ from .outcome import (
 
 logger = logging.getLogger(__name__)
 
+# The installed reactor (Scrapy picks it at start-up; Twisted's stubs type the module attribute loosely).
+reactor: Any = _reactor
+_T = TypeVar("_T")
+# What a request carries about its lease in request.meta[META_LEASE]: id, namespace, name,
+# target, slot, and done once its use of the lease ended.
+LeaseInfo = dict[str, Any]
+# The generators of inlineCallbacks: they yield Deferreds and get back what those fire with.
+Flow = Generator["defer.Deferred[Any]", Any, _T]
+
 META_LEASE = "egress_lease"
 META_SKIP = "egress_skip"
 META_BLOCKED = "egress_blocked_times"
@@ -52,39 +69,39 @@ class NoProxyAvailable(IgnoreRequest):
 @dataclass
 class EgressSettings:
     api_url: str
-    token: Optional[str]
-    selector: Optional[str]
-    namespace: Optional[str]
+    token: str | None
+    selector: str | None
+    namespace: str | None
     ttl: int
-    blocked_statuses: frozenset
-    blocked_cooldown: Optional[int]
+    blocked_statuses: frozenset[int]
+    blocked_cooldown: int | None
     blocked_retries: int
-    rate_limit_statuses: frozenset
+    rate_limit_statuses: frozenset[int]
     rate_limit_cooldown: int
     rate_limit_max_cooldown: int
-    failed_cooldown: Optional[int]
+    failed_cooldown: int | None
     failed_retries: int
     max_wait: float
     poll_interval: float
     api_timeout: float
     api_retry_for: float
     api_threads: int
-    lease_idle: Optional[float]
+    lease_idle: float | None
 
     @classmethod
-    def from_settings(cls, s) -> "EgressSettings":
+    def from_settings(cls, s: BaseSettings) -> EgressSettings:
         url = s.get("EGRESS_API_URL")
         if not url:
             raise NotConfigured("EGRESS_API_URL is not set")
 
-        def unset(name) -> bool:
+        def unset(name: str) -> bool:
             # Scrapy's get() falls back to the default for a None value: ask whether it was set to None.
             return name in s and s[name] is None
 
-        def opt_int(name, default: Optional[int]) -> Optional[int]:
+        def opt_int(name: str, default: int | None) -> int | None:
             if unset(name) or (default is None and s.get(name) is None):
                 return None
-            return s.getint(name, default)
+            return s.getint(name, default or 0)
 
         return cls(
             api_url=url,
@@ -121,39 +138,42 @@ class _Held:
     # No longer handed out by its slot (blocked, failed, ended); released when `users` drops to 0.
     retired: bool = False
     # When `users` last dropped to 0 (time.time()); a slot's lease idle for EGRESS_LEASE_IDLE goes.
-    idle_since: Optional[float] = None
+    idle_since: float | None = None
 
 
-def slot_key(request) -> str:
+def slot_key(request: Request) -> str:
     """The download slot Scrapy puts the request in (its `download_slot`, else the host)."""
     return request.meta.get("download_slot") or (urlparse(request.url).hostname or "")
 
 
-def _sleep(seconds: float) -> defer.Deferred:
+def _sleep(seconds: float) -> defer.Deferred[None]:
     return task.deferLater(reactor, max(0.0, seconds), lambda: None)
 
 
 class LeasedProxyMiddleware:
-    def __init__(self, crawler, cfg: EgressSettings, client: Optional[LeaseClient] = None):
+    """The downloader middleware (behaviour: this module's docstring). Its methods' `spider`
+    arguments are optional: Scrapy 2.8 passes them, newer releases stop doing so."""
+
+    def __init__(self, crawler: Crawler, cfg: EgressSettings, client: LeaseClient | None = None):
         self.crawler = crawler
         self.cfg = cfg
         self.stats = crawler.stats
         # One attempt per call: retries and their waits happen on the reactor (_api).
         self.client = client or LeaseClient(cfg.api_url, token=cfg.token, timeout=cfg.api_timeout, retry_for=0)
         # The lease each slot hands out now.
-        self.held: Dict[str, _Held] = {}
+        self.held: dict[str, _Held] = {}
         # Every lease not yet released, by id: the slots' and retired ones still in use.
-        self.leases: Dict[str, _Held] = {}
+        self.leases: dict[str, _Held] = {}
         # Releases under way, waited for at close.
-        self.releasing: Dict[str, defer.Deferred] = {}
-        self.locks: Dict[str, defer.DeferredLock] = {}
+        self.releasing: dict[str, defer.Deferred[Any]] = {}
+        self.locks: dict[str, defer.DeferredLock] = {}
         self.waiting = 0
         self.pool = ThreadPool(minthreads=0, maxthreads=cfg.api_threads, name="egress-lease-api")
         # Reactor timers (replaced in unit tests).
-        self.call_later = reactor.callLater
+        self.call_later: Callable[..., Any] = reactor.callLater
 
     @classmethod
-    def from_crawler(cls, crawler):
+    def from_crawler(cls, crawler: Crawler) -> LeasedProxyMiddleware:
         mw = cls(crawler, EgressSettings.from_settings(crawler.settings))
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(mw.spider_idle, signal=signals.spider_idle)
@@ -162,22 +182,22 @@ class LeasedProxyMiddleware:
 
     # ---- signals ----
 
-    def spider_opened(self, spider):
+    def spider_opened(self, spider: Spider) -> None:
         self.pool.start()
         reactor.addSystemEventTrigger("during", "shutdown", self._stop_pool)
 
-    def spider_idle(self, spider):
+    def spider_idle(self, spider: Spider) -> None:
         # Requests waiting for a proxy sit in the downloader, but say so explicitly: the crawl
         # is not over while any of them waits.
         if self.waiting > 0:
             raise DontCloseSpider("requests are waiting for a leasable proxy")
 
-    def spider_closed(self, spider):
+    def spider_closed(self, spider: Spider) -> defer.Deferred[None]:
         """Releases every lease still held (the slots' and any still in use); the crawl ends once that is done."""
         return self._release_all()
 
     @defer.inlineCallbacks
-    def _release_all(self):
+    def _release_all(self) -> Flow[None]:
         held, self.held = list(self.leases.values()), {}
         for h in held:
             h.retired = True
@@ -186,20 +206,20 @@ class LeasedProxyMiddleware:
         yield defer.DeferredList(list(self.releasing.values()), consumeErrors=True)
         self._stop_pool()
 
-    def _stop_pool(self):
+    def _stop_pool(self) -> None:
         if self.pool.started and not self.pool.joined:
             self.pool.stop()
 
     # ---- the lease API, off the reactor thread ----
 
     @defer.inlineCallbacks
-    def _api(self, fn, *args, **kwargs):
+    def _api(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> Flow[_T]:
         """fn(*args) on our thread pool; retried with backoff on the reactor while the API is unreachable."""
         deadline = time.monotonic() + self.cfg.api_retry_for
         delays = backoff_delays()
         while True:
             try:
-                result = yield threads.deferToThreadPool(reactor, self.pool, fn, *args, **kwargs)
+                result: _T = yield threads.deferToThreadPool(reactor, self.pool, fn, *args, **kwargs)
                 return result
             except ApiUnreachable as err:
                 delay = max(next(delays), err.retry_after or 0.0)
@@ -211,7 +231,7 @@ class LeasedProxyMiddleware:
     # ---- requests ----
 
     @defer.inlineCallbacks
-    def process_request(self, request, spider):
+    def process_request(self, request: Request, spider: Spider | None = None) -> Flow[None]:
         if request.meta.get(META_SKIP):
             return None
         previous = request.meta.get(META_LEASE)
@@ -232,7 +252,7 @@ class LeasedProxyMiddleware:
         return None
 
     @defer.inlineCallbacks
-    def _slot_lease(self, slot: str, request, since: float):
+    def _slot_lease(self, slot: str, request: Request, since: float) -> Flow[Lease]:
         """The slot's lease, counted in use by the request before the slot lock is let go."""
         lock = self.locks.setdefault(slot, defer.DeferredLock())
         yield lock.acquire()
@@ -249,7 +269,7 @@ class LeasedProxyMiddleware:
             lock.release()
 
     @defer.inlineCallbacks
-    def _renew(self, slot: str, held: _Held):
+    def _renew(self, slot: str, held: _Held) -> Flow[_Held | None]:
         try:
             yield self._api(self.client.renew, held.lease.id, self.cfg.ttl)
         except LeaseNotFound:
@@ -265,7 +285,7 @@ class LeasedProxyMiddleware:
         return held
 
     @defer.inlineCallbacks
-    def _take(self, slot: str, request, since: float):
+    def _take(self, slot: str, request: Request, since: float) -> Flow[_Held]:
         """A new lease for the slot; waits (as timers) while none is leasable, up to EGRESS_MAX_WAIT."""
         target = urlparse(request.url).hostname or None
         while True:
@@ -279,8 +299,12 @@ class LeasedProxyMiddleware:
                 waited = time.time() - since
                 if waited + delay > self.cfg.max_wait:
                     self.stats.inc_value("egress/no_proxy")
-                    logger.error("egress: no proxy leasable for %s after %.0f s, dropping %s: %s", slot, waited, request, refused)
-                    raise NoProxyAvailable(f"no proxy leasable for {slot} within {self.cfg.max_wait:.0f} s: {refused}")
+                    logger.error(
+                        "egress: no proxy leasable for %s after %.0f s, dropping %s: %s", slot, waited, request, refused
+                    )
+                    raise NoProxyAvailable(
+                        f"no proxy leasable for {slot} within {self.cfg.max_wait:.0f} s: {refused}"
+                    ) from refused
                 self.stats.inc_value("egress/wait")
                 self.waiting += 1
                 try:
@@ -290,7 +314,9 @@ class LeasedProxyMiddleware:
                 continue
             except ApiUnreachable as err:
                 self.stats.inc_value("egress/no_proxy")
-                logger.error("egress: lease API unreachable for %.0f s, dropping %s: %s", self.cfg.api_retry_for, request, err)
+                logger.error(
+                    "egress: lease API unreachable for %.0f s, dropping %s: %s", self.cfg.api_retry_for, request, err
+                )
                 raise NoProxyAvailable(f"lease API unreachable: {err}") from err
             held = _Held(lease, time.time() + self.cfg.ttl * 2 / 3, slot)
             self.held[slot] = held
@@ -300,7 +326,9 @@ class LeasedProxyMiddleware:
 
     # ---- outcomes ----
 
-    def process_response(self, request, response, spider):
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Response | Request | defer.Deferred[Any]:
         info = request.meta.get(META_LEASE)
         if not info:
             return response
@@ -324,7 +352,9 @@ class LeasedProxyMiddleware:
         self._finish(info)
         return response
 
-    def process_exception(self, request, exception, spider):
+    def process_exception(
+        self, request: Request, exception: BaseException, spider: Spider | None = None
+    ) -> Request | defer.Deferred[Any] | None:
         info = request.meta.get(META_LEASE)
         if not info:
             return None
@@ -338,7 +368,9 @@ class LeasedProxyMiddleware:
         return None  # not the proxy's doing: Scrapy's RetryMiddleware and errbacks decide
 
     @defer.inlineCallbacks
-    def _blocked(self, request, response, info, cooldown: Optional[int]):
+    def _blocked(
+        self, request: Request, response: Response, info: LeaseInfo, cooldown: int | None
+    ) -> Flow[Response | Request]:
         self.stats.inc_value("egress/blocked")
         self.stats.inc_value(f"egress/blocked/{response.status}")
         self._forget(info)
@@ -354,7 +386,7 @@ class LeasedProxyMiddleware:
         return self._again(request, META_BLOCKED)
 
     @defer.inlineCallbacks
-    def _proxy_failed(self, request, info, exception):
+    def _proxy_failed(self, request: Request, info: LeaseInfo, exception: BaseException) -> Flow[Request | None]:
         self.stats.inc_value("egress/failed")
         self._forget(info)
         try:
@@ -364,19 +396,22 @@ class LeasedProxyMiddleware:
         times = request.meta.get(META_FAILED, 0)
         if times >= self.cfg.failed_retries:
             self.stats.inc_value("egress/failed_gave_up")
-            logger.error("egress: %s failed through %d proxies, last %s: %s", request.url, times + 1, _name(info), exception)
+            logger.error(
+                "egress: %s failed through %d proxies, last %s: %s", request.url, times + 1, _name(info), exception
+            )
             return None
         yield _sleep(min(10.0, 0.5 * 2**times))
         return self._again(request, META_FAILED)
 
-    def _lease_ended(self, request, info):
+    def _lease_ended(self, request: Request, info: LeaseInfo) -> Request:
         self.stats.inc_value("egress/lease_ended")
         self._forget(info)
         self._finish(info)
         return self._again(request, META_FAILED)
 
-    def _forget(self, info) -> None:
-        """Retires the lease the request used: its slot stops handing it out (a sibling may have replaced it already)."""
+    def _forget(self, info: LeaseInfo) -> None:
+        """Retires the lease the request used: its slot stops handing it out (a sibling may have
+        replaced it already)."""
         held = self.held.get(info["slot"])
         if held and held.lease.id == info["id"]:
             del self.held[info["slot"]]
@@ -384,7 +419,7 @@ class LeasedProxyMiddleware:
         if use:
             use.retired = True
 
-    def _finish(self, info) -> None:
+    def _finish(self, info: LeaseInfo) -> None:
         """The request's use of its lease ends (once): a retired lease goes when its last user is done,
         a slot's lease once it stayed unused for EGRESS_LEASE_IDLE."""
         if info.get("done"):
@@ -430,11 +465,11 @@ class LeasedProxyMiddleware:
         if self.leases.pop(lease_id, None) is None or lease_id in self.releasing:
             return
 
-        def done(_):
+        def done(_: object) -> None:
             self.releasing.pop(lease_id, None)
             self.stats.inc_value("egress/release")
 
-        def failed(f):
+        def failed(f: Failure) -> None:
             self.releasing.pop(lease_id, None)
             self.stats.inc_value("egress/release_error")
             logger.warning("egress: could not release lease of %s: %s", use.lease.proxy, f.getErrorMessage())
@@ -444,7 +479,7 @@ class LeasedProxyMiddleware:
         d.addCallbacks(done, failed)
 
     @defer.inlineCallbacks
-    def _report(self, request, info, result: str, cooldown: Optional[int]):
+    def _report(self, request: Request, info: LeaseInfo, result: str, cooldown: int | None) -> Flow[None]:
         host = urlparse(request.url).hostname
         try:
             if info["target"] is None or (host or "").lower() == info["target"]:
@@ -457,7 +492,7 @@ class LeasedProxyMiddleware:
             self.stats.inc_value("egress/report_error")
             logger.error("egress: could not report %s for %s via %s: %s", result, host, _name(info), err)
 
-    def _again(self, request, counter: str):
+    def _again(self, request: Request, counter: str) -> Request:
         retry = request.replace(dont_filter=True)
         retry.meta[counter] = request.meta.get(counter, 0) + 1
         for key in (META_LEASE, "proxy", "_auth_proxy"):
@@ -466,5 +501,5 @@ class LeasedProxyMiddleware:
         return retry
 
 
-def _name(info) -> str:
+def _name(info: LeaseInfo) -> str:
     return f"{info['namespace']}/{info['name']}"

@@ -1,13 +1,21 @@
-"""What a crawler reports for each way a fetch through a leased proxy can end (docs/lease-api.md)."""
+"""What a crawler reports for each way a fetch through a leased proxy can end (docs/lease-api.md).
 
-import socket
-import unittest
+The cases are the repository's one table, clients/outcome-cases.json, which the TypeScript
+helpers' tests run too (test/unit/crawler/outcome-cases.test.ts): both implementations must
+agree on every case.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
 import urllib.error
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from egress_proxies.outcome import (
-    DENIED,
-    LEASE_ENDED,
-    ORIGIN_FAULT,
     PROXY_FAULT,
     UNKNOWN,
     backoff_delays,
@@ -18,84 +26,63 @@ from egress_proxies.outcome import (
     tunnel_status,
 )
 
-
-class TunnelError(Exception):
-    """Named like Scrapy's: the classification goes by names, so no Scrapy is needed here."""
+CASES: dict[str, Any] = json.loads((Path(__file__).resolve().parents[2] / "outcome-cases.json").read_text())
 
 
-class ConnectionLost(Exception):
-    pass
+def _id(case: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in case.items() if k != "fault"}, separators=(",", ":"))
 
 
-class ProxyError(Exception):
-    """Named like requests' ProxyError."""
+@pytest.mark.parametrize("case", CASES["status"], ids=_id)
+def test_status(case: dict[str, Any]) -> None:
+    assert status_fault(case["status"], case["proxyError"], connect=case["connect"]) == case["fault"]
 
 
-class StatusFaultTest(unittest.TestCase):
-    def test_the_origins_own_answers_are_not_the_proxys(self):
-        for status in (200, 403, 429, 500, 502, 503):
-            self.assertIsNone(status_fault(status))
-
-    def test_marked_answers_are_the_origins_fault_or_a_denial(self):
-        self.assertEqual(status_fault(502, "origin-unreachable"), ORIGIN_FAULT)
-        self.assertEqual(status_fault(504, "origin-timeout"), ORIGIN_FAULT)
-        self.assertEqual(status_fault(403, "egress-denied"), DENIED)
-
-    def test_407_means_the_lease_ended(self):
-        self.assertEqual(status_fault(407), LEASE_ENDED)
-        self.assertEqual(status_fault(407, connect=True), LEASE_ENDED)
-
-    def test_a_refused_connect_reads_the_status_alone(self):
-        self.assertEqual(status_fault(502, connect=True), ORIGIN_FAULT)
-        self.assertEqual(status_fault(503, connect=True), ORIGIN_FAULT)
-        self.assertEqual(status_fault(403, connect=True), DENIED)
-        self.assertEqual(status_fault(400, connect=True), PROXY_FAULT)
+@pytest.mark.parametrize("case", CASES["tunnel"], ids=_id)
+def test_tunnel_refusal_read_from_the_clients_message(case: dict[str, Any]) -> None:
+    assert tunnel_status(case["message"]) == case["status"]
+    assert classify_exception(Exception(case["message"])) == case["fault"]
 
 
-class ClassifyExceptionTest(unittest.TestCase):
-    def test_scrapy_tunnel_errors_by_status(self):
-        msg = "Could not open CONNECT tunnel with proxy 127.0.0.1:3128 [{'status': %d, 'reason': b'x'}]"
-        self.assertEqual(tunnel_status(msg % 502), 502)
-        self.assertEqual(classify_exception(TunnelError(msg % 502)), ORIGIN_FAULT)
-        self.assertEqual(classify_exception(TunnelError(msg % 407)), LEASE_ENDED)
-        self.assertEqual(classify_exception(TunnelError(msg % 403)), DENIED)
-
-    def test_requests_tunnel_errors_by_status(self):
-        err = ProxyError("Cannot connect to proxy.", OSError("Tunnel connection failed: 504 Gateway Timeout"))
-        self.assertEqual(classify_exception(err), ORIGIN_FAULT)
-
-    def test_a_connection_to_the_proxy_that_fails_is_the_proxys_fault(self):
-        self.assertEqual(classify_exception(ConnectionRefusedError(111, "refused")), PROXY_FAULT)
-        wrapped = ProxyError("Cannot connect to proxy.", ConnectionRefusedError(111, "refused"))
-        self.assertEqual(classify_exception(wrapped), PROXY_FAULT)
-        url_error = urllib.error.URLError(ConnectionRefusedError(111, "refused"))
-        self.assertEqual(classify_exception(url_error), PROXY_FAULT)
-
-    def test_a_cut_or_timeout_after_the_proxy_accepted_is_not_blamed_on_it(self):
-        self.assertEqual(classify_exception(ConnectionLost("lost")), UNKNOWN)
-        self.assertEqual(classify_exception(socket.timeout("read timed out")), UNKNOWN)
+def _named(name: str) -> type[Exception]:
+    """An exception class of that name: the classification goes by names (Twisted's, the standard
+    library's), so neither Twisted nor a network is needed here."""
+    return type(name, (Exception,), {})
 
 
-class HelpersTest(unittest.TestCase):
-    def test_retry_after_in_seconds_or_as_a_date(self):
-        self.assertEqual(retry_after_seconds("7"), 7.0)
-        self.assertEqual(retry_after_seconds("Wed, 02 Dec 2026 10:00:30 GMT", now=1796205600.0), 30.0)
-        self.assertIsNone(retry_after_seconds("soon"))
-        self.assertIsNone(retry_after_seconds(None))
-
-    def test_backoff_doubles_up_to_the_cap(self):
-        it = backoff_delays(first=0.5, cap=3.0)
-        self.assertEqual([next(it) for _ in range(5)], [0.5, 1.0, 2.0, 3.0, 3.0])
-
-    def test_headers_are_read_case_insensitively_from_bytes_too(self):
-        class ScrapyLikeHeaders(dict):
-            def get(self, key):
-                return super().get(key.lower() if isinstance(key, bytes) else None)
-
-        get = header_getter(ScrapyLikeHeaders({b"x-proxy-error": b"origin-timeout"}))
-        self.assertEqual(get("X-Proxy-Error"), "origin-timeout")
-        self.assertIsNone(header_getter({})("Retry-After"))
+@pytest.mark.parametrize("case", CASES["connectErrors"], ids=_id)
+def test_connect_errors(case: dict[str, Any]) -> None:
+    err: BaseException = _named(case["python"])("connecting to the proxy")
+    if case["wrapped"]:
+        outer = Exception("the client's own error")
+        outer.__cause__ = err
+        err = outer
+    assert classify_exception(err) == case["fault"]
 
 
-if __name__ == "__main__":
-    unittest.main()
+@pytest.mark.parametrize("case", CASES["retryAfter"], ids=_id)
+def test_retry_after(case: dict[str, Any]) -> None:
+    now = datetime.datetime.fromisoformat(case["now"].replace("Z", "+00:00")).timestamp()
+    assert retry_after_seconds(case["value"], now=now) == case["seconds"]
+
+
+def test_the_standard_librarys_own_errors() -> None:
+    refused = ConnectionRefusedError(111, "refused")
+    assert classify_exception(refused) == PROXY_FAULT
+    assert classify_exception(urllib.error.URLError(refused)) == PROXY_FAULT
+    assert classify_exception(TimeoutError("read timed out")) == UNKNOWN
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    it = backoff_delays(first=0.5, cap=3.0)
+    assert [next(it) for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+def test_headers_are_read_case_insensitively_from_bytes_too() -> None:
+    class ScrapyLikeHeaders(dict[bytes, bytes]):
+        def get(self, key: object, default: object = None) -> Any:
+            return super().get(key.lower()) if isinstance(key, bytes) else None
+
+    get = header_getter(ScrapyLikeHeaders({b"x-proxy-error": b"origin-timeout"}))
+    assert get("X-Proxy-Error") == "origin-timeout"
+    assert header_getter({})("Retry-After") is None

@@ -1,6 +1,9 @@
 /**
- * End-to-end: a real Scrapy crawl (Debian's python3-scrapy) through clients/python's middleware,
- * leasing from the real standalone operator (local provider), against two loopback origins — a
+ * End-to-end: a real Scrapy crawl through clients/python's middleware as users install it — the
+ * wheel `python -m build` makes, installed into a fresh virtual environment, once with Debian's
+ * Scrapy 2.8 (python3-scrapy, `--system-site-packages`) and once with the newest Scrapy from PyPI
+ * (2.19.0 and its pinned dependencies, scripts/ci/pytools/scrapy.txt) — leasing from the real
+ * standalone operator (local provider), against two loopback origins — a
  * plain one on 127.0.0.2 and a TLS one on 127.0.0.3 — that refuse some pages once (403, or 429
  * with Retry-After) and one page always. With 3 and with 10 proxies: every page is fetched, every
  * `blocked` report the operator receives names the proxy that carried the refused response (the
@@ -9,13 +12,23 @@
  * last request is done) and no lease is left at the end. With 3 proxies the operator is also
  * restarted mid-crawl while requests are in flight: no page is lost.
  */
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it, onTestFailed, onTestFinished, vi } from 'vitest';
+import {
+  afterAll,
+  afterEach,
+  beforeAll,
+  describe,
+  expect,
+  it,
+  onTestFailed,
+  onTestFinished,
+  vi,
+} from 'vitest';
 import {
   type CliProcess,
   cleanupCli,
@@ -27,7 +40,14 @@ import {
   waitForReady,
 } from '../../support/cli.ts';
 import { testPki } from '../../support/origins.ts';
-import { requirePython, runPython } from '../../support/python.ts';
+import {
+  buildDist,
+  requirePython,
+  runPython,
+  SCRAPY_ENVS,
+  type ScrapyEnv,
+  scrapyVenv,
+} from '../../support/python.ts';
 
 vi.setConfig({ testTimeout: 300_000, hookTimeout: 60_000 });
 afterEach(cleanupCli);
@@ -125,7 +145,7 @@ interface CrawlRun {
   resultPath: string;
 }
 
-function startCrawl(ws: Workspace, urls: string[]): CrawlRun {
+function startCrawl(ws: Workspace, urls: string[], python: string): CrawlRun {
   const dir = mkdtempSync(join(tmpdir(), 'scrapy-crawl-'));
   const cfg = {
     urls,
@@ -150,6 +170,7 @@ function startCrawl(ws: Workspace, urls: string[]): CrawlRun {
   writeFileSync(join(dir, 'carried.jsonl'), '');
   const done = runPython([join(FIXTURES, 'crawl.py'), join(dir, 'crawl.json')], {
     cwd: dir,
+    python,
     pythonPath: [FIXTURES],
   });
   return { done, carriedPath: cfg.carried, resultPath: cfg.result };
@@ -183,8 +204,13 @@ function reportsLogged(procs: CliProcess[]): { blocked: string[]; failed: number
   };
 }
 
-async function crawlAndCheck(opts: { proxies: number; pages: number; restart: boolean }): Promise<void> {
-  requirePython(['scrapy', 'twisted']);
+async function crawlAndCheck(opts: {
+  python: string;
+  env: ScrapyEnv;
+  proxies: number;
+  pages: number;
+  restart: boolean;
+}): Promise<void> {
   const gateFrom = opts.restart ? Math.floor(opts.pages / 3) : Number.POSITIVE_INFINITY;
   const plain = await startCrawlOrigin('127.0.0.2', false, gateFrom);
   const secure = await startCrawlOrigin('127.0.0.3', true, gateFrom);
@@ -207,7 +233,7 @@ async function crawlAndCheck(opts: { proxies: number; pages: number; restart: bo
 
   const origins = [plain.origin, secure.origin];
   const pages = origins.flatMap((o) => Array.from({ length: opts.pages }, (_, n) => `${o.baseUrl}/p/${n}`));
-  const run = startCrawl(ws, [...pages, `${plain.origin.baseUrl}/always-403`]);
+  const run = startCrawl(ws, [...pages, `${plain.origin.baseUrl}/always-403`], opts.python);
 
   if (opts.restart) {
     // Restart while requests are in flight through the proxies (held at the origins).
@@ -231,7 +257,12 @@ async function crawlAndCheck(opts: { proxies: number; pages: number; restart: bo
   const result = JSON.parse(readFileSync(run.resultPath, 'utf8')) as {
     fetched: string[];
     stats: Record<string, number>;
+    scrapy: string;
+    package: string;
   };
+  // The Scrapy of the environment, and the package installed in it (not the checkout's).
+  expect(result.scrapy).toBe(opts.env.scrapy);
+  expect(result.package.startsWith(join(opts.python, '../../lib/'))).toBe(true);
 
   // Every page fetched, each once.
   expect([...result.fetched].sort(), output.slice(-3000)).toEqual([...pages].sort());
@@ -263,12 +294,31 @@ async function crawlAndCheck(opts: { proxies: number; pages: number; restart: bo
   expect(after.map((p) => p.activeLeases)).toEqual(after.map(() => 0));
 }
 
-describe('Scrapy through the egress_proxies middleware, real operator', () => {
-  it('3 proxies, operator restarted mid-crawl: every page, blocked reports name the right proxy', async () => {
-    await crawlAndCheck({ proxies: 3, pages: 60, restart: true });
-  });
-
-  it('10 proxies: every page, blocked reports name the right proxy, retry cap holds', async () => {
-    await crawlAndCheck({ proxies: 10, pages: 100, restart: false });
-  });
+// One wheel, built once; one fresh environment per Scrapy.
+let work = '';
+afterAll(() => {
+  if (work) rmSync(work, { recursive: true, force: true });
 });
+let wheel: string;
+beforeAll(async () => {
+  requirePython(['scrapy', 'twisted']);
+  work = mkdtempSync(join(tmpdir(), 'scrapy-crawl-envs-'));
+  wheel = (await buildDist(join(work, 'dist'))).wheel;
+}, 180_000);
+
+for (const env of SCRAPY_ENVS) {
+  describe(`Scrapy through the installed egress_proxies middleware, real operator: ${env.name} ${env.scrapy}`, () => {
+    let python: string;
+    beforeAll(async () => {
+      python = await scrapyVenv(env, join(work, env.scrapy), wheel);
+    }, 180_000);
+
+    it('3 proxies, operator restarted mid-crawl: every page, blocked reports name the right proxy', async () => {
+      await crawlAndCheck({ python, env, proxies: 3, pages: 60, restart: true });
+    });
+
+    it('10 proxies: every page, blocked reports name the right proxy, retry cap holds', async () => {
+      await crawlAndCheck({ python, env, proxies: 10, pages: 100, restart: false });
+    });
+  });
+}

@@ -15,16 +15,30 @@
  * operator leading leaves no Proxy on a finalizer, and the operator deleted every instance Pod
  * before the Deployment was deleted (the API server's audit log).
  */
-import { spawn } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import YAML from 'yaml';
-import { FINALIZER, INSTANCE_LABEL_INSTALLATION } from '../../../src/api/constants.ts';
+import { INSTANCE_LABEL_INSTALLATION } from '../../../src/api/constants.ts';
 import { parseCommandLine } from '../../../src/cmd/flags.ts';
-import { until } from '../../support/wait.ts';
 import { kubectl } from './support/control-plane.ts';
+import {
+  auditSince,
+  type Block,
+  DOC,
+  docBlocks,
+  exists as existsIn,
+  instancesDeletedBeforeOperator,
+  missingObjects,
+  proxiesReady,
+  ROOT,
+  releaseEveryFinalizer,
+  runDocBlock,
+  sh as shIn,
+  startDocOperator,
+  userClone,
+} from './support/doc-page.ts';
 import { type NodeAgent, startNodeAgent } from './support/node-agent.ts';
 import {
   OPERATOR_NS,
@@ -32,147 +46,33 @@ import {
   OPERATOR_USER,
   type RunningOperator,
   serviceAccountKubeconfig,
-  startOperator,
 } from './support/operator.ts';
 
-const ROOT = resolve(import.meta.dirname, '../../..');
-const DOC = resolve(ROOT, 'docs/deployment.md');
 const cp = inject('controlPlane');
 const k = (...args: string[]) => kubectl(cp, args);
-
-type Mode = 'run' | 'operator' | 'skip';
-interface Block {
-  mode: Mode;
-  id: string;
-  code: string;
-  line: number;
-}
-
-/** The fenced blocks of the page with their markers; a block without one is an error. */
-function docBlocks(markdown: string): Block[] {
-  const lines = markdown.split('\n');
-  const blocks: Block[] = [];
-  for (let i = 0; i < lines.length; i++) {
-    if (!/^```/.test(lines[i] ?? '')) continue;
-    const open = i;
-    let j = i + 1;
-    while (j < lines.length && !/^```\s*$/.test(lines[j] ?? '')) j++;
-    const code = lines.slice(open + 1, j).join('\n');
-    let m = open - 1;
-    while (m >= 0 && (lines[m] ?? '').trim() === '') m--;
-    const marker = /^<!-- tier: (run|operator|skip) ([a-z0-9-]+) -->$/.exec((lines[m] ?? '').trim());
-    if (!marker)
-      throw new Error(
-        `docs/deployment.md:${open + 1}: a fenced block without a <!-- tier: MODE ID --> marker`,
-      );
-    blocks.push({ mode: marker[1] as Mode, id: marker[2] as string, code, line: open + 1 });
-    i = j;
-  }
-  return blocks;
-}
 
 let clone: string;
 let scratch: string;
 let agent: NodeAgent | undefined;
 let operator: RunningOperator | undefined;
 let operatorKubeconfig: string;
-const env = () => ({
-  ...process.env,
-  PATH: `${cp.bin}:${process.env.PATH ?? ''}`,
-  KUBECONFIG: cp.kubeconfig,
-});
 
-/**
- * Runs a block as a shell does, stopping at its first failing command. Asynchronous: the node
- * agent runs in this process and must go on binding and removing Pods meanwhile.
- */
-function sh(code: string): Promise<{ out: string; code: number }> {
-  return new Promise((done) => {
-    const child = spawn('bash', ['-e', '-c', code], {
-      cwd: clone,
-      env: env(),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => {
-      out += d.toString('utf8');
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      out += d.toString('utf8');
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 600_000);
-    child.once('close', (status) => {
-      clearTimeout(timer);
-      done({ out, code: status ?? -1 });
-    });
-  });
-}
+const sh = (code: string) => shIn(cp, clone, code);
 
-async function runBlock(b: Block): Promise<string> {
-  const r = await sh(b.code);
-  if (r.code !== 0)
-    throw new Error(`block ${b.id} (docs/deployment.md:${b.line}) exited ${r.code}:\n${r.out}`);
-  return r.out;
-}
+const runBlock = (b: Block) => runDocBlock(cp, clone, b);
 
-const exists = (...args: string[]) => {
-  try {
-    k('get', ...args, '-o', 'name');
-    return true;
-  } catch {
-    return false;
-  }
-};
-
-/** Releases the finalizer of every Proxy left in the cluster, so nothing waits on an operator. */
-function releaseEveryFinalizer(): void {
-  if (exists('crd', 'proxies.crawl.example.com')) {
-    const rows = k(
-      'get',
-      'proxies.crawl.example.com',
-      '-A',
-      '-o',
-      'jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{"\\n"}{end}',
-    );
-    for (const row of rows.split('\n').filter(Boolean)) {
-      const [ns, name] = row.split('/') as [string, string];
-      k(
-        '-n',
-        ns,
-        'patch',
-        'proxies.crawl.example.com',
-        name,
-        '--type=merge',
-        '-p',
-        '{"metadata":{"finalizers":null}}',
-      );
-    }
-  }
-}
+const exists = (...args: string[]) => existsIn(cp, ...args);
 
 async function startTheOperator(): Promise<RunningOperator> {
-  const token = Buffer.from(
-    k(
-      '-n',
-      OPERATOR_NS,
-      'get',
-      'secret',
-      'egress-proxies-operator-discovery-token',
-      '-o',
-      'jsonpath={.data.token}',
-    ),
-    'base64',
-  ).toString('utf8');
-  operator = await startOperator({
+  const started = await startDocOperator(cp, {
     name: 'doc',
     dir: scratch,
     kubeconfig: operatorKubeconfig,
     // What the ConfigMap of the overlay holds.
     providersConfig: join(clone, 'my-install/providers.yaml'),
-    discoveryToken: token,
-    extraArgs: ['--drain-timeout', '15s', '--gc-interval', '10s'],
   });
-  return operator;
+  operator = started;
+  return started;
 }
 
 async function stopTheOperator(): Promise<void> {
@@ -180,41 +80,11 @@ async function stopTheOperator(): Promise<void> {
   operator = undefined;
 }
 
-interface AuditEntry {
-  stage: string;
-  verb: string;
-  user: { username: string };
-  objectRef?: { resource?: string; namespace?: string; name?: string };
-  responseStatus?: { code?: number };
-  stageTimestamp: string;
-}
-
-function audit(): AuditEntry[] {
-  return readFileSync(cp.auditLog, 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as AuditEntry)
-    .filter((e) => e.stage === 'ResponseComplete');
-}
-
 beforeAll(() => {
   scratch = mkdtempSync(join(tmpdir(), 'e2e-kube-deploydoc-'));
-  // A fresh copy of the repository, as a user's clone after `npm ci`.
-  clone = join(scratch, 'clone');
-  mkdirSync(clone);
-  cpSync(join(ROOT, 'config'), join(clone, 'config'), { recursive: true });
-  mkdirSync(join(clone, 'scripts'));
-  cpSync(join(ROOT, 'scripts/uninstall.sh'), join(clone, 'scripts/uninstall.sh'));
-  // src/ copied: the CLI runs only as the entry point it is, not through a link.
-  cpSync(join(ROOT, 'src'), join(clone, 'src'), { recursive: true });
-  for (const f of ['package.json', 'Dockerfile']) cpSync(join(ROOT, f), join(clone, f));
-  symlinkSync(join(ROOT, 'node_modules'), join(clone, 'node_modules'));
-  // The user's own files named by the Secrets block.
-  writeFileSync(join(clone, 'id_ed25519'), 'not a real key\n');
-  writeFileSync(join(clone, 'known_hosts'), 'nas1 ssh-ed25519 AAAA\n');
-  writeFileSync(join(clone, 'gcp-key.json'), '{}\n');
+  clone = userClone(scratch);
   // A clean cluster: what an earlier file installed goes (its Proxies' finalizers released).
-  releaseEveryFinalizer();
+  releaseEveryFinalizer(cp);
   k('delete', '-k', resolve(ROOT, 'config/default'), '--ignore-not-found', '--wait');
   k('delete', 'namespace', 'crawl', '--ignore-not-found', '--wait');
 });
@@ -224,7 +94,7 @@ afterAll(async () => {
   await agent?.stop();
   // Whatever a failed test left: no finalizer may outlive the tier's operator.
   try {
-    releaseEveryFinalizer();
+    releaseEveryFinalizer(cp);
   } catch {
     // nothing left to release
   }
@@ -250,15 +120,17 @@ describe('docs/deployment.md, every command as written', () => {
 
   it('marks every block, and runs all but the few that need Docker, kind or a kubelet', () => {
     expect(new Set(blocks.map((b) => b.id)).size).toBe(blocks.length);
-    expect(blocks.filter((b) => b.mode !== 'run').map((b) => `${b.mode} ${b.id}`)).toEqual([
+    // The Helm path's blocks are helm.test.ts's.
+    const kustomizePath = blocks.filter((b) => !b.mode.startsWith('helm'));
+    expect(kustomizePath.filter((b) => b.mode !== 'run').map((b) => `${b.mode} ${b.id}`)).toEqual([
       'skip build',
       'operator rollout',
       'skip kind',
     ]);
-    for (const b of blocks.filter((x) => x.mode !== 'run'))
+    for (const b of kustomizePath.filter((x) => x.mode !== 'run'))
       expect(b.code, b.id).toMatch(/^# not run by the tests: /);
     // Every block that runs is in order of the page: the overlay before the install before the uninstall.
-    const ids = blocks.map((b) => b.id);
+    const ids = kustomizePath.map((b) => b.id);
     expect(ids.indexOf('overlay')).toBeLessThan(ids.indexOf('install'));
     expect(ids.at(-2)).toBe('uninstall');
   });
@@ -267,7 +139,7 @@ describe('docs/deployment.md, every command as written', () => {
     let instancePods: string[] = [];
     const started = Date.now();
     for (const b of blocks) {
-      if (b.mode === 'skip') continue;
+      if (b.mode === 'skip' || b.mode.startsWith('helm')) continue;
       if (b.mode === 'operator') {
         operatorKubeconfig = serviceAccountKubeconfig(
           cp,
@@ -291,35 +163,10 @@ describe('docs/deployment.md, every command as written', () => {
     expect(exists('namespace', OPERATOR_NS)).toBe(false);
     expect(k('get', 'clusterrole', '-o', 'name')).not.toContain('egress-proxies-operator');
     // Every instance Pod was deleted by the operator (its finalizer), before the Deployment went.
-    const entries = audit().filter((e) => Date.parse(e.stageTimestamp) >= started);
-    // The first request that takes the operator away: its Deployment or its namespace.
-    const removal = entries
-      .filter(
-        (e) =>
-          e.verb === 'delete' &&
-          ((e.objectRef?.resource === 'deployments' && e.objectRef.name === 'egress-proxies-operator') ||
-            (e.objectRef?.resource === 'namespaces' && e.objectRef.name === OPERATOR_NS)),
-      )
-      .map((e) => Date.parse(e.stageTimestamp))
-      .sort((a, b) => a - b)[0];
-    expect(removal, 'the Deployment deleted').toBeDefined();
     expect(instancePods.length).toBe(3);
-    for (const pod of instancePods) {
-      const deletes = entries.filter(
-        (e) =>
-          e.verb === 'delete' &&
-          e.objectRef?.resource === 'pods' &&
-          e.objectRef.namespace === OPERATOR_NS &&
-          e.objectRef.name === pod &&
-          (e.responseStatus?.code ?? 0) < 300,
-      );
-      expect(
-        deletes.map((e) => e.user.username),
-        pod,
-      ).toContain(OPERATOR_USER);
-      const first = Math.min(...deletes.map((e) => Date.parse(e.stageTimestamp)));
-      expect(first, `${pod} deleted before the Deployment`).toBeLessThan(removal as number);
-    }
+    expect(
+      instancesDeletedBeforeOperator(auditSince(cp, started), instancePods, OPERATOR_NS, OPERATOR_USER),
+    ).toEqual([]);
     expect(agent?.running().size).toBe(0);
     expect(agent?.problems()).toEqual([]);
     k('delete', 'namespace', 'crawl', '--wait');
@@ -390,34 +237,13 @@ async function after(id: string, out: string): Promise<void> {
       const objs = YAML.parseAllDocuments(k('kustomize', join(clone, 'my-install'))).map(
         (d) => d.toJS() as { kind: string; metadata: { name: string; namespace?: string } },
       );
-      for (const o of objs)
-        expect(
-          exists(
-            o.kind.toLowerCase(),
-            o.metadata.name,
-            ...(o.metadata.namespace ? ['-n', o.metadata.namespace] : []),
-          ),
-          `${o.kind} ${o.metadata.name}`,
-        ).toBe(true);
+      expect(missingObjects(cp, objs)).toEqual([]);
       return;
     }
     case 'first-proxies': {
       expect(out).toMatch(/crawl\s+squid-1\s+Managed\s+kubernetes/);
       // The operator runs them: the Proxy and both pool members get a Pod, a Squid and the finalizer.
-      await until(
-        'three Proxies Ready on Squid Pods',
-        () => {
-          const items = JSON.parse(k('get', 'px', '-n', 'crawl', '-o', 'json')).items as {
-            metadata: { finalizers?: string[] };
-            status?: { phase?: string };
-          }[];
-          return (
-            items.length === 3 &&
-            items.every((p) => p.status?.phase === 'Ready' && p.metadata.finalizers?.includes(FINALIZER))
-          );
-        },
-        { timeoutMs: 120_000, intervalMs: 500 },
-      );
+      await proxiesReady(cp, 'crawl', 3);
       expect(agent?.running().size).toBe(3);
       return;
     }

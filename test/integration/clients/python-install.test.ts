@@ -4,8 +4,10 @@
  * into a new virtual environment that sees Debian's packages, with nothing but PYTHONPATH, and
  * into Debian's own Python, which refuses a plain `pip install` (PEP 668) and takes the last-resort
  * `--user --break-system-packages` one — and each leaves clients/python as it was (no `build/`,
- * no `*.egg-info`). Its usage example then fetches a page through a proxy leased from the real
- * standalone operator and releases the lease.
+ * no `*.egg-info`). Its install from an index runs against a package index on loopback serving
+ * the wheel `python -m build` makes and Scrapy 2.19 with its pinned dependencies (PIP_INDEX_URL):
+ * the newest Scrapy comes with the `scrapy` extra. Its usage example then fetches a page through
+ * a proxy leased from the real standalone operator and releases the lease.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
@@ -21,7 +23,14 @@ import {
   waitForReady,
 } from '../../support/cli.ts';
 import { closedPort, startHttpOrigin } from '../../support/origins.ts';
-import { PYTHON_CLIENT, requirePython, runPython } from '../../support/python.ts';
+import {
+  buildDist,
+  PYTHON_CLIENT,
+  privateVenv,
+  requirePython,
+  runPython,
+  startPackageIndex,
+} from '../../support/python.ts';
 
 vi.setConfig({ testTimeout: 180_000 });
 afterEach(cleanupCli);
@@ -62,6 +71,7 @@ async function runBlock(
   block: string,
   home: string,
   cwd = REPO_ROOT,
+  extraEnv: Record<string, string> = {},
 ): Promise<{ code: number | null; output: string }> {
   const nowhere = `http://127.0.0.1:${await closedPort()}`;
   return new Promise((resolve, reject) => {
@@ -77,6 +87,7 @@ async function runBlock(
         HTTPS_PROXY: nowhere,
         http_proxy: nowhere,
         https_proxy: nowhere,
+        ...extraEnv,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -112,7 +123,7 @@ function expectNoLeftovers(before: string): void {
 
 describe('clients/python/README.md: install, as written, offline', () => {
   it('into a new virtual environment with Debian packages: imports the middleware, leaves no build files', async () => {
-    requirePython(['scrapy', 'setuptools', 'wheel']);
+    requirePython(['scrapy']);
     const block = shellBlock('--system-site-packages');
     const before = treeState();
     const home = freshHome();
@@ -138,7 +149,7 @@ describe('clients/python/README.md: install, as written, offline', () => {
   });
 
   it("into Debian's Python: a plain install is refused, the last resort installs for the user only", async () => {
-    requirePython(['setuptools', 'wheel']);
+    requirePython();
     const block = shellBlock('--break-system-packages');
     const before = treeState();
     const home = freshHome();
@@ -155,6 +166,39 @@ describe('clients/python/README.md: install, as written, offline', () => {
     );
     expect(where.code, where.output).toBe(0);
     expect(realpathSync(where.output.trim())).toContain(join(realpathSync(home), '.local/lib/'));
+    expectNoLeftovers(before);
+  });
+});
+
+describe('clients/python/README.md: install from an index, as written', () => {
+  it("installs the wheel and the newest Scrapy through the 'scrapy' extra into a plain virtual environment", async () => {
+    requirePython();
+    const home = freshHome();
+    const dist = await buildDist(join(home, 'dist'));
+    const index = await startPackageIndex([join(home, 'dist'), join(privateVenv('pytools'), 'wheelhouse')]);
+    onTestFinished(() => index.close());
+    const block = shellBlock("'egress-proxies[scrapy]'");
+    expect(block).not.toContain('--system-site-packages');
+    const before = treeState();
+    const run = await runBlock(block, home, REPO_ROOT, {
+      PIP_INDEX_URL: index.url,
+      NO_PROXY: '127.0.0.1',
+      no_proxy: '127.0.0.1',
+    });
+    expect(run.code, run.output).toBe(0);
+    expect(index.asked).toContain('egress-proxies');
+    expect(index.asked).toContain('scrapy');
+    const venvPython = join(home, '.venvs/crawler/bin/python');
+    const where = await runBlock(
+      `${venvPython} -c 'import egress_proxies, scrapy; print(egress_proxies.__file__, scrapy.__version__)'`,
+      home,
+      home,
+    );
+    expect(where.code, where.output).toBe(0);
+    const [file, scrapy] = where.output.trim().split(' ');
+    expect(realpathSync(file as string)).toContain(join(realpathSync(home), '.venvs/crawler/lib/'));
+    expect(scrapy).toBe('2.19.0');
+    expect(dist.wheel).toMatch(/egress_proxies-[\d.]+-py3-none-any\.whl$/);
     expectNoLeftovers(before);
   });
 });

@@ -7,10 +7,9 @@
  * body that does not match the declared schema, another content type or headers), no invalid
  * request accepted. Settings: test/support/fixtures/schemathesis.toml. See docs/testing.md.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RUN_MARKER } from '../../../scripts/test/prerequisites.ts';
-import { VENV_SCRIPT } from '../../../scripts/test/tiers.ts';
 import { DiscoveryClient } from '../../../src/discovery/client.ts';
 import {
   CliProcess,
@@ -21,6 +20,7 @@ import {
   type Workspace,
   waitFor,
 } from '../../support/cli.ts';
+import { privateVenv } from '../../support/python.ts';
 
 // A real operator and a few thousand generated requests on a possibly loaded 2-core machine.
 vi.setConfig({ testTimeout: 240_000, hookTimeout: 90_000 });
@@ -35,17 +35,7 @@ let proc: CliProcess;
 
 /** The venv's directory; throws with the command that makes it (npm test runs it before the tests). */
 function schemathesisVenv(): string {
-  try {
-    const out = execFileSync('bash', [VENV_SCRIPT, 'schemathesis', '--check'], {
-      cwd: REPO_ROOT,
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    return out.trim().split('\n').pop() ?? '';
-  } catch (err) {
-    const stderr = String((err as { stderr?: unknown }).stderr ?? '').trim();
-    throw new Error(`schemathesis is not set up: ${stderr || (err as Error).message}`);
-  }
+  return privateVenv('schemathesis');
 }
 
 function runSchemathesis(

@@ -13,15 +13,11 @@ import {
   classifyError,
   DENIED,
   DiscoveryError,
-  LEASE_ENDED,
   leaseWaiting,
   NoneLeasableError,
   ORIGIN_FAULT,
   PROXY_FAULT,
-  retryAfterSeconds,
   retrying,
-  statusFault,
-  tunnelStatus,
   UNKNOWN,
   withLease,
 } from '../../../src/crawler/index.ts';
@@ -61,20 +57,6 @@ async function fetchError(proxyPort: number, url: string): Promise<unknown> {
 }
 
 describe('what to report', () => {
-  it('reads statuses as the table says', () => {
-    expect(statusFault(407)).toBe(LEASE_ENDED);
-    expect(statusFault(502, 'origin-unreachable')).toBe(ORIGIN_FAULT);
-    expect(statusFault(403, 'egress-denied')).toBe(DENIED);
-    expect(statusFault(403)).toBeNull();
-    expect(statusFault(429)).toBeNull();
-    expect(statusFault(503, null, true)).toBe(ORIGIN_FAULT);
-    expect(statusFault(403, null, true)).toBe(DENIED);
-    expect(statusFault(400, null, true)).toBe(PROXY_FAULT);
-    expect(tunnelStatus('Proxy response (502) !== 200 when HTTP Tunneling')).toBe(502);
-    expect(tunnelStatus('Tunnel connection failed: 504 Gateway Timeout')).toBe(504);
-    expect(tunnelStatus('socket hang up')).toBeNull();
-  });
-
   it("classifies undici's real errors: an unreachable proxy is the proxy's fault, its 502 or 403 to a CONNECT is not", async () => {
     const nobody = await closedPort();
     // Any port fetch allows (it refuses "bad ports" such as 1 before connecting anywhere).
@@ -87,15 +69,6 @@ describe('what to report', () => {
     expect(classifyError(await fetchError(await connectAnswering(403), `https://${site}/`))).toBe(DENIED);
     expect(classifyError(new Error('socket hang up'))).toBe(UNKNOWN);
     expect(classifyError('not an error')).toBe(UNKNOWN);
-  });
-
-  it('reads Retry-After as seconds or an HTTP date', () => {
-    const now = Date.parse('2026-12-02T10:00:00Z');
-    expect(retryAfterSeconds('7')).toBe(7);
-    expect(retryAfterSeconds('Wed, 02 Dec 2026 10:00:30 GMT', now)).toBe(30);
-    expect(retryAfterSeconds('Wed, 02 Dec 2026 09:00:00 GMT', now)).toBe(0);
-    expect(retryAfterSeconds('soon')).toBeNull();
-    expect(retryAfterSeconds(null)).toBeNull();
   });
 });
 

@@ -1,6 +1,6 @@
 /**
  * scripts/test/tiers — what `npm test`, `npm run test:integration` and `npm run test:e2e` run: the
- * set-up before the tests (the schemathesis venv), the vitest projects, the kube and KVM suites
+ * set-up before the tests (the private Python venvs), the vitest projects, the kube and KVM suites
  * after them (each behind its build, the guest image built only as root), and what arguments
  * after `--` leave out; and that every test file is in
  * the directory of a tier, which is what puts it in a vitest project.
@@ -34,15 +34,21 @@ describe('npm test', () => {
     expect(p.notes).toEqual([]);
   });
 
-  it('makes the schemathesis and moto venvs of the integration tier first, unless only the e2e tier runs', () => {
+  it('makes the schemathesis, moto and pytools venvs first; the e2e tier alone only pytools', () => {
+    const pytools = {
+      what: 'the pytools virtual environment',
+      command: 'bash',
+      args: [VENV_SCRIPT, 'pytools'],
+    };
     const venv = [
       { what: 'the schemathesis virtual environment', command: 'bash', args: [VENV_SCRIPT, 'schemathesis'] },
       { what: 'the moto virtual environment', command: 'bash', args: [VENV_SCRIPT, 'moto'] },
+      pytools,
     ];
     expect(plan([]).setup).toEqual(venv);
     expect(plan(['test/unit/lease']).setup).toEqual(venv);
     expect(plan(['--tier', 'integration']).setup).toEqual(venv);
-    expect(plan(['--tier', 'e2e']).setup).toEqual([]);
+    expect(plan(['--tier', 'e2e']).setup).toEqual([pytools]);
   });
 
   it('builds no guest image when not root (the KVM test then names the command)', () => {

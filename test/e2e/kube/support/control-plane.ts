@@ -86,15 +86,24 @@ function failFastOn(p: Proc): () => string | undefined {
       : undefined;
 }
 
-/** Builds the binaries, or finds them in the cache; returns their directory. */
-export function controlPlaneBinaries(): string {
-  const out = execFileSync('bash', [BUILD_SCRIPT], {
+function built(args: string[]): string {
+  const out = execFileSync('bash', [BUILD_SCRIPT, ...args], {
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const dir = out.trim().split('\n').at(-1);
-  if (!dir) throw new Error(`${BUILD_SCRIPT} printed no directory`);
+  if (!dir) throw new Error(`${BUILD_SCRIPT} ${args.join(' ')} printed no directory`);
   return dir;
+}
+
+/** Builds the binaries, or finds them in the cache; returns their directory. */
+export function controlPlaneBinaries(): string {
+  return built([]);
+}
+
+/** Builds helm (control-plane/helm), or finds it in the cache; returns its directory. */
+export function helmBinaries(): string {
+  return built(['helm']);
 }
 
 export interface ControlPlaneOptions {
