@@ -11,8 +11,7 @@
  */
 // The product's V8 settings, applied first as cmd/main does.
 import '../src/runtime/v8-flags.ts';
-import { spawn, spawnSync } from 'node:child_process';
-import { once } from 'node:events';
+import { spawnSync } from 'node:child_process';
 import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Registry } from 'prom-client';
@@ -21,11 +20,11 @@ import { GatewayHub } from '../src/gateway/hub.ts';
 import { GatewayLink, type SyncTransport } from '../src/gateway/link.ts';
 import { ReplicaChooser } from '../src/gateway/replica.ts';
 import { LeaseStore } from '../src/lease/store.ts';
-import type { ProxyInfo } from '../src/lease/types.ts';
 import { silentLogger } from '../src/log/index.ts';
 import { FakeClock } from '../test/support/clock.ts';
 import { runHealthBench } from './health.ts';
-import type { LoadgenArgs, LoadgenResult } from './loadgen.ts';
+import { benchProxy, loadRound, median } from './lease.ts';
+import type { LoadgenArgs } from './loadgen.ts';
 import { compiledLoad, measureMemory } from './memory.ts';
 import { runReconcileBench } from './reconcile.ts';
 
@@ -40,7 +39,6 @@ const CHURN_UPSTREAMS = 20;
 const CHURN_COOLDOWNS = 20;
 const TOKEN = 'bench-token';
 const SELF = fileURLToPath(import.meta.url);
-const LOADGEN = fileURLToPath(new URL('loadgen.ts', import.meta.url));
 
 export const TARGETS = {
   reconcileSeconds: 120,
@@ -51,31 +49,8 @@ export const TARGETS = {
   rssGrowth: 4,
 } as const;
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-}
-
-function proxy(i: number): ProxyInfo {
-  const name = `px-${String(i).padStart(5, '0')}`;
-  return {
-    key: `bench/${name}`,
-    namespace: 'bench',
-    name,
-    uid: `uid-${i}`,
-    labels: { pool: i % 2 === 0 ? 'even' : 'odd' },
-    phase: 'Ready',
-    healthy: true,
-    draining: false,
-    deleting: false,
-    maxLeases: 4,
-    host: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
-    port: 3128,
-    credentials: { username: 'bench', password: 'secret' },
-    latencyMillis: 20 + (i % 50),
-  };
-}
+/** The scale bench's fleets: every proxy takes 4 leases, so gateway replicas hold real shares. */
+const proxy = (i: number) => benchProxy(i, 4);
 
 // ---- parts (each runs in a process of its own) ----
 
@@ -103,32 +78,11 @@ async function probePart(n: number) {
   };
 }
 
-/** One load-generator round against `url`; this process's CPU over the measured window is the server's. */
-async function apiRound(
-  args: LoadgenArgs,
-): Promise<{ cpuMicrosPerRequest: number; rps: number; errors: number }> {
-  const child = spawn(process.execPath, [LOADGEN, JSON.stringify(args)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => {
-    out += d.toString();
-  });
-  let cpu0: NodeJS.CpuUsage | undefined;
-  const warm = setTimeout(() => {
-    cpu0 = process.cpuUsage();
-  }, args.warmupMs);
-  const [code] = (await once(child, 'exit')) as [number | null];
-  clearTimeout(warm);
-  const cpu = process.cpuUsage(cpu0);
-  if (code !== 0) throw new Error(`load generator exited ${code}`);
-  const gen = JSON.parse(out) as LoadgenResult;
+/** One load-generator round; the server's CPU per request. */
+async function apiRound(args: LoadgenArgs): Promise<{ cpuMicrosPerRequest: number; errors: number }> {
+  const { gen, cpuMicros } = await loadRound(args);
   const requests = gen.pairs * (args.get === undefined ? 2 : 1);
-  return {
-    cpuMicrosPerRequest: (cpu.user + cpu.system) / Math.max(1, requests),
-    rps: requests / gen.seconds,
-    errors: gen.errors,
-  };
+  return { cpuMicrosPerRequest: cpuMicros / Math.max(1, requests), errors: gen.errors };
 }
 
 /** Both sizes served by this process; rounds interleaved so both see the same machine. */
@@ -288,128 +242,78 @@ interface Row {
 
 async function main(): Promise<void> {
   const rows: Row[] = [];
+  /** A row from the two sizes' results: `f` picks the figure. */
+  const row = <T>(
+    what: string,
+    at: readonly T[],
+    f: (x: T) => number,
+    unit: string,
+    digits: number,
+    check: Partial<Row> = {},
+  ) => rows.push({ what, small: f(at[0] as T), large: f(at[1] as T), unit, digits, ...check });
   const started = Date.now();
   const load0 = loadavg()[0]!;
   const rec = SIZES.map((n) => runPart<Awaited<ReturnType<typeof reconcilePart>>>('reconcile', n));
-  rows.push({
-    what: 'reconcile to Ready (standalone, fake provider)',
-    small: rec[0]!.seconds,
-    large: rec[1]!.seconds,
-    unit: 's',
-    digits: 1,
+  row('reconcile to Ready (standalone, fake provider)', rec, (r) => r.seconds, 's', 1, {
     maxLarge: TARGETS.reconcileSeconds,
   });
-  rows.push({
-    what: '  status writes per proxy',
-    small: rec[0]!.statusWritesPerProxy,
-    large: rec[1]!.statusWritesPerProxy,
-    unit: '',
-    digits: 2,
-    max: 4,
-  });
+  row('  status writes per proxy', rec, (r) => r.statusWritesPerProxy, '', 2, { max: 4 });
   const probe = SIZES.map((n) => runPart<Awaited<ReturnType<typeof probePart>>>('probe', n));
-  rows.push({
-    what: `probing at ${PROBE_RATE} probes/s: cores per 1,000 probes/s`,
-    small: probe[0]!.coresPer1000,
-    large: probe[1]!.coresPer1000,
-    unit: 'cores',
-    digits: 2,
-    max: TARGETS.coresPer1000ProbesPerSecond,
-  });
-  rows.push({
-    what: '  probes/s achieved',
-    small: probe[0]!.probesPerSecond,
-    large: probe[1]!.probesPerSecond,
-    unit: '/s',
-    digits: 0,
-  });
-  rows.push({
-    what: '  CPU per probe',
-    small: probe[0]!.cpuMsPerProbe * 1000,
-    large: probe[1]!.cpuMsPerProbe * 1000,
-    unit: 'µs',
-    digits: 0,
-  });
-  rows.push({
-    what: '  worst lag behind schedule (< one interval)',
-    small: probe[0]!.maxLagMs,
-    large: probe[1]!.maxLagMs,
-    unit: 'ms',
-    digits: 0,
-  });
+  row(
+    `probing at ${PROBE_RATE} probes/s: cores per 1,000 probes/s`,
+    probe,
+    (p) => p.coresPer1000,
+    'cores',
+    2,
+    {
+      max: TARGETS.coresPer1000ProbesPerSecond,
+    },
+  );
+  row('  probes/s achieved', probe, (p) => p.probesPerSecond, '/s', 0);
+  row('  CPU per probe', probe, (p) => p.cpuMsPerProbe * 1000, 'µs', 0);
+  row('  worst lag behind schedule (< one interval)', probe, (p) => p.maxLagMs, 'ms', 0);
   const api = runPart<Awaited<ReturnType<typeof apiPart>>>('api', {
     rounds: 3,
     durationMs: 3000,
     warmupMs: 1000,
     clients: 16,
   });
-  rows.push({
-    what: 'GET /v1/proxies?limit=100 page: server CPU/request',
-    small: api.page[0]!,
-    large: api.page[1]!,
-    unit: 'µs',
-    digits: 1,
-    maxRatio: TARGETS.cpuPerRequestGrowth,
-  });
-  rows.push({
-    what: 'lease grant + release: server CPU/request',
-    small: api.lease[0]!,
-    large: api.lease[1]!,
-    unit: 'µs',
-    digits: 1,
-    maxRatio: TARGETS.cpuPerRequestGrowth,
-  });
-  rows.push({
-    what: 'GET /v1/proxies whole fleet: CPU per proxy listed',
-    small: api.whole[0]!,
-    large: api.whole[1]!,
-    unit: 'µs',
-    digits: 2,
-    maxRatio: TARGETS.cpuPerRequestGrowth,
-  });
+  const flat = { maxRatio: TARGETS.cpuPerRequestGrowth };
+  row('GET /v1/proxies?limit=100 page: server CPU/request', api.page, (x) => x, 'µs', 1, flat);
+  row('lease grant + release: server CPU/request', api.lease, (x) => x, 'µs', 1, flat);
+  row('GET /v1/proxies whole fleet: CPU per proxy listed', api.whole, (x) => x, 'µs', 2, flat);
   const sync = SIZES.map((n) => runPart<Awaited<ReturnType<typeof syncPart>>>('sync', n));
-  rows.push({
-    what: 'gateway sync, idle: bytes per answer',
-    small: sync[0]!.idle.bytesPerSync,
-    large: sync[1]!.idle.bytesPerSync,
-    unit: 'B',
-    digits: 0,
+  row('gateway sync, idle: bytes per answer', sync, (s) => s.idle.bytesPerSync, 'B', 0, {
     maxRatio: TARGETS.idleSyncBytesGrowth,
   });
-  rows.push({
-    what: `gateway sync, churn (${CHURN_UPSTREAMS} upstreams + ${CHURN_COOLDOWNS} cooldowns/s): bytes per answer`,
-    small: sync[0]!.churn.bytesPerSync,
-    large: sync[1]!.churn.bytesPerSync,
-    unit: 'B',
-    digits: 0,
-    maxRatio: TARGETS.churnSyncBytesGrowth,
-  });
-  rows.push({
-    what: '  idle share round: request bytes (held + wanted slots)',
-    small: sync[0]!.idle.roundRequestBytes,
-    large: sync[1]!.idle.roundRequestBytes,
-    unit: 'B',
-    digits: 0,
-  });
+  row(
+    `gateway sync, churn (${CHURN_UPSTREAMS} upstreams + ${CHURN_COOLDOWNS} cooldowns/s): bytes per answer`,
+    sync,
+    (s) => s.churn.bytesPerSync,
+    'B',
+    0,
+    { maxRatio: TARGETS.churnSyncBytesGrowth },
+  );
+  row(
+    '  idle share round: request bytes (held + wanted slots)',
+    sync,
+    (s) => s.idle.roundRequestBytes,
+    'B',
+    0,
+  );
   const load = compiledLoad();
   const mem = SIZES.map((n) =>
     measureMemory(load, { proxies: n, leases: LEASES_PER_PROXY * n, cooldowns: COOLDOWNS_PER_PROXY * n }),
   );
-  rows.push({
-    what: `RSS, ${LEASES_PER_PROXY} leases + ${COOLDOWNS_PER_PROXY} cooldowns per proxy (compiled)`,
-    small: mem[0]!.rssMB,
-    large: mem[1]!.rssMB,
-    unit: 'MB',
-    digits: 1,
-    maxRatio: TARGETS.rssGrowth,
-  });
-  rows.push({
-    what: '  JS heap used',
-    small: mem[0]!.heapUsedMB,
-    large: mem[1]!.heapUsedMB,
-    unit: 'MB',
-    digits: 1,
-  });
+  row(
+    `RSS, ${LEASES_PER_PROXY} leases + ${COOLDOWNS_PER_PROXY} cooldowns per proxy (compiled)`,
+    mem,
+    (m) => m.rssMB,
+    'MB',
+    1,
+    { maxRatio: TARGETS.rssGrowth },
+  );
+  row('  JS heap used', mem, (m) => m.heapUsedMB, 'MB', 1);
 
   const missed: string[] = [];
   console.log(
