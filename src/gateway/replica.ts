@@ -145,19 +145,25 @@ export class ReplicaChooser implements UpstreamChooser {
     const a = parseSyncAnswer(raw);
     if (a.replicas !== undefined) this.replicas = Math.max(1, a.replicas);
     const next = this.takeUpstreams(a);
-    const changed = next !== this.known;
+    // What the mirror must hear again: everything after a whole answer, else what the answer names.
+    const wholeUpstreams = next !== this.known && a.upstreamsFull !== false;
+    const wholeSlots = a.slots !== undefined && !a.slotsPartial;
+    const touched = new Set<Known>();
+    if (next !== this.known && !wholeUpstreams)
+      for (const u of a.upstreams) touched.add(next.get(u.key) as Known);
     if (a.slots) {
       for (const k of next.values()) {
         const given = a.slots[k.key] ?? (a.slotsPartial ? undefined : []);
-        if (given !== undefined) {
-          const urls = new Map(k.slots.map((s) => [s.id, s.url]));
-          k.slots = given.map((s) => ({ id: s.id, url: s.url === '' ? (urls.get(s.id) ?? '') : s.url }));
-        }
+        if (given === undefined) continue;
+        const urls = new Map(k.slots.map((s) => [s.id, s.url]));
+        k.slots = given.map((s) => ({ id: s.id, url: s.url === '' ? (urls.get(s.id) ?? '') : s.url }));
         k.upstream = upstreamFor(k);
+        touched.add(k);
       }
     }
     this.known = next;
-    if (changed || a.slots) for (const k of next.values()) this.mirrorOne(k);
+    if (wholeUpstreams || wholeSlots) for (const k of next.values()) this.mirrorOne(k);
+    else for (const k of touched) this.mirrorOne(k);
     if (a.shareToken !== undefined) this.takeShareToken(a.shareToken);
     // Cooldowns only lengthen (as in the leader's store): a full answer adds what the replica lacks.
     for (const [key, target, left] of a.cooldowns) {
@@ -296,11 +302,14 @@ export class ReplicaChooser implements UpstreamChooser {
         }
       }
       w = Math.max(w, k.maxLeases === 0 ? Math.min(1, k.slots.length) : Math.min(k.inUse, k.slots.length));
-      while (k.slots.length > w) release.push((k.slots.pop() as Slot).id);
+      if (k.slots.length > w) {
+        while (k.slots.length > w) release.push((k.slots.pop() as Slot).id);
+        // Fewer slots: less capacity in the mirror, and perhaps another slot's URL to dial.
+        k.upstream = upstreamFor(k);
+        this.mirrorOne(k);
+      }
       if (w > 0) wanted.set(k.key, w);
       if (k.slots.length > 0 && this.shareToken === undefined) held[k.key] = k.slots.map((s) => s.id);
-      k.upstream = upstreamFor(k);
-      this.mirrorOne(k);
     }
     this.short.clear();
     this.scanned.clear();
