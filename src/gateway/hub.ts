@@ -144,7 +144,12 @@ export class GatewayHub {
       }
       this.apply(r, req, stale);
     }
-    if (!mutating && req.waitMs > 0) this.refresh();
+    // A watch with nothing new waits; the refresh that found nothing new also serves an answer now.
+    let fresh = false;
+    if (!mutating && req.waitMs > 0) {
+      this.refresh();
+      fresh = true;
+    }
     if (
       !mutating &&
       req.waitMs > 0 &&
@@ -155,8 +160,9 @@ export class GatewayHub {
     ) {
       // Woken by news, by the timeout, or by stepping down (then the answer is the last state).
       await this.wait(req.waitMs);
+      fresh = false;
     }
-    return this.answer(req, mutating ? r : undefined);
+    return this.answer(req, mutating ? r : undefined, fresh);
   }
 
   /**
@@ -389,7 +395,7 @@ export class GatewayHub {
     return this.useq !== before;
   }
 
-  private answer(req: SyncRequest, r: Replica | undefined): SyncAnswer {
+  private answer(req: SyncRequest, r: Replica | undefined, fresh = false): SyncAnswer {
     const now = this.clock.now();
     const full = req.epoch !== this.epoch || req.cursor < this.firstSeq - 1 || req.cursor > this.seq;
     const cooldowns: [string, string, number][] = [];
@@ -403,7 +409,7 @@ export class GatewayHub {
         if (c.until > now) cooldowns.push([c.key, c.target, c.until - now]);
       }
     }
-    this.refresh();
+    if (!fresh) this.refresh();
     // A replica that sends an upstream cursor takes deltas (gateway/share); an older one, or one
     // whose cursor this epoch cannot serve, gets every upstream.
     const since = req.upstreamCursor;
