@@ -23,5 +23,5 @@ COPY bin ./bin
 # 65532: the conventional "nonroot" uid; the Deployment runs with this uid and a read-only root.
 USER 65532:65532
 EXPOSE 8090 8080 8081
-ENTRYPOINT ["node", "/app/dist/cmd/main.js"]
+ENTRYPOINT ["node", "--max-semi-space-size=16", "/app/dist/cmd/main.js"]
 CMD ["operator", "--providers-config", "/etc/egress-proxies-operator/providers.yaml", "--log-format", "json"]

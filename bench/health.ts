@@ -17,6 +17,8 @@ export interface HealthBenchOptions {
   proxies?: number;
   warmupMs?: number;
   durationMs?: number;
+  /** Each proxy's probe interval (default 1 s: 1,000 proxies make 1,000 probes/s). */
+  intervalMs?: number;
   print?: boolean;
 }
 
@@ -96,7 +98,10 @@ export async function runHealthBench(opts: HealthBenchOptions = {}): Promise<Hea
     const engine = new HealthEngine({
       store,
       ca: servers.ca,
-      defaults: { url: `https://127.0.0.1:${servers.origin}/generate_204`, intervalMs: 1000 },
+      defaults: {
+        url: `https://127.0.0.1:${servers.origin}/generate_204`,
+        intervalMs: opts.intervalMs ?? 1000,
+      },
       listener: (v: HealthVerdict) => verdicts.set(v.key, v.healthy),
     });
     engine.start();

@@ -69,7 +69,8 @@ const TOKEN = 'bench-token';
 const LEASE_BODY = JSON.stringify({ target: 'shop.example', ttlSeconds: 60 });
 const LOADGEN = fileURLToPath(new URL('loadgen.ts', import.meta.url));
 
-function proxy(i: number): ProxyInfo {
+/** Proxy `i` of the benches' fleets (bench/scale too), unlimited unless `maxLeases` says otherwise. */
+export function benchProxy(i: number, maxLeases = 0): ProxyInfo {
   const name = `px-${String(i).padStart(5, '0')}`;
   return {
     key: `bench/${name}`,
@@ -81,7 +82,7 @@ function proxy(i: number): ProxyInfo {
     healthy: true,
     draining: false,
     deleting: false,
-    maxLeases: 0,
+    maxLeases,
     host: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
     port: 3128,
     credentials: { username: 'bench', password: 'secret' },
@@ -89,7 +90,7 @@ function proxy(i: number): ProxyInfo {
   };
 }
 
-function median(xs: number[]): number {
+export function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
@@ -127,18 +128,22 @@ function bareServer(grantBytes: number): Server {
 }
 
 /** One round: the load generator in its own process; this process's CPU is the server's. */
-async function runRound(
+function runRound(
   url: string,
   o: Required<LeaseBenchOptions>,
 ): Promise<{ gen: LoadgenResult; cpuMicros: number }> {
-  const args: LoadgenArgs = {
+  return loadRound({
     url,
     body: LEASE_BODY,
     token: TOKEN,
     clients: o.clients,
     durationMs: o.durationMs,
     warmupMs: o.warmupMs,
-  };
+  });
+}
+
+/** The load generator run once in its own process (bench/scale too), with this process's CPU over its measured window. */
+export async function loadRound(args: LoadgenArgs): Promise<{ gen: LoadgenResult; cpuMicros: number }> {
   const child = spawn(process.execPath, [LOADGEN, JSON.stringify(args)], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -150,7 +155,7 @@ async function runRound(
   let cpu0: NodeJS.CpuUsage | undefined;
   const warm = setTimeout(() => {
     cpu0 = process.cpuUsage();
-  }, o.warmupMs);
+  }, args.warmupMs);
   const [code] = (await once(child, 'exit')) as [number | null];
   clearTimeout(warm);
   const cpu = process.cpuUsage(cpu0);
@@ -172,7 +177,7 @@ async function benchServers(
   o: Required<LeaseBenchOptions>,
 ): Promise<{ bare: ServerFigures; api: ServerFigures }> {
   const leases = new LeaseStore();
-  for (let i = 0; i < o.proxies; i++) leases.upsertProxy(proxy(i));
+  for (let i = 0; i < o.proxies; i++) leases.upsertProxy(benchProxy(i));
   const api = await startDiscoveryServer({
     bindAddress: '127.0.0.1:0',
     leases,
@@ -206,7 +211,7 @@ async function benchServers(
 
 function filledStore(proxies: number, coolingFraction: number, refusing = false): LeaseStore {
   const leases = new LeaseStore();
-  for (let i = 0; i < proxies; i++) leases.upsertProxy({ ...proxy(i), maxLeases: refusing ? 1 : 0 });
+  for (let i = 0; i < proxies; i++) leases.upsertProxy(benchProxy(i, refusing ? 1 : 0));
   // Cool the requested target down on a share of the fleet (blocked there for an hour).
   const cooling = Math.floor(proxies * coolingFraction);
   for (let i = 0; i < cooling; i++) {

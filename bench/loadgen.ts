@@ -4,6 +4,8 @@
  * `url` — `POST /v1/leases` with a JSON body, then `DELETE /v1/leases/<id>` — for a warm-up and
  * then a measured window, and prints one JSON line: pairs, seconds, p50/p99 latency of single
  * requests (ms), errors. The bare baseline and the discovery API get exactly the same requests.
+ * With `get`, each loop repeats one `GET <get>` instead (bench/scale: a `GET /v1/proxies` page),
+ * counted as one pair each.
  */
 import { Pool } from 'undici';
 
@@ -15,6 +17,8 @@ export interface LoadgenArgs {
   clients: number;
   durationMs: number;
   warmupMs: number;
+  /** A path to GET instead of the lease pair. */
+  get?: string;
 }
 
 export interface LoadgenResult {
@@ -37,6 +41,13 @@ async function run(args: LoadgenArgs): Promise<LoadgenResult> {
   let errors = 0;
   const pair = async (latencies: number[] | undefined): Promise<void> => {
     let t0 = performance.now();
+    if (args.get !== undefined) {
+      const res = await pool.request({ method: 'GET', path: args.get, headers: { authorization: auth } });
+      await res.body.dump();
+      latencies?.push(performance.now() - t0);
+      if (res.statusCode !== 200) errors++;
+      return;
+    }
     const res = await pool.request({
       method: 'POST',
       path: '/v1/leases',

@@ -18,6 +18,8 @@ export interface MemoryBenchResult {
   proxies: number;
   leases: number;
   cooldowns: number;
+  /** Ended leases still reportable (kept by time within the `--ended-lease-memory` budget). */
+  endedLeases: number;
   rssMB: number;
   heapUsedMB: number;
 }
@@ -82,6 +84,7 @@ export async function runMemoryBench(
   }
   collectGarbage();
   const mem = process.memoryUsage();
+  const endedLeases = leases.endedLeaseStats().client.leases;
   feed.stop();
   ctrl.abort();
   leases.close();
@@ -89,11 +92,13 @@ export async function runMemoryBench(
     proxies: n,
     leases: granted,
     cooldowns,
+    endedLeases,
     rssMB: mem.rss / 2 ** 20,
     heapUsedMB: mem.heapUsed / 2 ** 20,
   };
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  process.stdout.write(`${JSON.stringify(await runMemoryBench())}\n`);
+  const opts = JSON.parse(process.argv[2] ?? '{}') as Parameters<typeof runMemoryBench>[0];
+  process.stdout.write(`${JSON.stringify(await runMemoryBench(opts))}\n`);
 }

@@ -14,6 +14,7 @@ const BENCHES = [
   ['memory', 'memory.ts'],
   ['gateway', 'gateway.ts'],
   ['dashboard', 'dashboard.ts'],
+  ['scale', 'scale.ts'],
 ] as const;
 
 const only = process.argv.slice(2);

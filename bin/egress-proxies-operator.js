@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=16
 // Installed entry point: runs the compiled CLI from dist/ (npm run build).
 import { main } from '../dist/cmd/main.js';
 

@@ -68,8 +68,11 @@ export function apiHandlers(
     listProxies: (req, reply) =>
       within(req, () => {
         const q = req.query;
-        const proxies = leases.snapshot({ namespace: q.namespace, selector: q.selector, target: q.target });
-        return reply.header('cache-control', 'no-store').send({ proxies });
+        const page = leases.snapshotPage(
+          { namespace: q.namespace, selector: q.selector, target: q.target },
+          { limit: q.limit, after: q.continue },
+        );
+        return reply.header('cache-control', 'no-store').send(page);
       }),
     lease: (req, reply) =>
       within(req, () => {

@@ -230,13 +230,38 @@ export const ProxyStatusBody = Type.Object({
   ),
 });
 
-export const ProxyListBody = Type.Object({ proxies: Type.Array(ProxyStatusBody) });
+export const ProxyListBody = Type.Object({
+  proxies: Type.Array(ProxyStatusBody),
+  continue: Type.Optional(
+    Type.String({
+      description:
+        'Present when `limit` cut the list: pass it as `continue` for the next page (opaque; the proxy the page ended on).',
+    }),
+  ),
+});
+
+/** The largest page `GET /v1/proxies?limit=` serves. */
+export const MAX_PROXY_PAGE = 10_000;
 
 export const ProxyListQuery = Type.Object(
   {
     selector: Type.Optional(SelectorText),
     namespace: Type.Optional(Namespace),
     target: Type.Optional(Target),
+    limit: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_PROXY_PAGE,
+        description: 'At most this many proxies; the answer says `continue` when more follow (default: all).',
+      }),
+    ),
+    continue: Type.Optional(
+      Type.String({
+        maxLength: 512,
+        pattern: '^[^/]+/[^/]+$',
+        description: "The previous page's `continue`: this page starts after it.",
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -385,7 +410,10 @@ export const ROUTES = {
     summary:
       'Proxies with phase, health, latency, leases, cooldowns and whether leasable now. No credentials.',
     auth: true,
-    statuses: { 200: 'The proxies, sorted by namespace and name.', ...common },
+    statuses: {
+      200: 'The proxies, sorted by namespace and name (one page of them with `limit`).',
+      ...common,
+    },
     schema: { querystring: ProxyListQuery, response: { 200: ProxyListBody, 400: ErrorBody, 401: ErrorBody } },
   }),
   lease: route({

@@ -6,9 +6,13 @@
  * grows and shrinks a replica's share on request, applies the blocks and failures replicas
  * report, and pushes per-target cooldowns to every replica through long-polled syncs
  * (gateway/share). A replica that stops syncing loses its share after REPLICA_TIMEOUT_MS.
+ * Answers are deltas: the upstreams whose published state changed since the replica's cursor,
+ * and the upstreams whose slots differ from what the replica says it holds, so an idle sync
+ * costs the same bytes at any fleet size.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
+import { latencyMovedALot } from '../health/policy.ts';
 import { LeaseInputError, TooManyLeasesError } from '../lease/errors.ts';
 import type { LeaseStore } from '../lease/store.ts';
 import type { Clock, TimerHandle } from '../runtime/clock.ts';
@@ -47,8 +51,22 @@ interface Change {
   until: number;
 }
 
+/** An upstream's state as last published to replicas, and the change that published it. */
+interface Published {
+  u: UpstreamState;
+  seq: number;
+  /** The refresh that last saw it in the fleet. */
+  round: number;
+}
+
 interface Replica {
   slots: Map<string, Slot[]>;
+  /** Slot leases wanted per upstream, as the replica last said (a delta request changes some). */
+  want: Map<string, number>;
+  /** Per upstream, the slot ids the replica was last told it holds (answers send what differs). */
+  told: Map<string, string>;
+  /** Names this record: a replica's delta request carries it, and one for another record is not applied. */
+  token: string;
   lastSeen: number;
   /** Has had a mutating sync here (before it, the slot leases it says it holds may be adopted). */
   synced: boolean;
@@ -72,7 +90,14 @@ export class GatewayHub {
   private readonly waiters = new Set<() => void>();
   private unwatch: (() => void) | undefined;
   private timer: TimerHandle | undefined;
-  private signature = '';
+  /** Sequence number of the last upstream change (published state or removal) in this epoch. */
+  private useq = 0;
+  private readonly published = new Map<string, Published>();
+  /** Upstreams gone from the fleet → the change that removed them (the oldest MAX_LOG kept). */
+  private readonly removedAt = new Map<string, number>();
+  /** A replica whose upstream cursor is below this missed a removal no longer kept: full answer. */
+  private removedFloor = 0;
+  private round = 0;
   /** Upstream → until when it is contended. */
   private readonly contended = new Map<string, number>();
   private readonly asks = new Map<string, PendingAsk>();
@@ -98,26 +123,46 @@ export class GatewayHub {
     let r = this.replicas.get(req.replica);
     const mutating = isMutating(req);
     if (!r) {
-      r = { slots: new Map(), lastSeen: now, synced: false };
+      r = {
+        slots: new Map(),
+        want: new Map(),
+        told: new Map(),
+        token: randomBytes(8).toString('hex'),
+        lastSeen: now,
+        synced: false,
+      };
       this.replicas.set(req.replica, r);
     }
     r.lastSeen = now;
+    // A delta request made for another record of this replica (a new leader, or a share this hub
+    // gave up): only what needs no share state is applied, and the answer asks for a full one.
+    const stale = req.shareToken !== undefined && req.shareToken !== r.token;
     if (mutating) {
-      if (!r.synced && req.held) this.adopt(r, req.held);
-      r.synced = true;
-      this.apply(r, req);
+      if (!stale) {
+        if (!r.synced && req.held) this.adopt(r, req.held);
+        r.synced = true;
+      }
+      this.apply(r, req, stale);
+    }
+    // A watch with nothing new waits; the refresh that found nothing new also serves an answer now.
+    let fresh = false;
+    if (!mutating && req.waitMs > 0) {
+      this.refresh();
+      fresh = true;
     }
     if (
       !mutating &&
       req.waitMs > 0 &&
       req.epoch === this.epoch &&
       req.cursor >= this.seq &&
+      (req.upstreamCursor === undefined || req.upstreamCursor >= this.useq) &&
       (this.asks.size === 0 || (req.askCursor ?? 0) >= this.askSeq)
     ) {
       // Woken by news, by the timeout, or by stepping down (then the answer is the last state).
       await this.wait(req.waitMs);
+      fresh = false;
     }
-    return this.answer(req, mutating ? r : undefined);
+    return this.answer(req, mutating ? r : undefined, fresh);
   }
 
   /**
@@ -162,6 +207,10 @@ export class GatewayHub {
     this.epoch = randomBytes(8).toString('hex');
     this.seq = 0;
     this.changes = [];
+    this.useq = 0;
+    this.published.clear();
+    this.removedAt.clear();
+    this.removedFloor = 0;
     this.unwatch = this.gatewayLeases.watchTargetCooldowns((e, target, until) => {
       this.changes[this.seq % MAX_LOG] = { key: e.key, target, until };
       this.seq++;
@@ -192,17 +241,7 @@ export class GatewayHub {
         this.replicas.delete(id);
         this.log.info({ replica: id }, 'gateway replica went silent; its capacity share is released');
       }
-      if (this.waiters.size > 0) {
-        for (const [key, until] of this.contended) if (until <= now) this.contended.delete(key);
-        const sig = `${this.gatewayLeases
-          .upstreams()
-          .map((u) => `${u.key}:${u.reason ?? ''}`)
-          .join(',')}|${[...this.contended.keys()].join(',')}`;
-        if (sig !== this.signature) {
-          this.signature = sig;
-          this.wake();
-        }
-      }
+      if (this.waiters.size > 0 && this.refresh()) this.wake();
       this.housekeeping();
     }, HOUSEKEEPING_MS);
   }
@@ -241,7 +280,7 @@ export class GatewayHub {
     );
   }
 
-  private apply(r: Replica, req: SyncRequest): void {
+  private apply(r: Replica, req: SyncRequest, stale: boolean): void {
     if (req.release?.length) {
       const gone = new Set(req.release);
       for (const [key, slots] of r.slots) {
@@ -272,6 +311,7 @@ export class GatewayHub {
         this.log.info({ upstream: rep.upstream, err: err.message }, 'gateway replica report refused');
       }
     }
+    if (stale) return;
     // Renew what is held: a slot lease the store will not renew (drain deadline, gone) leaves the share.
     for (const [key, slots] of r.slots) {
       const kept = slots.filter((s) => this.leases.renew(s.id, SLOT_TTL_SECONDS) !== undefined);
@@ -279,12 +319,20 @@ export class GatewayHub {
       else r.slots.delete(key);
     }
     if (req.want) {
+      // A full request's `want` replaces what was wanted, a delta request's changes it (0 = none).
+      if (req.shareToken === undefined) r.want.clear();
+      for (const [key, w] of Object.entries(req.want)) {
+        if (w > 0) r.want.set(key, w);
+        else r.want.delete(key);
+      }
+    }
+    if (req.want || req.shareToken !== undefined) {
       for (const [key, slots] of r.slots) {
-        const want = req.want[key] ?? 0;
+        const want = r.want.get(key) ?? 0;
         while (slots.length > want) this.leases.release((slots.pop() as Slot).id);
         if (slots.length === 0) r.slots.delete(key);
       }
-      for (const [key, want] of Object.entries(req.want)) {
+      for (const [key, want] of r.want) {
         const slots = r.slots.get(key) ?? [];
         while (slots.length < want) {
           let got: UpstreamLeaseOutcome;
@@ -313,15 +361,48 @@ export class GatewayHub {
     return Math.max(1, this.seq - MAX_LOG + 1);
   }
 
-  private answer(req: SyncRequest, r: Replica | undefined): SyncAnswer {
+  /**
+   * Brings the published upstream states up to date with the store: an upstream whose state
+   * changed (its latency only when it moved a lot, as in Proxy status) gets the next upstream
+   * sequence number, one gone from the fleet a removal. Returns whether anything changed.
+   */
+  private refresh(): boolean {
+    const now = this.clock.now();
+    for (const [key, until] of this.contended) if (until <= now) this.contended.delete(key);
+    const round = ++this.round;
+    const before = this.useq;
+    for (const u of this.gatewayLeases.upstreams()) {
+      const state: UpstreamState = u;
+      if ((this.contended.get(u.key) ?? 0) > now) state.contended = true;
+      const p = this.published.get(u.key);
+      if (p && sameState(p.u, state)) {
+        p.round = round;
+        continue;
+      }
+      if (p && !latencyMoved(p.u.latencyMillis, state.latencyMillis)) state.latencyMillis = p.u.latencyMillis;
+      this.published.set(u.key, { u: state, seq: ++this.useq, round });
+      this.removedAt.delete(u.key);
+    }
+    for (const [key, p] of this.published) {
+      if (p.round === round) continue;
+      this.published.delete(key);
+      this.removedAt.set(key, ++this.useq);
+      if (this.removedAt.size > MAX_LOG) {
+        const [oldest, seq] = this.removedAt.entries().next().value as [string, number];
+        this.removedAt.delete(oldest);
+        this.removedFloor = seq;
+      }
+    }
+    return this.useq !== before;
+  }
+
+  private answer(req: SyncRequest, r: Replica | undefined, fresh = false): SyncAnswer {
     const now = this.clock.now();
     const full = req.epoch !== this.epoch || req.cursor < this.firstSeq - 1 || req.cursor > this.seq;
-    const upstreams = this.gatewayLeases.upstreams(full);
     const cooldowns: [string, string, number][] = [];
     if (full) {
-      for (const u of upstreams) {
+      for (const u of this.gatewayLeases.upstreams(true)) {
         for (const [t, until] of u.cooldowns ?? []) cooldowns.push([u.key, t, until - now]);
-        delete u.cooldowns;
       }
     } else {
       for (let n = req.cursor + 1; n <= this.seq; n++) {
@@ -329,8 +410,14 @@ export class GatewayHub {
         if (c.until > now) cooldowns.push([c.key, c.target, c.until - now]);
       }
     }
-    for (const u of upstreams)
-      if ((this.contended.get(u.key) ?? 0) > now) (u as UpstreamState).contended = true;
+    if (!fresh) this.refresh();
+    // A replica that sends an upstream cursor takes deltas (gateway/share); an older one, or one
+    // whose cursor this epoch cannot serve, gets every upstream.
+    const since = req.upstreamCursor;
+    const whole =
+      since === undefined || since === 0 || full || since < this.removedFloor || since > this.useq;
+    const upstreams: UpstreamState[] = [];
+    for (const p of this.published.values()) if (whole || p.seq > since) upstreams.push(p.u);
     const out: SyncAnswer = {
       epoch: this.epoch,
       cursor: this.seq,
@@ -339,8 +426,78 @@ export class GatewayHub {
       upstreams,
       replicas: this.replicas.size,
     };
-    if (r) out.slots = Object.fromEntries(r.slots);
+    if (since !== undefined) {
+      out.upstreamCursor = this.useq;
+      out.upstreamsFull = whole;
+      if (!whole) {
+        const removed: string[] = [];
+        for (const [key, seq] of this.removedAt) if (seq > since) removed.push(key);
+        if (removed.length > 0) out.removed = removed;
+      }
+    }
+    if (r) this.answerShare(req, r, out);
     if (this.asks.size > 0) out.sessionAsks = [...this.asks.values()].map((p) => p.ask);
     return out;
   }
+
+  /**
+   * The share part of an answer to a mutating sync: the whole share for a replica that takes no
+   * deltas; otherwise this record's token and the upstreams whose slots differ from what the
+   * replica holds (its `held` in a full request, what it was last told in a delta request).
+   */
+  private answerShare(req: SyncRequest, r: Replica, out: SyncAnswer): void {
+    if (req.upstreamCursor === undefined) {
+      out.slots = Object.fromEntries(r.slots);
+      return;
+    }
+    out.shareToken = r.token;
+    if (req.shareToken !== undefined && req.shareToken !== r.token) return;
+    if (req.shareToken === undefined) {
+      r.told.clear();
+      for (const [key, ids] of Object.entries(req.held ?? {})) r.told.set(key, ids.join(','));
+    }
+    const slots: Record<string, Slot[]> = {};
+    for (const [key, s] of r.slots) {
+      const ids = s.map((x) => x.id).join(',');
+      if (r.told.get(key) === ids) continue;
+      slots[key] = s;
+      r.told.set(key, ids);
+    }
+    for (const key of r.told.keys()) {
+      if (r.slots.has(key)) continue;
+      slots[key] = [];
+      r.told.delete(key);
+    }
+    out.slots = slots;
+    out.slotsPartial = true;
+  }
+}
+
+/** Whether a replica would learn nothing from `b` over `a` (latency aside: see latencyMoved). */
+function sameState(a: UpstreamState, b: UpstreamState): boolean {
+  return (
+    a.reason === b.reason &&
+    a.maxLeases === b.maxLeases &&
+    a.namespace === b.namespace &&
+    a.contended === b.contended &&
+    !latencyMoved(a.latencyMillis, b.latencyMillis) &&
+    sameRecord(a.labels, b.labels) &&
+    a.location?.region === b.location?.region &&
+    a.location?.zone === b.location?.zone
+  );
+}
+
+/** Latency is republished when it appears, goes, or moves a lot (as Proxy status publishes it). */
+function latencyMoved(before: number | null, now: number | null): boolean {
+  if (before === null || now === null) return before !== now;
+  return latencyMovedALot(before, now);
+}
+
+function sameRecord(a: Record<string, string>, b: Record<string, string>): boolean {
+  let n = 0;
+  for (const k in a) {
+    if (a[k] !== b[k]) return false;
+    n++;
+  }
+  return Object.keys(b).length === n;
 }

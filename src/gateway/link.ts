@@ -101,7 +101,8 @@ export class GatewayLink {
         epoch: this.epoch,
         cursor: this.cursor,
         waitMs: 0,
-        held: share.held,
+        upstreamCursor: this.upstreamCursor(),
+        ...(share.shareToken === undefined ? { held: share.held } : { shareToken: share.shareToken }),
         want: share.want,
         release: share.release,
         reports: share.reports,
@@ -132,11 +133,18 @@ export class GatewayLink {
           cursor: this.cursor,
           waitMs: WATCH_WAIT_MS,
           askCursor: this.o.replica.askCursor,
+          upstreamCursor: this.upstreamCursor(),
         },
         signal,
       );
       if (!ok) await this.pause(RETRY_MS, signal, false);
     }
+  }
+
+  /** The replica's upstream cursor when it belongs to the epoch synced with (else 0: send everything). */
+  private upstreamCursor(): number {
+    const r = this.o.replica;
+    return r.upstreamEpoch === this.epoch ? r.upstreamCursor : 0;
   }
 
   private pause(ms: number, signal: AbortSignal, kickable: boolean): Promise<void> {

@@ -55,11 +55,15 @@ interface Known extends UpstreamState {
   mirrored: string;
 }
 
-/** What the link sends next: wanted shares, give-backs and reports. */
+/**
+ * What the link sends next: wanted shares, give-backs and reports. With `shareToken` a delta:
+ * `want` holds only the upstreams whose wanted share changed (0 = none), and no `held`.
+ */
 export interface ShareRequest {
+  shareToken?: string;
   want: Record<string, number>;
   release: string[];
-  held: Record<string, string[]>;
+  held?: Record<string, string[]>;
   reports: SyncReport[];
   sessionAnswers: SessionAnswer[];
 }
@@ -80,6 +84,15 @@ export class ReplicaChooser implements UpstreamChooser {
   private readonly askedSessions = new Set<string>();
   /** The newest session ask seen, per hub epoch. */
   askCursor = 0;
+  /** The hub epoch and last upstream change this replica's upstreams reflect (gateway/share). */
+  upstreamEpoch = '';
+  upstreamCursor = 0;
+  /** The hub's token for this replica's share, once a full share request was answered. */
+  private shareToken: string | undefined;
+  /** Per upstream, the share wanted as the hub last acknowledged it. */
+  private readonly sentWant = new Map<string, number>();
+  /** The share wanted in the request in flight, acknowledged by its answer. */
+  private pendingWant: Map<string, number> | undefined;
   private askEpoch = '';
   private readonly short = new Set<string>();
   /** Routings whose matching upstreams were checked for shortness since the last share round. */
@@ -131,34 +144,27 @@ export class ReplicaChooser implements UpstreamChooser {
   applyAnswer(raw: unknown): SyncAnswer {
     const a = parseSyncAnswer(raw);
     if (a.replicas !== undefined) this.replicas = Math.max(1, a.replicas);
-    const next = new Map<string, Known>();
-    for (const u of a.upstreams) {
-      const old = this.known.get(u.key);
-      next.set(u.key, {
-        ...u,
-        selectable: selectableLabels(u.labels, u.location),
-        slots: old?.slots ?? [],
-        inUse: old?.inUse ?? 0,
-        upstream: old?.upstream,
-        mirrored: old?.mirrored ?? '',
-      });
-    }
+    const next = this.takeUpstreams(a);
+    // What the mirror must hear again: everything after a whole answer, else what the answer names.
+    const wholeUpstreams = next !== this.known && a.upstreamsFull !== false;
+    const wholeSlots = a.slots !== undefined && !a.slotsPartial;
+    const touched = new Set<Known>();
+    if (next !== this.known && !wholeUpstreams)
+      for (const u of a.upstreams) touched.add(next.get(u.key) as Known);
     if (a.slots) {
       for (const k of next.values()) {
-        const given = a.slots[k.key] ?? [];
+        const given = a.slots[k.key] ?? (a.slotsPartial ? undefined : []);
+        if (given === undefined) continue;
         const urls = new Map(k.slots.map((s) => [s.id, s.url]));
         k.slots = given.map((s) => ({ id: s.id, url: s.url === '' ? (urls.get(s.id) ?? '') : s.url }));
         k.upstream = upstreamFor(k);
+        touched.add(k);
       }
     }
-    for (const [key, old] of this.known) {
-      if (next.has(key)) continue;
-      // Connections still open on an upstream that disappeared keep counting until they close.
-      if (old.inUse > 0) next.set(key, { ...old, reason: 'Deleting', slots: [] });
-      else this.mirror.removeProxy(key);
-    }
     this.known = next;
-    for (const k of next.values()) this.mirrorOne(k);
+    if (wholeUpstreams || wholeSlots) for (const k of next.values()) this.mirrorOne(k);
+    else for (const k of touched) this.mirrorOne(k);
+    if (a.shareToken !== undefined) this.takeShareToken(a.shareToken);
     // Cooldowns only lengthen (as in the leader's store): a full answer adds what the replica lacks.
     for (const [key, target, left] of a.cooldowns) {
       const k = next.get(key);
@@ -209,12 +215,77 @@ export class ReplicaChooser implements UpstreamChooser {
   }
 
   /**
+   * After a share answer: the token the hub answered with. The one this request was made under (or
+   * the first one) acknowledges the share wanted; another means the hub had no record of it, so
+   * the next request, sent at once, is a whole one.
+   */
+  private takeShareToken(token: string): void {
+    const sent = this.shareToken;
+    if (sent !== undefined && sent !== token) {
+      this.forgetShareToken();
+      queueMicrotask(() => this.onNeed());
+      return;
+    }
+    this.shareToken = token;
+    if (this.pendingWant) {
+      this.sentWant.clear();
+      for (const [key, w] of this.pendingWant) this.sentWant.set(key, w);
+    }
+    this.pendingWant = undefined;
+  }
+
+  private forgetShareToken(): void {
+    this.shareToken = undefined;
+    this.sentWant.clear();
+    this.pendingWant = undefined;
+  }
+
+  /**
+   * The upstreams after answer `a`: its whole list, or its changes and removals merged into what
+   * this replica knows. An answer older than the last one applied (the sync and watch loops'
+   * answers may cross) leaves them as they are, returning the same map.
+   */
+  private takeUpstreams(a: SyncAnswer): Map<string, Known> {
+    const whole = a.upstreamsFull !== false;
+    if (a.upstreamCursor !== undefined && a.epoch === this.upstreamEpoch) {
+      if (a.upstreamCursor < this.upstreamCursor || (!whole && a.upstreamCursor === this.upstreamCursor))
+        return this.known;
+    } else if (!whole) return this.known;
+    const next = whole ? new Map<string, Known>() : new Map(this.known);
+    for (const u of a.upstreams) {
+      const old = this.known.get(u.key);
+      next.set(u.key, {
+        ...u,
+        selectable: selectableLabels(u.labels, u.location),
+        slots: old?.slots ?? [],
+        inUse: old?.inUse ?? 0,
+        upstream: old?.upstream,
+        mirrored: old?.mirrored ?? '',
+      });
+    }
+    const gone = whole ? [...this.known.keys()].filter((key) => !next.has(key)) : (a.removed ?? []);
+    for (const key of gone) {
+      const old = this.known.get(key);
+      if (!old) continue;
+      // Connections still open on an upstream that disappeared keep counting until they close.
+      if (old.inUse > 0) next.set(key, { ...old, reason: 'Deleting', slots: [] });
+      else {
+        next.delete(key);
+        this.mirror.removeProxy(key);
+      }
+    }
+    this.upstreamEpoch = a.epoch;
+    this.upstreamCursor = a.upstreamCursor ?? 0;
+    return next;
+  }
+
+  /**
    * What to ask the hub for now: per upstream usable by this replica, the connections open plus
    * headroom (one slot for an unlimited upstream, whose slot only carries the URL); slots beyond
    * it are given back and stop counting here at once.
    */
   shareRequest(): ShareRequest {
-    const want: Record<string, number> = {};
+    const wanted = new Map<string, number>();
     const release: string[] = this.releaseBacklog;
     this.releaseBacklog = [];
     const held: Record<string, string[]> = {};
@@ -231,24 +302,36 @@ export class ReplicaChooser implements UpstreamChooser {
         }
       }
       w = Math.max(w, k.maxLeases === 0 ? Math.min(1, k.slots.length) : Math.min(k.inUse, k.slots.length));
-      while (k.slots.length > w) release.push((k.slots.pop() as Slot).id);
-      if (w > 0) want[k.key] = w;
-      if (k.slots.length > 0) held[k.key] = k.slots.map((s) => s.id);
-      k.upstream = upstreamFor(k);
-      this.mirrorOne(k);
+      if (k.slots.length > w) {
+        while (k.slots.length > w) release.push((k.slots.pop() as Slot).id);
+        // Fewer slots: less capacity in the mirror, and perhaps another slot's URL to dial.
+        k.upstream = upstreamFor(k);
+        this.mirrorOne(k);
+      }
+      if (w > 0) wanted.set(k.key, w);
+      if (k.slots.length > 0 && this.shareToken === undefined) held[k.key] = k.slots.map((s) => s.id);
     }
     this.short.clear();
     this.scanned.clear();
-    this.asked = new Set(Object.keys(want));
+    this.asked = new Set(wanted.keys());
+    this.pendingWant = wanted;
     const reports = this.reports;
     this.reports = [];
     const sessionAnswers = this.sessionAnswers;
     this.sessionAnswers = [];
-    return { want, release, held, reports, sessionAnswers };
+    if (this.shareToken === undefined)
+      return { want: Object.fromEntries(wanted), release, held, reports, sessionAnswers };
+    // A delta: only what the hub does not know yet.
+    const want: Record<string, number> = {};
+    for (const [key, w] of wanted) if (this.sentWant.get(key) !== w) want[key] = w;
+    for (const key of this.sentWant.keys()) if (!wanted.has(key)) want[key] = 0;
+    return { shareToken: this.shareToken, want, release, reports, sessionAnswers };
   }
 
   /** Reports the link could not deliver go back to the queue. */
   requeue(reports: SyncReport[], sessionAnswers: SessionAnswer[] = [], release: string[] = []): void {
+    // Whether the hub applied the lost request is unknown: the next one tells it the whole share.
+    this.forgetShareToken();
     this.reports.unshift(...reports);
     this.sessionAnswers.unshift(...sessionAnswers);
     this.releaseBacklog.unshift(...release);

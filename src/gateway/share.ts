@@ -3,9 +3,11 @@
  * replica's gateway (gateway/replica, gateway/link) on `POST /v1/internal/gateway/sync`
  * (docs/architecture.md, "Gateway scale-out"): a replica asks for a share of each upstream's
  * capacity (slot leases the leader holds for it), hands back what it no longer needs, reports
- * blocks and failures, and receives every upstream's state plus the per-target cooldowns it has
- * not seen yet. A sync with `waitMs` > 0 and nothing to change is a long poll: the leader answers
- * as soon as a cooldown begins, so a block reaches every replica without polling. Both sides
+ * blocks and failures, and receives the upstream states and per-target cooldowns it has not seen
+ * yet (deltas against its cursors; the whole fleet when it has none) and the slots that differ
+ * from what it holds. A sync with `waitMs` > 0 and nothing to change is a long poll: the leader
+ * answers as soon as a cooldown begins or an upstream changes, so news reaches every replica
+ * without polling. Both sides
  * check what they receive against the schemas below: the hub each request (the route table), a
  * replica each answer before it changes anything (`parseSyncAnswer`).
  */
@@ -107,6 +109,18 @@ export const SyncRequestBody = Type.Object(
     askCursor: Type.Optional(
       counter('The newest session ask (`SessionAsk.n`) the replica has seen in this epoch.'),
     ),
+    shareToken: Type.Optional(
+      Type.String({
+        maxLength: 64,
+        description:
+          "The hub's `shareToken` from the last answer: `want` then lists only the upstreams whose wanted share changed (0 = none) and `held` may be left out. Without it, `want` is the whole share wanted.",
+      }),
+    ),
+    upstreamCursor: Type.Optional(
+      counter(
+        'The last upstream change the replica has seen in this epoch (0 = none). Sent, it asks for deltas: the upstreams changed since, the removed ones, and only the slots that differ from `held`.',
+      ),
+    ),
     sessionAnswers: Type.Optional(
       Type.Array(SessionAnswerBody, {
         maxItems: MAX_REPORTS,
@@ -198,10 +212,36 @@ export const SyncAnswerBody = Type.Object({
     },
   ),
   upstreams: Type.Array(UpstreamStateBody, { maxItems: MAX_UPSTREAMS }),
+  upstreamCursor: Type.Optional(
+    Type.Integer({ minimum: 0, description: 'The last upstream change this answer includes.' }),
+  ),
+  upstreamsFull: Type.Optional(
+    Type.Boolean({
+      description:
+        "`upstreams` is the whole fleet (true, or absent) or only the upstreams changed since the request's `upstreamCursor` (false).",
+    }),
+  ),
+  removed: Type.Optional(
+    Type.Array(UpstreamKey, {
+      maxItems: MAX_UPSTREAMS,
+      description: 'Upstreams gone from the fleet since `upstreamCursor` (with `upstreamsFull` false).',
+    }),
+  ),
   slots: Type.Optional(
     Type.Record(Type.String(), Type.Array(SlotBody, { maxItems: MAX_SLOTS_PER_UPSTREAM }), {
-      description: "The replica's whole share, when the request was a mutating one (not a pure watch).",
+      description:
+        "The replica's share, when the request was a mutating one (not a pure watch): all of it, or with `slotsPartial` only the upstreams whose slots differ from the request's `held`.",
     }),
+  ),
+  shareToken: Type.Optional(
+    Type.String({
+      maxLength: 64,
+      description:
+        "Names the hub's record of this replica's share: sent back, the next request may be a delta. An answer with a token other than the one sent had the request's share changes ignored: send the whole share.",
+    }),
+  ),
+  slotsPartial: Type.Optional(
+    Type.Boolean({ description: 'Upstreams missing from `slots` keep the slots the replica holds.' }),
   ),
   sessionAsks: Type.Optional(
     Type.Array(SessionAskBody, {
@@ -222,7 +262,12 @@ export interface SyncAnswer {
   full: boolean;
   cooldowns: [string, string, number][];
   upstreams: UpstreamState[];
+  upstreamCursor?: number;
+  upstreamsFull?: boolean;
+  removed?: string[];
   slots?: Record<string, Slot[]>;
+  shareToken?: string;
+  slotsPartial?: boolean;
   sessionAsks?: SessionAsk[];
   replicas?: number;
 }
@@ -276,6 +321,7 @@ export function syncRequestProblem(req: SyncRequest): { field: string; message: 
 /** Whether the request changes anything at the hub (otherwise it is a watch and may wait). */
 export function isMutating(req: SyncRequest): boolean {
   return (
+    req.shareToken !== undefined ||
     req.held !== undefined ||
     req.want !== undefined ||
     (req.release?.length ?? 0) > 0 ||

@@ -10,6 +10,7 @@ import type { Clock } from '../runtime/clock.ts';
 import type { Selector } from '../runtime/selector.ts';
 import type { Cooldowns } from './cooldowns.ts';
 import { type Entry, newEntry, snapshotOf } from './entry.ts';
+import { SortedList } from './ordered.ts';
 import type { Selection } from './selection.ts';
 import type { ProxyInfo, ProxySnapshot } from './types.ts';
 import { matchesFilter } from './view.ts';
@@ -19,6 +20,8 @@ export class Fleet {
   private readonly cooldowns: Cooldowns;
   private readonly clock: Clock;
   private readonly byKey = new Map<string, Entry>();
+  /** The same entries by namespace and name: a listing (or one page of it) walks no more than it returns. */
+  private readonly byName = new SortedList<Entry>(byNamespaceAndName);
   /** Entries restored from a checkpoint whose Proxy the feed has not delivered yet. */
   private readonly heldAside = new Map<string, Entry>();
 
@@ -54,6 +57,7 @@ export class Fleet {
     const e = newEntry(info);
     this.assign(e, info);
     this.byKey.set(info.key, e);
+    this.byName.insert(e);
     this.selection.update(e, () => {});
   }
 
@@ -95,20 +99,38 @@ export class Fleet {
     return this.byKey.get(key)?.activeByInstance.get(instance) ?? 0;
   }
 
-  /** The public view of every proxy matching the filter, by namespace and name. */
+  /**
+   * The public view of the proxies matching the filter, by namespace and name: all of them, or
+   * at most `limit` starting after `after` (a `namespace/name`) and whether more follow.
+   */
   snapshot(
     namespace: string | undefined,
     selector: Selector | undefined,
     target: string | undefined,
     now: number,
-  ): ProxySnapshot[] {
+    page: { limit?: number; after?: string } = {},
+  ): { proxies: ProxySnapshot[]; more: boolean } {
     const out: ProxySnapshot[] = [];
-    for (const e of this.byKey.values()) {
-      if (matchesFilter(e, namespace, selector)) out.push(snapshotOf(e, target, now));
+    const limit = page.limit ?? Number.POSITIVE_INFINITY;
+    let entries: Iterable<Entry> = this.byName;
+    if (page.after !== undefined) {
+      const slash = page.after.indexOf('/');
+      const probe = { namespace: page.after.slice(0, slash), name: page.after.slice(slash + 1) } as Entry;
+      entries = this.byName.after(probe);
+    } else if (namespace !== undefined) {
+      // The namespace's first proxy sorts right after its name with nothing behind it.
+      entries = this.byName.after({ namespace, name: '' } as Entry);
     }
-    return out.sort((a, b) =>
-      a.namespace === b.namespace ? (a.name < b.name ? -1 : 1) : a.namespace < b.namespace ? -1 : 1,
-    );
+    for (const e of entries) {
+      if (namespace !== undefined && e.namespace !== namespace) {
+        if (e.namespace > namespace) break;
+        continue;
+      }
+      if (!matchesFilter(e, namespace, selector)) continue;
+      if (out.length >= limit) return { proxies: out, more: true };
+      out.push(snapshotOf(e, target, now));
+    }
+    return { proxies: out, more: false };
   }
 
   /**
@@ -133,6 +155,7 @@ export class Fleet {
     this.heldAside.delete(key);
     if (held.uid !== uid) return undefined;
     this.byKey.set(key, held);
+    this.byName.insert(held);
     return held;
   }
 
@@ -165,5 +188,11 @@ export class Fleet {
     });
     this.cooldowns.leave(e);
     this.byKey.delete(e.key);
+    this.byName.delete(e);
   }
+}
+
+function byNamespaceAndName(a: Entry, b: Entry): number {
+  if (a.namespace !== b.namespace) return a.namespace < b.namespace ? -1 : 1;
+  return a.name === b.name ? 0 : a.name < b.name ? -1 : 1;
 }

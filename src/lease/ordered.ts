@@ -78,6 +78,19 @@ export class SortedList<T> {
     for (const chunk of this.chunks) yield* chunk;
   }
 
+  /** The items after `item` (cmp > 0) in order, found by binary search: no walk of those before it. */
+  *after(item: T): IterableIterator<T> {
+    if (this.chunks.length === 0) return;
+    let ci = this.chunkFor(item);
+    let chunk = this.chunks[ci]!;
+    let i = SortedList.lowerBound(chunk, item, this.cmp);
+    if (i < chunk.length && this.cmp(chunk[i]!, item) === 0) i++;
+    for (; ci < this.chunks.length; ci++, i = 0) {
+      chunk = this.chunks[ci]!;
+      for (; i < chunk.length; i++) yield chunk[i]!;
+    }
+  }
+
   /** First item accepted by `pred`, walking in order; undefined when none. */
   find(pred: (item: T) => boolean): T | undefined {
     for (const chunk of this.chunks) {

@@ -256,14 +256,27 @@ export class LeaseStore {
     return true;
   }
 
-  /** What the store knows about every proxy matching the filter, for `GET /v1/proxies`. */
+  /** What the store knows about every proxy matching the filter, by namespace and name. */
   snapshot(filter: SnapshotFilter = {}): ProxySnapshot[] {
+    return this.snapshotPage(filter).proxies;
+  }
+
+  /**
+   * `GET /v1/proxies`: the proxies matching the filter, all or one page of at most `limit`
+   * starting after `after` (the `continue` of the page before), and where the next page starts.
+   */
+  snapshotPage(
+    filter: SnapshotFilter,
+    page: { limit?: number; after?: string } = {},
+  ): { proxies: ProxySnapshot[]; continue?: string } {
     const target = normalizeTarget(filter.target);
     const selector = toSelector(filter.selector);
     checkNamespace(filter.namespace);
     const namespace = filter.namespace === '' ? undefined : filter.namespace;
     const now = this.sweep();
-    return this.fleet.snapshot(namespace, selector, target, now);
+    const { proxies, more } = this.fleet.snapshot(namespace, selector, target, now, page);
+    const last = proxies[proxies.length - 1];
+    return more && last ? { proxies, continue: `${last.namespace}/${last.name}` } : { proxies };
   }
 
   // ---- for the dashboard ----

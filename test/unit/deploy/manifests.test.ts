@@ -4,12 +4,14 @@
  * RBAC grants exactly what the code calls (an explicit table, checked against the source in both
  * directions), and the manager runs locked down with flags the real CLI parser accepts.
  */
+
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { parseCommandLine } from '../../../src/cmd/flags.ts';
 import { loadProvidersConfig } from '../../../src/config/load.ts';
+import { NODE_LAUNCH_FLAGS } from '../../../src/runtime/v8-flags.ts';
 
 const ROOT = resolve(import.meta.dirname, '../../..');
 const CONFIG = join(ROOT, 'config');
@@ -543,6 +545,13 @@ describe('container image', () => {
     const user = /^USER\s+(\d+)/m.exec(dockerfile)?.[1];
     expect(Number(user)).toBe(Number(pod.securityContext?.runAsUser));
     expect(dockerfile).toMatch(/^FROM node:24-slim\s*$/m);
+  });
+
+  it('every launcher passes the V8 flags that only work on the command line', () => {
+    const entrypoint = JSON.parse(/^ENTRYPOINT\s+(\[.*\])\s*$/m.exec(dockerfile)?.[1] ?? '[]') as string[];
+    expect(entrypoint.slice(0, 1 + NODE_LAUNCH_FLAGS.length)).toEqual(['node', ...NODE_LAUNCH_FLAGS]);
+    const shebang = readFileSync(join(ROOT, 'bin/egress-proxies-operator.js'), 'utf8').split('\n')[0];
+    expect(shebang).toBe(`#!/usr/bin/env -S node ${NODE_LAUNCH_FLAGS.join(' ')}`);
   });
 
   it('the Deployment image is the one the kustomization sets', () => {

@@ -171,6 +171,59 @@ describe('routes', () => {
     expect(proxies.map((p) => [p.name, p.location])).toEqual([['a', { region: 'eu', zone: 'eu-b' }]]);
   });
 
+  it('GET /v1/proxies pages with limit and continue, in namespace and name order', async () => {
+    const names = ['e', 'a', 'd', 'c', 'b', 'f', 'g'];
+    const s = await setup({
+      proxies: [
+        ...names.map((n, i) => info(n, { labels: { pool: i % 2 ? 'odd' : 'even' } })),
+        info('a', { namespace: 'aaa', key: 'aaa/a' }),
+        info('z', { namespace: 'zzz', key: 'zzz/z' }),
+      ],
+    });
+    const walk = async (query: string) => {
+      const seen: string[] = [];
+      let next: string | undefined;
+      let pages = 0;
+      do {
+        const res = await s.call(
+          'GET',
+          `/v1/proxies?limit=3${query}${next ? `&continue=${encodeURIComponent(next)}` : ''}`,
+        );
+        expect(res.status).toBe(200);
+        const page = res.body.proxies as { namespace: string; name: string }[];
+        expect(page.length).toBeLessThanOrEqual(3);
+        seen.push(...page.map((p) => `${p.namespace}/${p.name}`));
+        next = res.body.continue as string | undefined;
+        pages++;
+      } while (next !== undefined);
+      return { seen, pages };
+    };
+    const all = (await s.call('GET', '/v1/proxies')).body.proxies as { namespace: string; name: string }[];
+    const everything = all.map((p) => `${p.namespace}/${p.name}`);
+    expect(everything).toEqual(['aaa/a', ...[...names].sort().map((n) => `crawl/${n}`), 'zzz/z']);
+    expect(await walk('')).toEqual({ seen: everything, pages: 3 });
+    expect((await walk('&namespace=crawl')).seen).toEqual(everything.filter((k) => k.startsWith('crawl/')));
+    expect((await walk('&selector=pool%3Dodd')).seen).toEqual(['crawl/a', 'crawl/c', 'crawl/f']);
+    // The last page says nothing more; a page that ends exactly on the last proxy too.
+    const exact = await s.call('GET', '/v1/proxies?limit=9');
+    expect(exact.body.continue).toBeUndefined();
+    // A proxy removed between pages does not stop the walk: the next page starts after its name.
+    const first = await s.call('GET', '/v1/proxies?limit=2');
+    expect(first.body.continue).toBe('crawl/a');
+    s.leases.removeProxy('crawl/a');
+    const second = await s.call('GET', `/v1/proxies?limit=2&continue=${encodeURIComponent('crawl/a')}`);
+    expect((second.body.proxies as { name: string }[]).map((p) => p.name)).toEqual(['b', 'c']);
+    for (const [query, field] of [
+      ['limit=0', 'limit'],
+      ['limit=10001', 'limit'],
+      ['limit=ten', 'limit'],
+      ['continue=nokey', 'continue'],
+    ] as const) {
+      const bad = await s.call('GET', `/v1/proxies?${query}`);
+      expect(bad, query).toMatchObject({ status: 400, body: { error: { field } } });
+    }
+  });
+
   it('POST /v1/leases without a body uses defaults (TTL 300 s)', async () => {
     const s = await setup();
     const res = await fetch(`${s.server.url}/v1/leases`, {

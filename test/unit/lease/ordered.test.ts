@@ -29,6 +29,22 @@ describe('SortedList', () => {
       { numRuns: 60, seed: TEST_SEED },
     );
   });
+
+  it('walks from after any item, present or not, across chunk boundaries (the paging of GET /v1/proxies)', () => {
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(fc.integer({ min: 0, max: 5000 }), { maxLength: 2000 }),
+        fc.array(fc.integer({ min: -1, max: 5001 }), { minLength: 1, maxLength: 20 }),
+        (items, probes) => {
+          const list = new SortedList<number>((a, b) => a - b);
+          for (const v of items) list.insert(v);
+          const sorted = [...items].sort((a, b) => a - b);
+          for (const p of probes) expect([...list.after(p)]).toEqual(sorted.filter((v) => v > p));
+        },
+      ),
+      { numRuns: 40, seed: TEST_SEED },
+    );
+  });
 });
 
 describe('IndexedHeap', () => {
