@@ -27,6 +27,8 @@ export interface HealthBenchResult {
   probes: number;
   probesPerSecond: number;
   cpuMsPerProbe: number;
+  /** The kernel's share of it (socket calls; loopback delivery is billed to the sender). */
+  systemMsPerProbe: number;
   /** Engine process CPU time ÷ wall time (target ≤ 1). */
   cpuCores: number;
   maxLagMs: number;
@@ -35,6 +37,8 @@ export interface HealthBenchResult {
   unhealthy: number;
   /** CPU of the proxies + origin child process, in cores (it shares the machine). */
   farSideCores: number;
+  /** Status writes in the measured window (verdicts and latency updates). */
+  statusWrites: number;
 }
 
 /** utime+stime of a process from /proc (Linux), ms; 0 elsewhere. */
@@ -124,18 +128,21 @@ export async function runHealthBench(opts: HealthBenchOptions = {}): Promise<Hea
       probes: stats.probes,
       probesPerSecond: (stats.probes / wall) * 1000,
       cpuMsPerProbe: cpuMs / Math.max(1, stats.probes),
+      systemMsPerProbe: cpu.system / 1000 / Math.max(1, stats.probes),
       cpuCores: cpuMs / wall,
       maxLagMs: stats.maxLagMs,
       skipped: stats.skipped,
       healthy,
       unhealthy: verdicts.size - healthy,
       farSideCores: farCores,
+      statusWrites: stats.statusWrites,
     };
     if (opts.print ?? true) {
       const rows: Array<[string, string, string]> = [
         ['proxies', String(n), ''],
         ['probes/s', result.probesPerSecond.toFixed(0), `≈ ${n}`],
         ['CPU ms per probe', result.cpuMsPerProbe.toFixed(3), ''],
+        ['  of it in the kernel', result.systemMsPerProbe.toFixed(3), ''],
         ['engine CPU (cores)', result.cpuCores.toFixed(2), '≤ 1'],
         ['max lag behind schedule (ms)', String(Math.round(result.maxLagMs)), '< 1000'],
         ['slots skipped (probe still running)', String(result.skipped), ''],

@@ -72,9 +72,11 @@ async function probePart(n: number) {
     probesPerSecond: r.probesPerSecond,
     coresPer1000: r.cpuCores / (r.probesPerSecond / 1000),
     cpuMsPerProbe: r.cpuMsPerProbe,
+    systemMsPerProbe: r.systemMsPerProbe,
     maxLagMs: r.maxLagMs,
     intervalMs,
     unhealthy: r.unhealthy,
+    statusWrites: r.statusWrites,
   };
 }
 
@@ -271,6 +273,7 @@ async function main(): Promise<void> {
   );
   row('  probes/s achieved', probe, (p) => p.probesPerSecond, '/s', 0);
   row('  CPU per probe', probe, (p) => p.cpuMsPerProbe * 1000, 'µs', 0);
+  row('    of it in the kernel', probe, (p) => p.systemMsPerProbe * 1000, 'µs', 0);
   row('  worst lag behind schedule (< one interval)', probe, (p) => p.maxLagMs, 'ms', 0);
   const api = runPart<Awaited<ReturnType<typeof apiPart>>>('api', {
     rounds: 3,

@@ -47,6 +47,13 @@ export { REASON_NOT_SERVING, REASON_PROBE_SUCCEEDED } from './policy.ts';
 export type { HealthVerdict } from './probed-instance.ts';
 export { LATENCY_WRITE_MIN_INTERVAL_MS } from './status-writer.ts';
 
+/**
+ * Probe slots due within this many ms start together: spread evenly, a thousand probes a second
+ * would wake the event loop a thousand times, and those wake-ups cost more than a quarter of
+ * each probe's CPU (docs/architecture.md, Decisions). A probe starts at most this late.
+ */
+export const PROBE_BATCH_MS = 25;
+
 export interface HealthEngineOptions {
   store: ObjectStore;
   clock?: Clock;
@@ -130,6 +137,7 @@ export class HealthEngine {
     this.scheduler = new SlotScheduler({
       clock: this.clock,
       concurrency,
+      batchMs: PROBE_BATCH_MS,
       run: (key) => this.probeKey(key),
       onError: (key, err) => this.log.error({ err, proxy: key }, 'health probe crashed'),
     });

@@ -38,6 +38,12 @@ export interface SlotSchedulerOptions {
   clock: Clock;
   /** Runs at once; Infinity for no cap. */
   concurrency: number;
+  /**
+   * Fire slots on a grid of this many ms (default 0: each slot at its time): the slots due
+   * within one step start together, so a busy schedule wakes the event loop once per step
+   * instead of once per slot. A slot starts at most this late, at the same phase every interval.
+   */
+  batchMs?: number;
   /** One run of `key`. A rejection is passed to `onError`; the job stays scheduled. */
   run(key: string): Promise<void>;
   onError?(key: string, err: unknown): void;
@@ -46,6 +52,7 @@ export interface SlotSchedulerOptions {
 export class SlotScheduler {
   private readonly clock: Clock;
   private readonly concurrency: number;
+  private readonly batchMs: number;
   private readonly runJob: (key: string) => Promise<void>;
   private readonly onError: (key: string, err: unknown) => void;
   private readonly jobs = new Map<string, Job>();
@@ -62,6 +69,7 @@ export class SlotScheduler {
   constructor(opts: SlotSchedulerOptions) {
     this.clock = opts.clock;
     this.concurrency = opts.concurrency;
+    this.batchMs = opts.batchMs ?? 0;
     this.runJob = opts.run;
     this.onError = opts.onError ?? (() => undefined);
   }
@@ -149,10 +157,11 @@ export class SlotScheduler {
     if (!this.active) return;
     const top = this.heap.peek();
     if (!top) return;
-    if (this.timer && this.timerAt <= top.due) return;
+    const at = this.batchMs > 0 ? Math.ceil(top.due / this.batchMs) * this.batchMs : top.due;
+    if (this.timer && this.timerAt <= at) return;
     this.disarm();
-    this.timerAt = top.due;
-    this.timer = this.clock.setTimeout(() => this.tick(), Math.max(0, top.due - this.clock.now()));
+    this.timerAt = at;
+    this.timer = this.clock.setTimeout(() => this.tick(), Math.max(0, at - this.clock.now()));
   }
 
   private disarm(): void {

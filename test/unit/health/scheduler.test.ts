@@ -29,13 +29,14 @@ const settle = async () => {
 };
 
 /** Runs stay in progress until `finishAll` when `hold` is set; otherwise they end at once. */
-function rig(concurrency: number, hold: boolean): Rig {
+function rig(concurrency: number, hold: boolean, batchMs?: number): Rig {
   const clock = new FakeClock(0);
   const starts: Rig['starts'] = [];
   const open: Array<() => void> = [];
   const scheduler = new SlotScheduler({
     clock,
     concurrency,
+    ...(batchMs === undefined ? {} : { batchMs }),
     run: (key) => {
       starts.push({ key, at: clock.now() });
       return hold ? new Promise<void>((r) => open.push(r)) : Promise.resolve();
@@ -70,6 +71,28 @@ describe('SlotScheduler', () => {
     ]);
     expect(r.starts.filter((s) => s.key === 'b').map((s) => s.at)).toEqual([0, 3000, 6000]);
     expect(r.scheduler.stats()).toMatchObject({ runs: 10, skipped: 0 });
+  });
+
+  it('with batchMs, starts the slots due within one step together, at most one step late, at the same phase every interval', async () => {
+    const r = rig(10, false, 25);
+    r.scheduler.add('a', 1000, 101);
+    r.scheduler.add('b', 1000, 113);
+    r.scheduler.add('c', 1000, 125);
+    r.scheduler.add('d', 1000, 126);
+    r.scheduler.start();
+    const wakeUps = new Set<number>();
+    for (let i = 0; i < 300; i++) {
+      r.clock.advance(10);
+      await settle();
+    }
+    for (const s of r.starts) wakeUps.add(s.at);
+    const at = (key: string) => r.starts.filter((s) => s.key === key).map((s) => s.at);
+    expect(at('a')).toEqual([125, 1125, 2125]);
+    expect(at('b')).toEqual([125, 1125, 2125]);
+    expect(at('c')).toEqual([125, 1125, 2125]);
+    expect(at('d')).toEqual([150, 1150, 2150]);
+    expect(wakeUps.size).toBe(6);
+    expect(r.scheduler.stats().maxLagMs).toBeLessThanOrEqual(25);
   });
 
   it('never overlaps a job with itself: a slot during a run is skipped and counted', async () => {
