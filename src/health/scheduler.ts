@@ -1,8 +1,9 @@
 /**
  * health/scheduler — runs keyed jobs on a fixed grid (slot, slot + interval, …) under a
- * concurrency cap, on the injected clock. Shared by the health probes, the control probes and
- * the egress-IP check (the probes batched on a coarser grid): a job never overlaps itself, a stalled event loop skips missed slots
- * instead of bursting, and a run requested out of schedule jumps the queue.
+ * concurrency cap, on the injected clock. Shared by the health probes (fired in batches on a
+ * coarser grid), the control probes and the egress-IP check: a job never overlaps itself, a
+ * stalled event loop skips missed slots instead of bursting, and a run requested out of
+ * schedule jumps the queue.
  */
 import { IndexedHeap } from '../lease/ordered.ts';
 import type { Clock, TimerHandle } from '../runtime/clock.ts';
