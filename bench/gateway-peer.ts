@@ -16,7 +16,6 @@
  */
 // The product's V8 settings, applied first as cmd/main does.
 import '../src/runtime/v8-flags.ts';
-import { setFlagsFromString } from 'node:v8';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import { type AddressInfo, connect, createServer, isIP, type Socket } from 'node:net';
@@ -24,6 +23,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { type TLSSocket, connect as tlsConnect } from 'node:tls';
+import { setFlagsFromString } from 'node:v8';
 import { trace } from '@opentelemetry/api';
 import { Registry } from 'prom-client';
 import { Server as ProxyChainServer } from 'proxy-chain';
