@@ -25,6 +25,8 @@ from typing import Any
 from .outcome import backoff_delays, retry_after_seconds
 
 RESULTS = ("success", "blocked", "failed")
+# Proxies per GET /v1/proxies page when listing (the API allows 1-10,000).
+PAGE_SIZE = 1000
 
 
 class DiscoveryError(Exception):
@@ -275,9 +277,20 @@ class LeaseClient:
     def proxies(
         self, target: str | None = None, selector: str | None = None, namespace: str | None = None
     ) -> list[dict[str, Any]]:
-        q = urllib.parse.urlencode(_without_none({"target": target, "selector": selector, "namespace": namespace}))
-        found: list[dict[str, Any]] = self.call("GET", "/v1/proxies" + (f"?{q}" if q else ""))["proxies"]
-        return found
+        """Every proxy the filters select, read a page of PAGE_SIZE at a time (pages cut by name).
+
+        An API without paging answers the whole fleet in the first page and no ``continue``.
+        """
+        filters = _without_none({"target": target, "selector": selector, "namespace": namespace})
+        found: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            q = urllib.parse.urlencode({**filters, "limit": PAGE_SIZE, **({"continue": cursor} if cursor else {})})
+            page = self.call("GET", f"/v1/proxies?{q}")
+            found.extend(page["proxies"])
+            cursor = page.get("continue")
+            if not cursor:
+                return found
 
     @contextlib.contextmanager
     def leased(

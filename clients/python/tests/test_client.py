@@ -6,6 +6,7 @@ import os
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -311,3 +312,17 @@ def test_calls_at_once_use_one_connection_each_and_reuse_them(
         w.join()
     assert len(api.seen) == 40
     assert 1 <= api.connections <= 4
+
+
+def test_proxies_reads_every_page_with_the_same_filters(api: ScriptedApi, client: Callable[..., LeaseClient]) -> None:
+    first = [{"namespace": "crawl", "name": f"eu-{i}"} for i in range(2)]
+    api.script = [
+        (200, {}, {"proxies": first, "continue": "crawl/eu-1"}),
+        (200, {}, {"proxies": [{"namespace": "crawl", "name": "eu-2"}]}),
+    ]
+    listed = client().proxies(target="shop.example", selector="pool=eu")
+    assert [p["name"] for p in listed] == ["eu-0", "eu-1", "eu-2"]
+    queries = [urllib.parse.parse_qs(urllib.parse.urlsplit(path).query) for _, path, _, _ in api.seen]
+    assert [q.get("continue") for q in queries] == [None, ["crawl/eu-1"]]
+    for q in queries:
+        assert q["target"] == ["shop.example"] and q["selector"] == ["pool=eu"] and q["limit"] == ["1000"]
