@@ -13,6 +13,7 @@ import {
   DEFAULT_RULE_RETRIES,
 } from '../config/gateway-rules.ts';
 import type { GatewayRuleConfig } from '../config/schema.ts';
+import { retryAfterSeconds } from '../crawler/outcome.ts';
 
 export type RuleAction = GatewayRuleConfig['actions'][number];
 
@@ -130,15 +131,6 @@ export interface Verdict {
   retryUnsafe: boolean;
 }
 
-/** Seconds in `Retry-After` (a number or an HTTP date), or undefined. */
-export function retryAfterSeconds(value: string | undefined, now: number): number | undefined {
-  if (value === undefined) return undefined;
-  const text = value.trim();
-  if (/^\d+$/.test(text)) return Number(text);
-  const at = Date.parse(text);
-  return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - now) / 1000));
-}
-
 export function verdict(matched: readonly Rule[], o: Observed, now: number): Verdict {
   const v: Verdict = {
     block: false,
@@ -147,7 +139,9 @@ export function verdict(matched: readonly Rule[], o: Observed, now: number): Ver
     retries: 0,
     retryUnsafe: false,
   };
-  const after = o.timedOut ? undefined : retryAfterSeconds(headerValue(o.headers, 'retry-after'), now);
+  const asked = o.timedOut ? null : retryAfterSeconds(headerValue(o.headers, 'retry-after'), now);
+  // Whole seconds: an HTTP date 1.2 s away still asks for 2.
+  const after = asked === null ? undefined : Math.ceil(asked);
   for (const r of matched) {
     if (r.observe) continue;
     for (const a of r.actions) {

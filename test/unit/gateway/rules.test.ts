@@ -4,6 +4,7 @@
  * combines what the enforced rules ask for.
  */
 import { describe, expect, it } from 'vitest';
+import { retryAfterSeconds } from '../../../src/crawler/outcome.ts';
 import {
   compileRules,
   DEFAULT_RULES,
@@ -11,7 +12,6 @@ import {
   matchBody,
   matchHead,
   type Observed,
-  retryAfterSeconds,
   rulesFor,
   rulesForBlockedStatuses,
   verdict,
