@@ -16,6 +16,7 @@ import { HealthEngine, type HealthEngineOptions, type HealthVerdict } from '../.
 import { resolveCheck } from '../../../src/health/policy.ts';
 import type { ProbeCheck, ProbeOptions, ProbeResult, ProbeTarget } from '../../../src/health/probe.ts';
 import { createMemoryStore, type MemoryStore } from '../../../src/runtime/memory.ts';
+import { ObjectEngine } from '../../../src/runtime/objects/engine.ts';
 import { StoreError } from '../../../src/runtime/store.ts';
 import { FakeClock } from '../../support/clock.ts';
 
@@ -96,7 +97,15 @@ interface Rig {
 
 function rig(opts: Partial<HealthEngineOptions> = {}): Rig {
   const clock = new FakeClock();
-  const store = createMemoryStore({ clock });
+  // Seeded uids: each proxy's probe slot is derived from its uid, so a random one would move
+  // the slots from run to run (and, now and then, a second probe into the window a test counts).
+  let uids = 0;
+  const store = createMemoryStore({
+    engine: new ObjectEngine({
+      clock,
+      uid: () => `00000000-0000-4000-8000-${String(++uids).padStart(12, '0')}`,
+    }),
+  });
   const probe = new FakeProbe(clock);
   const control = { result: OK(), calls: 0 };
   const verdicts: HealthVerdict[] = [];
