@@ -3,10 +3,12 @@
  * chooser, the egress guard, the response rules, metrics, tracing, limits, and the registry of
  * open connections whose leases are renewed while they last.
  */
+
 import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { EgressGuard } from '../provider/local/egress.ts';
 import type { Clock } from '../runtime/clock.ts';
+import type { ConnectionPool } from './http1.ts';
 import type { GatewayMetrics } from './metrics.ts';
 import type { Rule } from './rules.ts';
 import type { Acquired, UpstreamChooser } from './upstreams.ts';
@@ -81,4 +83,6 @@ export interface GatewayContext {
   hold(a: Acquired, cut: () => void): void;
   /** The connection ended: stop renewing, release the lease. */
   letGo(a: Acquired): void;
+  /** Kept-alive connections to upstreams for plain-HTTP requests (gateway/forward). */
+  upstreamPool: ConnectionPool;
 }

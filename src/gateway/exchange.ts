@@ -15,6 +15,7 @@ import { type Span, SpanStatusCode } from '@opentelemetry/api';
 import { RULE_BODY_BYTES } from '../config/gateway-rules.ts';
 import { expectsContinue, forwardHeaders } from '../provider/local/forward-proxy.ts';
 import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
+import { type Answer, AnswerError, type OutgoingRequest } from './http1.ts';
 import type { GatewayResult } from './metrics.ts';
 import {
   headDeadlineMs,
@@ -70,7 +71,7 @@ export class UpstreamAnsweredError extends Error {
 export interface Transport {
   /** The `kind` label of the gateway's request metrics. */
   kind: 'http' | 'https';
-  request(a: Acquired, method: string, headers: [string, string][]): http.ClientRequest;
+  request(a: Acquired, method: string, headers: [string, string][]): OutgoingRequest;
 }
 
 /** What the exchange needs of the request besides the client's own. */
@@ -121,7 +122,7 @@ class ReplayBody {
    * Sends the body to `upReq` as it arrives, keeping a copy. Called once, right where the pipe
    * starts: a 'data' listener set any earlier would let chunks flow before anyone sends them.
    */
-  pipeTo(upReq: http.ClientRequest): void {
+  pipeTo(upReq: OutgoingRequest): void {
     this.req.on('data', (c: Buffer) => {
       this.uploaded += c.length;
       if (this.overflow) return;
@@ -143,7 +144,7 @@ class ReplayBody {
 }
 
 type Sent =
-  | { kind: 'answered'; res: http.IncomingMessage; ttfbMs: number }
+  | { kind: 'answered'; res: Answer; ttfbMs: number }
   | { kind: 'failed'; why: string; timedOut: boolean }
   | { kind: 'certificate'; reason: string }
   | { kind: 'origin'; message: string }
@@ -173,7 +174,7 @@ function send(
       upReq.destroy();
       settle({ kind: 'failed', why: 'timed out', timedOut: true });
     }, deadlineMs);
-    upReq.once('response', (res) => {
+    upReq.once('response', (res: Answer) => {
       if (res.statusCode === 407 && target.transport.kind === 'http') {
         res.resume();
         settle({ kind: 'failed', why: 'refused our credentials (407)', timedOut: false });
@@ -182,7 +183,10 @@ function send(
     upReq.on('error', (err) => {
       if (err instanceof OriginCertificateError) settle({ kind: 'certificate', reason: err.reason });
       else if (err instanceof OriginTlsError) settle({ kind: 'origin', message: err.message });
-      else if (err instanceof UpstreamAnsweredError) {
+      else if (err instanceof AnswerError && err.code === 'EPROTO' && target.transport.kind === 'https') {
+        // The origin itself broke HTTP (a malformed head, an upgrade): its fault, not the upstream's.
+        settle({ kind: 'origin', message: `the origin's answer was refused: ${err.message}` });
+      } else if (err instanceof UpstreamAnsweredError) {
         settle({ kind: 'refused', status: err.status, message: err.message });
       } else
         settle({ kind: 'failed', why: (err as NodeJS.ErrnoException).code ?? err.message, timedOut: false });
@@ -198,6 +202,8 @@ interface Prefix {
   raw: Buffer[];
   text: string;
   ended: boolean;
+  /** The answer broke off within the prefix (its body was cut short). */
+  failed: boolean;
 }
 
 function decoderFor(
@@ -214,13 +220,14 @@ function decoderFor(
 }
 
 /** Reads up to 64 KiB of decoded body (or the whole body if shorter) and pauses the answer. */
-function readPrefix(res: http.IncomingMessage): Promise<Prefix> {
+function readPrefix(res: Answer): Promise<Prefix> {
   return new Promise((resolve) => {
     const raw: Buffer[] = [];
     let rawSize = 0;
     const decoded: Buffer[] = [];
     let decodedSize = 0;
     let ended = false;
+    let failed = false;
     let done = false;
     const decoder = decoderFor(res.headers['content-encoding'] as string | undefined);
     const finish = () => {
@@ -228,11 +235,11 @@ function readPrefix(res: http.IncomingMessage): Promise<Prefix> {
       done = true;
       res.off('data', onData);
       res.off('end', onEnd);
-      res.off('error', onEnd);
+      res.off('error', onError);
       res.pause();
       decoder?.destroy();
       const text = Buffer.concat(decoded).subarray(0, RULE_BODY_BYTES).toString('utf8');
-      resolve({ raw, text, ended });
+      resolve({ raw, text, ended, failed });
     };
     const take = (d: Buffer) => {
       decoded.push(d);
@@ -253,6 +260,10 @@ function readPrefix(res: http.IncomingMessage): Promise<Prefix> {
         else finish();
       }
     };
+    const onError = () => {
+      failed = true;
+      onEnd();
+    };
     const onEnd = () => {
       ended = true;
       if (decoder) decoder.end();
@@ -260,7 +271,8 @@ function readPrefix(res: http.IncomingMessage): Promise<Prefix> {
     };
     res.on('data', onData);
     res.once('end', onEnd);
-    res.once('error', onEnd);
+    res.once('error', onError);
+    res.resume();
   });
 }
 
@@ -413,7 +425,7 @@ function relay(
   ctx: GatewayContext,
   a: Acquired,
   res: http.ServerResponse,
-  upstreamRes: http.IncomingMessage,
+  upstreamRes: Answer,
   prefix: Prefix | undefined,
   body: ReplayBody | undefined,
   blocked: boolean,
@@ -437,17 +449,23 @@ function relay(
   headers.push([EGRESS_PROXY_HEADER, key]);
   res.writeHead(status, upstreamRes.statusMessage, headers.flat());
   for (const c of prefix?.raw ?? []) res.write(c);
-  if (prefix?.ended) res.end();
+  // Before the answer flows: a body cut short may fail it as soon as it resumes.
+  upstreamRes.on('error', () => res.destroy());
+  if (prefix?.failed) res.destroy();
+  else if (prefix?.ended) res.end();
   else {
     upstreamRes.on('data', (chunk: Buffer) => {
       bytes += chunk.length;
-      if (!res.write(chunk, () => release(chunk))) upstreamRes.pause();
+      if (
+        !res.write(chunk, () => release(chunk)) &&
+        (!process.env.HWM || res.writableLength >= Number(process.env.HWM))
+      )
+        upstreamRes.pause();
     });
     res.on('drain', () => upstreamRes.resume());
     upstreamRes.once('end', () => res.end());
     upstreamRes.resume();
   }
-  upstreamRes.on('error', () => res.destroy());
   res.once('close', () => {
     if (!res.writableFinished) upstreamRes.destroy();
     ctx.metrics.open.dec({ kind });

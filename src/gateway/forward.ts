@@ -5,37 +5,58 @@
  * upstream over keep-alive connections (docs/gateway.md). A client that expects `100 Continue`
  * gets it only once the request has an upstream: every refusal comes first.
  */
-import http from 'node:http';
+import type http from 'node:http';
+import net from 'node:net';
 import { SpanStatusCode } from '@opentelemetry/api';
 import { EGRESS_POLICY_HEADER, EGRESS_REFUSAL } from '../provider/local/egress.ts';
 import type { GatewayContext } from './context.ts';
 import { exchange, plain, type Transport } from './exchange.ts';
+import { request } from './http1.ts';
 import type { GatewayResult } from './metrics.ts';
 import type { RoutingOptions } from './username.ts';
 
 export { plain };
 
-/** Keep-alive connections to upstreams, shared by every forwarded request. */
-const agent = new http.Agent({ keepAlive: true, maxFreeSockets: 64 });
-
-/** Absolute-form requests to the upstream itself, with its credentials. */
-function plainTransport(url: URL): Transport {
+/** Absolute-form requests to the upstream itself, with its credentials, on kept-alive connections. */
+function plainTransport(ctx: GatewayContext, url: URL): Transport {
   return {
     kind: 'http',
     request: (a, method, headers) => {
       const out = headers.filter(([k]) => k.toLowerCase() !== 'host');
       out.unshift(['Host', url.host]);
-      if (a.upstream.authorization) out.push(['Proxy-Authorization', a.upstream.authorization]);
-      return http.request({
-        host: a.upstream.host,
-        port: a.upstream.port,
+      const up = a.upstream;
+      if (up.authorization) out.push(['Proxy-Authorization', up.authorization]);
+      return request({
         method,
-        path: url.href,
-        headers: out.flat(),
-        agent,
+        target: url.href,
+        headers: out,
+        pool: ctx.upstreamPool,
+        key: [up.host, up.port, up.authorization ?? ''].join('\n'),
+        connect: () => connectTcp(up.host, up.port, ctx.limits.upstreamTimeoutMs),
+        idleMs: ctx.limits.idleTimeoutMs,
       });
     },
   };
+}
+
+/** A new connection to an upstream, or the error that kept it from opening within `timeoutMs`. */
+function connectTcp(host: string, port: number, timeoutMs: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect({ host, port, noDelay: true });
+    const timer = setTimeout(() => {
+      s.destroy();
+      reject(Object.assign(new Error('connect timed out'), { code: 'ETIMEDOUT' }));
+    }, timeoutMs);
+    s.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    s.once('connect', () => {
+      clearTimeout(timer);
+      s.removeAllListeners('error');
+      resolve(s);
+    });
+  });
 }
 
 /** Handles one authenticated absolute-form request. */
@@ -83,5 +104,5 @@ export async function handleForward(
       [EGRESS_POLICY_HEADER]: decision.rule,
     });
   }
-  return exchange(ctx, req, res, { host, transport: plainTransport(url), routing, span });
+  return exchange(ctx, req, res, { host, transport: plainTransport(ctx, url), routing, span });
 }

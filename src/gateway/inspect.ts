@@ -5,14 +5,14 @@
  * inside goes through the one request pipeline (gateway/exchange), so response rules see HTTPS
  * as they see plain HTTP. Towards the origin a request leaves through a CONNECT tunnel of the
  * chosen upstream (gateway/dial) and TLS with full verification (the system store and
- * `--gateway-origin-ca`); connections are kept alive per upstream and origin. A refused origin
+ * `--gateway-origin-ca`), spoken by the gateway's one HTTP/1.1 client (gateway/http1);
+ * connections are kept alive per upstream and origin. A refused origin
  * certificate is an error the client reads (502 naming why), never a silent downgrade. Only
  * HTTP/1.1 is spoken inside (ALPN), so a client that insists on HTTP/2 cannot connect.
  */
 import http from 'node:http';
 import type net from 'node:net';
 import { isIP } from 'node:net';
-import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { compileGlob } from '../config/gateway-rules.ts';
 import type { GatewayCa } from './ca.ts';
@@ -26,6 +26,7 @@ import {
   type Transport,
   UpstreamAnsweredError,
 } from './exchange.ts';
+import { ConnectionPool, request } from './http1.ts';
 import type { Upstream } from './upstreams.ts';
 import type { RoutingOptions } from './username.ts';
 
@@ -72,59 +73,43 @@ export function certificateRefusal(err: Error): OriginCertificateError | undefin
   return undefined;
 }
 
-/** Options the tunnel agent reads beside http.request's own. */
-interface TunnelRequestOptions extends http.RequestOptions {
-  dialAuthority: string;
-}
-
 /**
- * Keep-alive connections to origins through one upstream: each new one is a CONNECT tunnel and
- * a verified TLS handshake; the agent pools them per origin like any HTTP agent.
+ * A new connection to an origin through `up`: a CONNECT tunnel and a verified TLS handshake,
+ * failing with the error the pipeline reports (refused certificate, failed TLS, the upstream's
+ * refusal, or the upstream failing).
  */
-class TunnelAgent extends http.Agent {
-  readonly up: Upstream;
-  private readonly trust: tls.SecureContext;
-  private readonly dialTimeoutMs: number;
-
-  constructor(up: Upstream, trust: tls.SecureContext, dialTimeoutMs: number, idleMs: number) {
-    super({ keepAlive: true, maxFreeSockets: 16, timeout: idleMs });
-    this.up = up;
-    this.trust = trust;
-    this.dialTimeoutMs = dialTimeoutMs;
-  }
-
-  override createConnection(
-    args: http.ClientRequestArgs,
-    callback?: (err: Error | null, stream: Duplex) => void,
-  ): undefined {
-    const options = args as TunnelRequestOptions;
-    const done = (err: Error | null, s?: Duplex) => callback?.(err, s as Duplex);
-    const host = options.host ?? '';
-    void dialSocket(this.up, options.dialAuthority, this.dialTimeoutMs).then((d) => {
-      if (!d.ok) {
-        if (d.kind === 'answered') return done(new UpstreamAnsweredError(d.status, d.reason));
-        return done(Object.assign(new Error(`upstream ${d.why}`), { code: d.why }));
-      }
-      const s = tls.connect({
-        socket: d.socket,
-        host,
-        ...(isIP(host) ? {} : { servername: host }),
-        secureContext: this.trust,
-        ALPNProtocols: ['http/1.1'],
-      });
-      const onError = (err: Error) =>
-        done(
-          certificateRefusal(err) ??
-            new OriginTlsError((err as NodeJS.ErrnoException).code ?? err.message, { cause: err }),
-        );
-      s.once('error', onError);
-      s.once('secureConnect', () => {
-        s.off('error', onError);
-        done(null, s);
-      });
-    });
-    return undefined;
-  }
+function connectOrigin(
+  up: Upstream,
+  target: InspectedTarget,
+  trust: tls.SecureContext,
+  dialTimeoutMs: number,
+): Promise<net.Socket> {
+  return dialSocket(up, target.checked, dialTimeoutMs).then(
+    (d) =>
+      new Promise<net.Socket>((resolve, reject) => {
+        if (!d.ok) {
+          if (d.kind === 'answered') return reject(new UpstreamAnsweredError(d.status, d.reason));
+          return reject(Object.assign(new Error(`upstream ${d.why}`), { code: d.why }));
+        }
+        const s = tls.connect({
+          socket: d.socket,
+          host: target.host,
+          ...(isIP(target.host) ? {} : { servername: target.host }),
+          secureContext: trust,
+          ALPNProtocols: ['http/1.1'],
+        });
+        const onError = (err: Error) =>
+          reject(
+            certificateRefusal(err) ??
+              new OriginTlsError((err as NodeJS.ErrnoException).code ?? err.message, { cause: err }),
+          );
+        s.once('error', onError);
+        s.once('secureConnect', () => {
+          s.off('error', onError);
+          resolve(s);
+        });
+      }),
+  );
 }
 
 /** The trust for origins: Node's bundled roots, the system store and the configured extra CAs. */
@@ -139,7 +124,8 @@ export class Inspector {
   private readonly ca: GatewayCa;
   private readonly exclude: RegExp[];
   private readonly trust: tls.SecureContext;
-  private readonly agents = new Map<string, TunnelAgent>();
+  /** Kept-alive origin connections, per upstream (and its address and credentials) and origin. */
+  private readonly pool: ConnectionPool;
   private readonly targets = new WeakMap<object, InspectedTarget>();
   /** Parses the requests of every inspected connection; never listens itself. */
   private readonly inner: http.Server;
@@ -149,6 +135,7 @@ export class Inspector {
     this.ca = setup.ca;
     this.exclude = setup.exclude.map(compileGlob);
     this.trust = originTrust(setup.originCa);
+    this.pool = new ConnectionPool({ maxFree: 16, idleMs: ctx.limits.idleTimeoutMs });
     this.inner = http.createServer({
       headersTimeout: ctx.limits.headersTimeoutMs,
       requestTimeout: ctx.limits.requestTimeoutMs,
@@ -197,20 +184,6 @@ export class Inspector {
     this.inner.emit('connection', secure);
   }
 
-  private agentFor(up: Upstream): TunnelAgent {
-    const known = this.agents.get(up.key);
-    if (known && sameAddress(known, up)) return known;
-    known?.destroy();
-    const agent = new TunnelAgent(
-      up,
-      this.trust,
-      this.ctx.limits.upstreamTimeoutMs,
-      this.ctx.limits.idleTimeoutMs,
-    );
-    this.agents.set(up.key, agent);
-    return agent;
-  }
-
   private serve(target: InspectedTarget, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const span = this.ctx.tracer.startSpan('gateway HTTPS', {
       attributes: { 'server.address': target.host, 'http.request.method': req.method ?? '' },
@@ -220,16 +193,16 @@ export class Inspector {
       kind: 'https',
       request: (a, method, headers) => {
         if (!headers.some(([k]) => k.toLowerCase() === 'host')) headers.unshift(['Host', authority(target)]);
-        const options: TunnelRequestOptions = {
-          host: target.host,
-          port: target.port,
+        const up = a.upstream;
+        return request({
           method,
-          path,
-          headers: headers.flat(),
-          agent: this.agentFor(a.upstream),
-          dialAuthority: target.checked,
-        };
-        return http.request(options);
+          target: path,
+          headers,
+          pool: this.pool,
+          key: [up.key, up.host, up.port, up.authorization ?? '', target.checked, target.host].join('\n'),
+          connect: () => connectOrigin(up, target, this.trust, this.ctx.limits.upstreamTimeoutMs),
+          idleMs: this.ctx.limits.idleTimeoutMs,
+        });
       },
     };
     return exchange(this.ctx, req, res, { host: target.host, transport, routing: target.routing, span });
@@ -237,14 +210,8 @@ export class Inspector {
 
   /** Ends every pooled origin connection. */
   close(): void {
-    for (const a of this.agents.values()) a.destroy();
-    this.agents.clear();
+    this.pool.close();
   }
-}
-
-function sameAddress(agent: TunnelAgent, up: Upstream): boolean {
-  const known = agent.up;
-  return known.host === up.host && known.port === up.port && known.authorization === up.authorization;
 }
 
 function authority(t: InspectedTarget): string {

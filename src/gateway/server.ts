@@ -19,6 +19,7 @@ import type { Clock, TimerHandle } from '../runtime/clock.ts';
 import { gatewayAuthChecker, isLoopbackClient, PROXY_AUTHENTICATE } from './auth.ts';
 import { type GatewayContext, type GatewayLimits, gatewayLimits } from './context.ts';
 import { handleForward, plain } from './forward.ts';
+import { ConnectionPool } from './http1.ts';
 import { Inspector, type InspectSetup } from './inspect.ts';
 import { gatewayMetrics } from './metrics.ts';
 import { compileRules, DEFAULT_RULES } from './rules.ts';
@@ -73,6 +74,7 @@ export class Gateway {
       letGo: (a) => {
         if (this.held.delete(a)) opts.chooser.release(a);
       },
+      upstreamPool: new ConnectionPool({ maxFree: 64, idleMs: limits.idleTimeoutMs }),
     };
     this.inspector = opts.inspect ? new Inspector(this.ctx, opts.inspect) : undefined;
     const authorize = gatewayAuthChecker(opts.token);
@@ -183,6 +185,7 @@ export class Gateway {
     for (const s of this.sockets) s.destroy();
     for (const cut of this.held.values()) cut();
     this.inspector?.close();
+    this.ctx.upstreamPool.close();
     await closing;
   }
 

@@ -12,6 +12,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import { gzipSync } from 'node:zlib';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -83,6 +84,19 @@ function origin(req: IncomingMessage, res: ServerResponse): void {
   res.writeHead(200).end(`page from ${source}`);
 }
 
+/** An HTTPS origin that breaks HTTP: a NUL in a header (`/bad-head`), a body cut short (`/cut`). */
+function brokenAnswers(s: TLSSocket): void {
+  s.on('error', () => undefined);
+  let head = '';
+  s.on('data', (c: Buffer) => {
+    head += c.toString('latin1');
+    if (!head.includes('\r\n\r\n')) return;
+    if (head.startsWith('GET /bad-head '))
+      s.end('HTTP/1.1 200 OK\r\nX-Bad: a\u0000b\r\nContent-Length: 2\r\n\r\nok');
+    else s.end('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b');
+  });
+}
+
 async function listen(server: Server): Promise<number> {
   await new Promise<void>((r) => server.listen(0, '0.0.0.0', r));
   return (server.address() as AddressInfo).port;
@@ -95,6 +109,7 @@ let tlsPort: number;
 let httpPort: number;
 let wrongPort: number;
 let expiredPort: number;
+let brokenPort: number;
 const servers: Server[] = [];
 const log = captureLog('debug');
 const spans = new InMemorySpanExporter();
@@ -104,8 +119,10 @@ beforeAll(async () => {
   const httpOrigin = http.createServer(origin);
   const wrongOrigin = createHttpsServer({ cert: wrongName.cert, key: wrongName.key }, origin);
   const expiredOrigin = createHttpsServer({ cert: expired.cert, key: expired.key }, origin);
-  servers.push(tlsOrigin, httpOrigin, wrongOrigin, expiredOrigin);
-  [tlsPort, httpPort, wrongPort, expiredPort] = (await Promise.all(servers.map(listen))) as [
+  const brokenOrigin = createTlsServer({ cert: pki.cert, key: pki.key }, brokenAnswers);
+  servers.push(tlsOrigin, httpOrigin, wrongOrigin, expiredOrigin, brokenOrigin);
+  [tlsPort, httpPort, wrongPort, expiredPort, brokenPort] = (await Promise.all(servers.map(listen))) as [
+    number,
     number,
     number,
     number,
@@ -115,7 +132,7 @@ beforeAll(async () => {
   ca = await GatewayCa.open(new FileCaStore(caDir), systemClock.now);
   w = await startWorld({
     upstreams: 3,
-    extraPorts: [tlsPort, httpPort, wrongPort, expiredPort],
+    extraPorts: [tlsPort, httpPort, wrongPort, expiredPort, brokenPort],
     gateway: {
       rules: RULES,
       log: log.log,
@@ -357,6 +374,23 @@ describe('gateway HTTPS inspection', () => {
     expect(r.status).toBe(502);
     expect(r.body).toMatch(/^localhost: TLS with the origin failed: /);
     expect(await reports('failed')).toBe(failedBefore);
+  });
+
+  it('refuses a malformed answer with 502 without blaming the upstream, and cuts a body cut short', async () => {
+    const failedBefore = await reports('failed');
+    const bad = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://localhost:${brokenPort}/bad-head`,
+      ca.certPem,
+    );
+    expect(bad.status).toBe(502);
+    expect(bad.body).toMatch(/invalid character in header X-Bad/);
+    expect(await reports('failed')).toBe(failedBefore);
+    // The head went out before the origin stopped: the client sees its connection cut, not a short page.
+    await expect(
+      httpsViaGateway(w.gateway.port, crawler, `https://localhost:${brokenPort}/cut`, ca.certPem),
+    ).rejects.toThrow(/aborted|socket hang up|ECONNRESET/);
   });
 
   it('never logs the CA key', () => {

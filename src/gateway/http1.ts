@@ -1,0 +1,647 @@
+/**
+ * gateway/http1 — the gateway's one HTTP/1.1 client, for both ways a request leaves: in absolute
+ * form to an upstream, and in origin form over TLS through an upstream's tunnel (gateway/forward,
+ * gateway/inspect). Connections are kept alive in a pool per destination; the answer's head is
+ * read by hand and its body handed on as the bytes that arrive: a Content-Length body is the
+ * socket's own reads, untouched, a chunked one their data slices. Relaying a large answer so
+ * costs no parser copy and no stream layers, which is most of what inspected HTTPS costs beyond
+ * the cipher (docs/benchmarks.md, "Inspected HTTPS").
+ *
+ * Framing: no body for an answer to HEAD or a 1xx/204/304 status; chunked when the last
+ * transfer coding is chunked; else Content-Length; else until the far side closes (that
+ * connection is not kept). Interim 1xx answers are skipped. A head that is malformed, too long,
+ * or carries what Node would refuse to send on (bad characters, folded lines, conflicting
+ * lengths) is an error the caller turns into 502: nothing unchecked reaches a client.
+ */
+import { EventEmitter } from 'node:events';
+import type http from 'node:http';
+import type net from 'node:net';
+import { Writable } from 'node:stream';
+
+/** An answer head longer than this is refused (Node's own parser stops at 16 KiB). */
+export const MAX_HEAD_BYTES = 64 * 1024;
+const HEAD_END = Buffer.from('\r\n\r\n');
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** What Node refuses in a header value or reason phrase it sends on. */
+const INVALID_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
+/** Headers whose repeats Node's parser drops (first wins) rather than joins. */
+const SINGLE = new Set([
+  'age',
+  'authorization',
+  'content-length',
+  'content-type',
+  'etag',
+  'expires',
+  'from',
+  'host',
+  'if-modified-since',
+  'if-unmodified-since',
+  'last-modified',
+  'location',
+  'max-forwards',
+  'proxy-authorization',
+  'referer',
+  'retry-after',
+  'server',
+  'user-agent',
+]);
+
+/** The far side broke the protocol or the connection: the caller answers 502. */
+export class AnswerError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string) {
+    super(message);
+    this.name = 'AnswerError';
+    this.code = code;
+  }
+}
+
+type Framing = { kind: 'none' } | { kind: 'length'; bytes: number } | { kind: 'chunked' } | { kind: 'close' };
+
+export interface AnswerHead {
+  statusCode: number;
+  statusMessage: string;
+  /** HTTP/1.1 (or 1.0 asking for keep-alive) without `Connection: close`. */
+  keepAlive: boolean;
+  rawHeaders: string[];
+  headers: http.IncomingHttpHeaders;
+  framing: Framing;
+}
+
+/**
+ * Parses the answer head `head[0, end)` (without its blank line) to what an answer to `method`
+ * carries; a string says what is wrong with it.
+ */
+export function parseAnswerHead(head: Buffer, end: number, method: string): AnswerHead | string {
+  const lines = head.toString('latin1', 0, end).split('\r\n');
+  const status = /^HTTP\/1\.([01]) (\d{3})(?: (.*))?$/.exec(lines[0] ?? '');
+  if (!status) return 'not an HTTP/1.x status line';
+  const minor = status[1];
+  const statusCode = Number(status[2]);
+  const statusMessage = status[3] ?? '';
+  if (statusCode < 100) return `status ${statusCode} out of range`;
+  if (INVALID_VALUE.test(statusMessage)) return 'invalid character in the reason phrase';
+  const rawHeaders: string[] = [];
+  const headers: http.IncomingHttpHeaders = {};
+  const lengths = new Set<string>();
+  let chunked = false;
+  let encoded = false;
+  let close = minor === '0';
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i] as string;
+    if (line.startsWith(' ') || line.startsWith('\t')) return 'folded header line';
+    const colon = line.indexOf(':');
+    const name = colon > 0 ? line.slice(0, colon) : '';
+    if (!TOKEN.test(name)) return `invalid header line ${JSON.stringify(line.slice(0, 40))}`;
+    const value = line.slice(colon + 1).trim();
+    if (INVALID_VALUE.test(value)) return `invalid character in header ${name}`;
+    rawHeaders.push(name, value);
+    const lower = name.toLowerCase();
+    if (lower === 'set-cookie') headers['set-cookie'] = [...(headers['set-cookie'] ?? []), value];
+    else if (headers[lower] === undefined) headers[lower] = value;
+    else if (!SINGLE.has(lower)) headers[lower] = `${headers[lower]}, ${value}`;
+    if (lower === 'content-length') for (const v of value.split(',')) lengths.add(v.trim());
+    else if (lower === 'transfer-encoding') {
+      encoded = true;
+      chunked = /(?:^|,)\s*chunked\s*$/i.test(value);
+    } else if (lower === 'connection') {
+      const tokens = value
+        .toLowerCase()
+        .split(',')
+        .map((t) => t.trim());
+      if (tokens.includes('close')) close = true;
+      else if (minor === '0' && tokens.includes('keep-alive')) close = false;
+    }
+  }
+  let framing: Framing;
+  if (method === 'HEAD' || statusCode < 200 || statusCode === 204 || statusCode === 304) {
+    framing = { kind: 'none' };
+  } else if (encoded) {
+    framing = chunked ? { kind: 'chunked' } : { kind: 'close' };
+    // A length beside a transfer coding is a smuggling tell: the connection is not kept.
+    if (lengths.size > 0) close = true;
+  } else if (lengths.size > 0) {
+    const [only] = lengths;
+    if (lengths.size > 1 || !/^\d{1,15}$/.test(only ?? '')) return 'invalid Content-Length';
+    framing = { kind: 'length', bytes: Number(only) };
+  } else framing = { kind: 'close' };
+  return {
+    statusCode,
+    statusMessage,
+    keepAlive: !close && framing.kind !== 'close',
+    rawHeaders,
+    headers,
+    framing,
+  };
+}
+
+/**
+ * Reads chunked framing: `feed` takes raw bytes and calls `data` with each slice of body (never
+ * copied) until the last chunk and its trailers have passed; it returns how many bytes it used.
+ */
+export class ChunkedReader {
+  private state: 'size' | 'data' | 'data-end' | 'trailer' | 'done' = 'size';
+  private line = '';
+  private left = 0;
+
+  get done(): boolean {
+    return this.state === 'done';
+  }
+
+  /** Consumes from `buf`; stops early when `data` returns false (the consumer paused). */
+  feed(buf: Buffer, data: (slice: Buffer) => boolean): number | string {
+    let i = 0;
+    while (i < buf.length && this.state !== 'done') {
+      if (this.state === 'data') {
+        const n = Math.min(this.left, buf.length - i);
+        this.left -= n;
+        const slice = buf.subarray(i, i + n);
+        i += n;
+        if (this.left === 0) this.state = 'data-end';
+        if (!data(slice)) return i;
+        continue;
+      }
+      const nl = buf.indexOf(10, i);
+      const upto = nl < 0 ? buf.length : nl + 1;
+      this.line += buf.toString('latin1', i, upto);
+      i = upto;
+      if (this.line.length > 4096) return 'chunk line too long';
+      if (nl < 0) continue;
+      if (!this.line.endsWith('\r\n')) return 'chunk line without CRLF';
+      const line = this.line.slice(0, -2);
+      this.line = '';
+      if (this.state === 'data-end') {
+        if (line !== '') return 'chunk data longer than its size';
+        this.state = 'size';
+      } else if (this.state === 'size') {
+        const size = /^([0-9A-Fa-f]{1,12})[ \t]*(?:;.*)?$/.exec(line);
+        if (!size) return 'invalid chunk size';
+        this.left = Number.parseInt(size[1] as string, 16);
+        this.state = this.left === 0 ? 'trailer' : 'data';
+      } else if (line === '') this.state = 'done';
+    }
+    return i;
+  }
+}
+
+/** Idle keep-alive connections per destination key. */
+export class ConnectionPool {
+  private readonly free = new Map<string, Set<net.Socket>>();
+  private readonly maxFree: number;
+  private readonly idleMs: number;
+
+  constructor(opts: { maxFree: number; idleMs: number }) {
+    this.maxFree = opts.maxFree;
+    this.idleMs = opts.idleMs;
+  }
+
+  /** An idle connection to `key`, taken out of the pool, or undefined. */
+  take(key: string): net.Socket | undefined {
+    const set = this.free.get(key);
+    if (!set) return undefined;
+    for (const s of set) {
+      this.forget(key, s);
+      if (!s.destroyed && s.readable && s.writable) return s;
+      s.destroy();
+    }
+    return undefined;
+  }
+
+  /** Keeps a connection whose exchange ended cleanly, until it idles out or the far side closes it. */
+  give(key: string, s: net.Socket): void {
+    const set = this.free.get(key) ?? new Set<net.Socket>();
+    if (set.size >= this.maxFree || s.destroyed) {
+      s.destroy();
+      return;
+    }
+    set.add(s);
+    this.free.set(key, set);
+    const drop = () => {
+      this.forget(key, s);
+      s.destroy();
+    };
+    // Anything the far side says on an idle connection (data, close, an error) ends it.
+    s.once('data', drop);
+    s.once('end', drop);
+    s.once('close', drop);
+    s.once('error', drop);
+    s.once('timeout', drop);
+    s.setTimeout(this.idleMs);
+    (s as Pooled)[DROP] = drop;
+    s.resume();
+  }
+
+  private forget(key: string, s: net.Socket): void {
+    const drop = (s as Pooled)[DROP];
+    if (drop) {
+      for (const event of ['data', 'end', 'close', 'error', 'timeout']) s.off(event, drop);
+      s.setTimeout(0);
+      delete (s as Pooled)[DROP];
+    }
+    s.pause();
+    const set = this.free.get(key);
+    set?.delete(s);
+    if (set?.size === 0) this.free.delete(key);
+  }
+
+  /** Ends every idle connection. */
+  close(): void {
+    for (const set of this.free.values()) for (const s of set) s.destroy();
+    this.free.clear();
+  }
+}
+const DROP = Symbol('drop');
+/** A pooled connection remembers the listener that drops it, to take it off when it is reused. */
+type Pooled = net.Socket & { [DROP]?: () => void };
+
+/**
+ * An answer's body as it arrives: 'data' (Buffer), then 'end', or 'error' when the far side
+ * broke off. Starts paused: nothing flows until `resume()`.
+ */
+export class Answer extends EventEmitter implements AnswerHead {
+  readonly statusCode: number;
+  readonly statusMessage: string;
+  readonly keepAlive: boolean;
+  readonly rawHeaders: string[];
+  readonly headers: http.IncomingHttpHeaders;
+  readonly framing: Framing;
+  private paused = true;
+  /** Ended, failed or destroyed: nothing more is emitted. */
+  private ended = false;
+  private readonly queue: Buffer[] = [];
+  private left: number;
+  private readonly chunks: ChunkedReader | undefined;
+  private readonly io: AnswerIo;
+
+  constructor(head: AnswerHead, io: AnswerIo) {
+    super();
+    this.statusCode = head.statusCode;
+    this.statusMessage = head.statusMessage;
+    this.keepAlive = head.keepAlive;
+    this.rawHeaders = head.rawHeaders;
+    this.headers = head.headers;
+    this.framing = head.framing;
+    this.left = head.framing.kind === 'length' ? head.framing.bytes : 0;
+    this.chunks = head.framing.kind === 'chunked' ? new ChunkedReader() : undefined;
+    this.io = io;
+  }
+
+  pause(): this {
+    this.paused = true;
+    this.io.pause();
+    return this;
+  }
+
+  resume(): this {
+    if (!this.paused || this.ended) return this;
+    this.paused = false;
+    while (!this.paused && !this.ended && this.queue.length > 0) this.take(this.queue.shift() as Buffer);
+    if (this.paused || this.ended) return this;
+    if (this.framing.kind === 'none' || (this.framing.kind === 'length' && this.left === 0))
+      this.finish(true);
+    else if (this.eof) this.closed(this.eof === 'end' ? undefined : this.eof);
+    else this.io.resume();
+    return this;
+  }
+
+  /** Drops the answer and its connection. */
+  destroy(): this {
+    if (this.ended) return this;
+    this.ended = true;
+    this.queue.length = 0;
+    this.io.release(false);
+    return this;
+  }
+
+  /** Bytes from the connection. */
+  take(buf: Buffer): void {
+    if (this.ended) return;
+    if (this.paused) {
+      this.queue.push(buf);
+      this.io.pause();
+      return;
+    }
+    switch (this.framing.kind) {
+      case 'none':
+        this.finish(false);
+        return;
+      case 'close':
+        this.emit('data', buf);
+        return;
+      case 'length': {
+        const n = Math.min(this.left, buf.length);
+        this.left -= n;
+        this.emit('data', n === buf.length ? buf : buf.subarray(0, n));
+        // Bytes past the announced length: the far side broke framing, so its connection goes.
+        if (this.left === 0) this.finish(n === buf.length);
+        return;
+      }
+      case 'chunked': {
+        const reader = this.chunks as ChunkedReader;
+        const used = reader.feed(buf, (slice) => {
+          this.emit('data', slice);
+          return !this.paused && !this.ended;
+        });
+        if (typeof used === 'string') {
+          this.fail(new AnswerError('EPROTO', used));
+          return;
+        }
+        if (reader.done) {
+          this.finish(used === buf.length);
+          return;
+        }
+        if (used < buf.length && !this.ended) this.queue.unshift(buf.subarray(used));
+        return;
+      }
+    }
+  }
+
+  /**
+   * The connection ended (`err` when it broke): the end of a close-delimited body, otherwise a
+   * cut one. A paused reader first gets what is queued.
+   */
+  closed(err?: Error): void {
+    if (this.ended) return;
+    if (this.paused) {
+      // Told when it resumes, after what is queued: nobody may be listening yet.
+      this.eof ??= err ?? 'end';
+      return;
+    }
+    if (!err && this.framing.kind === 'close') {
+      this.finish(false);
+      return;
+    }
+    this.fail(err ?? new AnswerError('ECONNRESET', 'the far side closed in the middle of the answer'));
+  }
+
+  private eof: Error | 'end' | undefined;
+
+  private finish(reusable: boolean): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.io.release(reusable && this.keepAlive);
+    this.emit('end');
+  }
+
+  private fail(err: Error): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.io.release(false);
+    this.emit('error', err);
+  }
+}
+
+/** What an answer needs of its connection. */
+interface AnswerIo {
+  pause(): void;
+  resume(): void;
+  /** The answer is done with the connection: back to the pool when `reusable`, else destroyed. */
+  release(reusable: boolean): void;
+}
+
+/** One request as the gateway sends it. */
+export interface RequestSpec {
+  method: string;
+  /** The request target as written on the request line (origin form or absolute form). */
+  target: string;
+  /** Headers to send, Host included; a body without Content-Length is sent chunked. */
+  headers: [string, string][];
+  pool: ConnectionPool;
+  /** Pool key: connections are reused only for the same destination. */
+  key: string;
+  /** Opens a new connection (rejects with the error the caller reports). */
+  connect: () => Promise<net.Socket>;
+  /** A connection that says nothing for this long is cut. */
+  idleMs: number;
+}
+
+/**
+ * A request on its way: a Writable for its body (end() with no writes sends none) that emits
+ * 'response' with the `Answer` once a final head arrived, or 'error' before that.
+ */
+export class OutgoingRequest extends Writable {
+  private readonly spec: RequestSpec;
+  private readonly sizedBody: boolean;
+  /** The connection while this request has it. */
+  private socket: net.Socket | undefined;
+  private ready: Promise<net.Socket | undefined>;
+  /** Whether the connection came from the pool (it may have been closed under us). */
+  private reused = false;
+  private headSent = false;
+  private wroteBody = false;
+  private bodySent = false;
+  private answer: Answer | undefined;
+  /** The answer ended cleanly before the body was all sent: the connection is kept once it is. */
+  private keepWhenSent = false;
+  private head: Buffer = Buffer.alloc(0);
+
+  constructor(spec: RequestSpec) {
+    // Not destroyed once the body is sent: the answer is still to come on its connection.
+    super({ autoDestroy: false });
+    this.spec = spec;
+    this.sizedBody = spec.headers.some(([k]) => k.toLowerCase() === 'content-length');
+    const pooled = spec.pool.take(spec.key);
+    if (pooled) {
+      this.reused = true;
+      this.attach(pooled);
+      this.ready = Promise.resolve(pooled);
+    } else this.ready = this.dial();
+  }
+
+  private dial(): Promise<net.Socket | undefined> {
+    return this.spec.connect().then(
+      (s) => {
+        if (this.destroyed) {
+          s.destroy();
+          return undefined;
+        }
+        this.attach(s);
+        return s;
+      },
+      (err: Error) => {
+        this.abort(err);
+        return undefined;
+      },
+    );
+  }
+
+  private attach(s: net.Socket): void {
+    this.socket = s;
+    s.on('data', this.onData);
+    s.on('end', this.onEnd);
+    s.on('close', this.onEnd);
+    s.on('error', this.onError);
+    s.on('timeout', this.onTimeout);
+    s.setTimeout(this.spec.idleMs);
+    s.resume();
+  }
+
+  /** Takes the connection back from this request: to the pool when `keep`, else destroyed. */
+  private letGo(keep: boolean): void {
+    const s = this.socket;
+    if (!s) return;
+    this.socket = undefined;
+    s.off('data', this.onData);
+    s.off('end', this.onEnd);
+    s.off('close', this.onEnd);
+    s.off('error', this.onError);
+    s.off('timeout', this.onTimeout);
+    s.setTimeout(0);
+    if (keep && s.readableLength === 0) this.spec.pool.give(this.spec.key, s);
+    else s.destroy();
+  }
+
+  private requestHead(chunked: boolean): string {
+    let text = `${this.spec.method} ${this.spec.target} HTTP/1.1\r\n`;
+    for (const [k, v] of this.spec.headers) text += `${k}: ${v}\r\n`;
+    if (chunked) text += 'Transfer-Encoding: chunked\r\n';
+    return `${text}\r\n`;
+  }
+
+  override _write(chunk: Buffer, _enc: BufferEncoding, callback: (err?: Error | null) => void): void {
+    void this.ready.then((s) => {
+      if (!s || this.destroyed || chunk.length === 0) return callback();
+      this.wroteBody = true;
+      const chunked = !this.sizedBody;
+      if (!this.headSent) {
+        this.headSent = true;
+        s.write(this.requestHead(chunked));
+      }
+      if (chunked) s.write(`${chunk.length.toString(16)}\r\n`);
+      let more = s.write(chunk);
+      if (chunked) more = s.write('\r\n');
+      if (more) callback();
+      else s.once('drain', () => callback());
+    });
+  }
+
+  override _final(callback: (err?: Error | null) => void): void {
+    void this.ready.then((s) => {
+      if (!s || this.destroyed) return callback();
+      if (!this.headSent) {
+        this.headSent = true;
+        const head = this.requestHead(false);
+        this.head = Buffer.from(head, 'latin1');
+        s.write(head);
+      } else if (this.wroteBody && !this.sizedBody) s.write('0\r\n\r\n');
+      this.bodySent = true;
+      if (this.keepWhenSent) this.letGo(true);
+      callback();
+    });
+  }
+
+  /** Abandons the request and its connection. */
+  override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
+    this.answer?.destroy();
+    this.letGo(false);
+    callback(err);
+  }
+
+  /** Fails the request before an answer: 'error', then destroyed. */
+  private abort(err: Error): void {
+    if (this.destroyed || this.answer) return;
+    this.emit('error', err);
+    this.destroy();
+  }
+
+  private pending: Buffer = Buffer.alloc(0);
+
+  private readonly onData = (chunk: Buffer): void => {
+    if (this.answer) {
+      this.answer.take(chunk);
+      return;
+    }
+    this.pending = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
+    for (;;) {
+      const end = this.pending.indexOf(HEAD_END);
+      if (end < 0) {
+        if (this.pending.length > MAX_HEAD_BYTES) this.broken('EPROTO', 'answer head too long');
+        return;
+      }
+      const head = parseAnswerHead(this.pending, end, this.spec.method);
+      if (typeof head === 'string') {
+        this.broken('EPROTO', head);
+        return;
+      }
+      const rest = this.pending.subarray(end + 4);
+      this.pending = Buffer.alloc(0);
+      if (head.statusCode === 101) {
+        this.broken('EPROTO', 'protocol upgrades are not relayed');
+        return;
+      }
+      if (head.statusCode < 200) {
+        // An interim answer (100 Continue, 103 Early Hints): the final one follows.
+        this.pending = rest;
+        continue;
+      }
+      const answer = new Answer(head, this.answerIo);
+      this.answer = answer;
+      this.socket?.pause();
+      this.emit('response', answer);
+      if (rest.length > 0) answer.take(rest);
+      return;
+    }
+  };
+
+  private readonly answerIo: AnswerIo = {
+    pause: () => this.socket?.pause(),
+    resume: () => this.socket?.resume(),
+    release: (reusable) => {
+      // An answer may end before the request's body was all sent (an early refusal): the
+      // connection is kept only once both sides are done with it.
+      if (reusable && !this.bodySent && !this.destroyed) this.keepWhenSent = true;
+      else this.letGo(reusable && !this.destroyed);
+    },
+  };
+
+  /** The far side broke the protocol: the answer fails, or the request does. */
+  private broken(code: string, message: string): void {
+    const err = new AnswerError(code, message);
+    this.letGo(false);
+    if (this.answer) this.answer.closed(err);
+    else this.abort(err);
+  }
+
+  private readonly onEnd = (): void => {
+    if (this.answer) {
+      this.answer.closed();
+      return;
+    }
+    this.lost();
+  };
+
+  private readonly onError = (err: Error): void => {
+    if (this.answer) {
+      this.answer.closed(err);
+      return;
+    }
+    this.lost(err);
+  };
+
+  private readonly onTimeout = (): void => this.broken('ETIMEDOUT', 'the far side went quiet');
+
+  /**
+   * The connection ended before any answer. A pooled one the far side had already given up on
+   * is replaced by a new connection, once, when no body went out yet: that is the race of
+   * reusing idle connections, not the far side failing.
+   */
+  private lost(err?: Error): void {
+    this.letGo(false);
+    if (this.destroyed || this.answer) return;
+    if (this.reused && !this.wroteBody && this.pending.length === 0) {
+      this.reused = false;
+      const resend = this.headSent ? this.head : undefined;
+      this.ready = this.dial().then((s) => {
+        if (s && resend) s.write(resend);
+        return s;
+      });
+      return;
+    }
+    this.abort(err ?? new AnswerError('ECONNRESET', 'the far side closed before answering'));
+  }
+}
+
+/** Sends a request; write its body (if any) and end() it. */
+export function request(spec: RequestSpec): OutgoingRequest {
+  return new OutgoingRequest(spec);
+}
