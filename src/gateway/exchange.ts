@@ -456,11 +456,7 @@ function relay(
   else {
     upstreamRes.on('data', (chunk: Buffer) => {
       bytes += chunk.length;
-      if (
-        !res.write(chunk, () => release(chunk)) &&
-        (!process.env.HWM || res.writableLength >= Number(process.env.HWM))
-      )
-        upstreamRes.pause();
+      if (!res.write(chunk, () => release(chunk))) upstreamRes.pause();
     });
     res.on('drain', () => upstreamRes.resume());
     upstreamRes.once('end', () => res.end());
