@@ -460,8 +460,22 @@ function relay(
   if (prefix?.failed) res.destroy();
   else if (prefix?.ended) res.end();
   else {
+    const client = res.socket;
+    let corked = false;
+    const uncork = () => {
+      corked = false;
+      client?.uncork();
+    };
     upstreamRes.on('data', (chunk: Buffer) => {
       bytes += chunk.length;
+      // What arrives within one turn of the event loop (several reads of the origin, a TLS
+      // record each) goes to the client as one write: fewer, larger writes cost less on both
+      // sides (docs/benchmarks.md, "Inspected HTTPS").
+      if (client && !corked) {
+        corked = true;
+        client.cork();
+        setImmediate(uncork);
+      }
       if (!res.write(chunk, () => release(chunk)) && res.writableLength >= RELAY_BUFFER_BYTES) {
         upstreamRes.pause();
       }
