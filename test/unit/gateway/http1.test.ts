@@ -1,19 +1,13 @@
 /**
- * The gateway's one HTTP/1.1 client (gateway/http1) against a scripted far side on loopback:
- * every framing an origin or upstream may use (length, chunked, until close, none), interim
+ * The gateway's one HTTP/1.1 client (gateway/http1, reading with gateway/http1-wire) against a
+ * scripted far side on loopback: every framing an origin or upstream may use (length, chunked, until close, none), interim
  * answers, kept-alive connections and the race of reusing one the far side already closed,
  * broken answers failing instead of reaching a client, and a body that flows only when asked.
  */
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  type Answer,
-  ChunkedReader,
-  ConnectionPool,
-  type OutgoingRequest,
-  parseAnswerHead,
-  request,
-} from '../../../src/gateway/http1.ts';
+import { type Answer, ConnectionPool, type OutgoingRequest, request } from '../../../src/gateway/http1.ts';
+import { ChunkedReader, parseAnswerHead } from '../../../src/gateway/http1-wire.ts';
 import { until } from '../../support/wait.ts';
 
 const head = (text: string) => {
