@@ -42,8 +42,11 @@ export interface ControlPlaneInfo {
 }
 
 export interface ControlPlane extends ControlPlaneInfo {
-  /** Stops kube-apiserver and starts it again on the same port and etcd (watch tests). */
-  restartApiServer(): Promise<void>;
+  /**
+   * Stops kube-apiserver and starts it again on the same port and etcd (watch tests);
+   * `whileDown` runs between the stop and the start.
+   */
+  restartApiServer(whileDown?: () => Promise<void>): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -263,8 +266,9 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
       dir,
       auditLog,
       version,
-      restartApiServer: async () => {
+      restartApiServer: async (whileDown) => {
         await stopProcess(procs.apiserver);
+        await whileDown?.();
         await startApi();
       },
       stop: async () => {
