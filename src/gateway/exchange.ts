@@ -16,6 +16,7 @@ import { RULE_BODY_BYTES } from '../config/gateway-rules.ts';
 import { expectsContinue, forwardHeaders } from '../provider/local/forward-proxy.ts';
 import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
 import { type Answer, AnswerError, type OutgoingRequest } from './http1.ts';
+import { joinBothWays } from './join.ts';
 import type { GatewayResult } from './metrics.ts';
 import {
   headDeadlineMs,
@@ -87,6 +88,12 @@ export interface ExchangeTarget {
   transport: Transport;
   routing: RoutingOptions;
   span: Span;
+  /**
+   * The protocol the client asks to switch to (`websocket`), for a request whose connection the
+   * client gave up to this exchange (gateway/inspect's upgrade route): a `101` answer then joins
+   * the client and the origin, as a tunnel does.
+   */
+  upgrade?: string;
 }
 
 export function plain(
@@ -167,6 +174,8 @@ function send(
 ): Promise<Sent> {
   return new Promise((resolve) => {
     const headers = forwardHeaders(req.rawHeaders).filter(([k]) => k.toLowerCase() !== 'proxy-authorization');
+    // Hop-by-hop, so not forwarded as they came: the switch is asked for again on this hop.
+    if (target.upgrade) headers.push(['Connection', 'Upgrade'], ['Upgrade', target.upgrade]);
     const started = performance.now();
     const upReq = target.transport.request(a, req.method ?? 'GET', headers);
     let settled = false;
@@ -447,6 +456,10 @@ function relay(
     done('client_gone', key);
     return;
   }
+  if (upstreamRes.upgraded) {
+    switchProtocols(ctx, a, res, upstreamRes, upstreamRes.upgraded, done);
+    return;
+  }
   ctx.metrics.open.inc({ kind });
   ctx.hold(a, () => res.destroy());
   let bytes = 0;
@@ -491,6 +504,43 @@ function relay(
     ctx.metrics.bytes.inc({ upstream: key, direction: 'received' }, bytes);
     ctx.letGo(a);
     done(blocked ? 'blocked' : res.writableFinished ? 'ok' : 'client_gone', key);
+  });
+}
+
+/**
+ * The origin switched protocols (`101`): the answer's head goes to the client as it came (its
+ * `Connection` and `Upgrade` said again, hop-by-hop), then the client's connection, taken from
+ * its response, and the origin's are joined until either ends, the lease held meanwhile.
+ */
+function switchProtocols(
+  ctx: GatewayContext,
+  a: Acquired,
+  res: http.ServerResponse,
+  answer: Answer,
+  upgraded: NonNullable<Answer['upgraded']>,
+  done: (result: GatewayResult, upstream?: string) => void,
+): void {
+  const key = a.upstream.key;
+  const client = res.socket;
+  if (!client) {
+    upgraded.socket.destroy();
+    ctx.chooser.release(a);
+    done('client_gone', key);
+    return;
+  }
+  res.detachSocket(client);
+  const headers = forwardHeaders(answer.rawHeaders);
+  headers.push(['Connection', 'Upgrade'], ['Upgrade', String(answer.headers.upgrade ?? '')]);
+  headers.push([EGRESS_PROXY_HEADER, key]);
+  let head = `HTTP/1.1 101 ${answer.statusMessage || 'Switching Protocols'}\r\n`;
+  for (const [k, v] of headers) head += `${k}: ${v}\r\n`;
+  client.write(`${head}\r\n`);
+  if (upgraded.rest.length > 0) client.write(upgraded.rest);
+  const far = upgraded.socket;
+  joinBothWays(ctx, a, client, far, {
+    kind: 'https',
+    farToClient: () => far.pipe(client),
+    onClosed: () => done('ok', key),
   });
 }
 

@@ -123,8 +123,13 @@ export class Answer extends EventEmitter implements AnswerHead {
   private left: number;
   private readonly chunks: ChunkedReader | undefined;
   private readonly io: AnswerIo;
+  /**
+   * A `101 Switching Protocols` to a request that asked to upgrade: the connection, now the new
+   * protocol's, and what the far side sent after the head. The answer has no body.
+   */
+  readonly upgraded: { socket: net.Socket; rest: Buffer } | undefined;
 
-  constructor(head: AnswerHead, io: AnswerIo) {
+  constructor(head: AnswerHead, io: AnswerIo, upgraded?: { socket: net.Socket; rest: Buffer }) {
     super();
     this.statusCode = head.statusCode;
     this.statusMessage = head.statusMessage;
@@ -135,6 +140,7 @@ export class Answer extends EventEmitter implements AnswerHead {
     this.left = head.framing.kind === 'length' ? head.framing.bytes : 0;
     this.chunks = head.framing.kind === 'chunked' ? new ChunkedReader() : undefined;
     this.io = io;
+    this.upgraded = upgraded;
   }
 
   pause(): this {
@@ -157,6 +163,7 @@ export class Answer extends EventEmitter implements AnswerHead {
 
   /** Drops the answer and its connection. */
   destroy(): this {
+    this.upgraded?.socket.destroy();
     if (this.ended) return this;
     this.ended = true;
     this.queue.length = 0;
@@ -250,12 +257,19 @@ interface AnswerIo {
   release(reusable: boolean): void;
 }
 
+/** An upgraded answer's connection is its own: the answer has nothing to pause or give back. */
+const UPGRADED_IO: AnswerIo = { pause: () => undefined, resume: () => undefined, release: () => undefined };
+
 /** One request as the gateway sends it. */
 export interface RequestSpec {
   method: string;
   /** The request target as written on the request line (origin form or absolute form). */
   target: string;
-  /** Headers to send, Host included; a body without Content-Length is sent chunked. */
+  /**
+   * Headers to send, Host included; a body without Content-Length is sent chunked. With an
+   * `Upgrade` header the request may be answered `101`: the connection is then the answer's
+   * (`Answer.upgraded`), never pooled again.
+   */
   headers: [string, string][];
   pool: ConnectionPool;
   /** Pool key: connections are reused only for the same destination. */
@@ -273,6 +287,8 @@ export interface RequestSpec {
 export class OutgoingRequest extends Writable {
   private readonly spec: RequestSpec;
   private readonly sizedBody: boolean;
+  /** The request asks to switch protocols: a 101 answer is taken, not refused. */
+  private readonly upgrade: boolean;
   /** The connection while this request has it. */
   private socket: net.Socket | undefined;
   private ready: Promise<net.Socket | undefined>;
@@ -291,6 +307,7 @@ export class OutgoingRequest extends Writable {
     super({ autoDestroy: false });
     this.spec = spec;
     this.sizedBody = spec.headers.some(([k]) => k.toLowerCase() === 'content-length');
+    this.upgrade = spec.headers.some(([k]) => k.toLowerCase() === 'upgrade');
     const pooled = spec.pool.take(spec.key);
     if (pooled) {
       this.reused = true;
@@ -329,8 +346,16 @@ export class OutgoingRequest extends Writable {
 
   /** Takes the connection back from this request: to the pool when `keep`, else destroyed. */
   private letGo(keep: boolean): void {
-    const s = this.socket;
+    const s = this.detach();
     if (!s) return;
+    if (keep && s.readableLength === 0) this.spec.pool.give(this.spec.key, s);
+    else s.destroy();
+  }
+
+  /** The connection, no longer this request's (nothing of this request listens to it). */
+  private detach(): net.Socket | undefined {
+    const s = this.socket;
+    if (!s) return undefined;
     this.socket = undefined;
     s.off('data', this.onData);
     s.off('end', this.onEnd);
@@ -338,8 +363,7 @@ export class OutgoingRequest extends Writable {
     s.off('error', this.onError);
     s.off('timeout', this.onTimeout);
     s.setTimeout(0);
-    if (keep && s.readableLength === 0) this.spec.pool.give(this.spec.key, s);
-    else s.destroy();
+    return s;
   }
 
   private requestHead(chunked: boolean): string {
@@ -417,7 +441,14 @@ export class OutgoingRequest extends Writable {
       const rest = this.pending.subarray(end + 4);
       this.pending = Buffer.alloc(0);
       if (head.statusCode === 101) {
-        this.broken('EPROTO', 'protocol upgrades are not relayed');
+        const socket = this.upgrade && this.bodySent ? this.detach() : undefined;
+        if (!socket) {
+          this.broken('EPROTO', 'a protocol switch the request did not ask for');
+          return;
+        }
+        socket.pause();
+        this.answer = new Answer(head, UPGRADED_IO, { socket, rest });
+        this.emit('response', this.answer);
         return;
       }
       if (head.statusCode < 200) {

@@ -1,6 +1,8 @@
 /**
  * gateway/inspect — HTTPS inspection (docs/gateway.md, "HTTPS inspection"): an authenticated
- * CONNECT the egress policy allowed is answered 200 at once, the client's TLS is terminated
+ * CONNECT the egress policy allowed is answered 200 at once; when what the client sends first is
+ * a TLS handshake (anything else — `ws://`, a protocol whose server speaks first — is tunnelled
+ * untouched by gateway/tunnel), the client's TLS is terminated
  * with a certificate for the requested host from the operator CA (gateway/ca), and each request
  * inside goes through the one request pipeline (gateway/exchange), so response rules see HTTPS
  * as they see plain HTTP. Towards the origin a request leaves through a CONNECT tunnel of the
@@ -45,6 +47,54 @@ interface InspectedTarget {
   /** `address:port` the egress policy checked, asked of the upstream. */
   checked: string;
   routing: RoutingOptions;
+}
+
+/**
+ * How long a client in an inspected CONNECT may stay silent before the tunnel is taken for a
+ * protocol whose server speaks first (SMTP, FTP…) and left untouched: a TLS client sends its
+ * handshake at once.
+ */
+export const OPENING_WAIT_MS = 1000;
+
+/** The first byte of a TLS record carrying a handshake (a ClientHello starts every TLS session). */
+const TLS_HANDSHAKE = 0x16;
+
+/**
+ * Answers an inspected CONNECT 200 and waits for what the client sends first: those bytes (the
+ * client paused, nothing put back), empty ones when the client stayed silent for `waitMs` or
+ * ended its side, or undefined when it left.
+ */
+export function clientOpening(
+  client: net.Socket,
+  head: Buffer,
+  waitMs = OPENING_WAIT_MS,
+): Promise<Buffer | undefined> {
+  client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+  if (head.length > 0) return Promise.resolve(head);
+  return new Promise((resolve) => {
+    const settle = (first: Buffer | undefined) => {
+      clearTimeout(timer);
+      client.off('data', onData);
+      client.off('end', onEnd);
+      client.off('close', onClose);
+      client.pause();
+      resolve(first);
+    };
+    const onData = (chunk: Buffer) => settle(chunk);
+    const onEnd = () => settle(Buffer.alloc(0));
+    const onClose = () => settle(undefined);
+    const timer = setTimeout(() => settle(Buffer.alloc(0)), waitMs);
+    client.on('data', onData);
+    client.once('end', onEnd);
+    client.once('close', onClose);
+    // Node may hand over a CONNECT's socket paused: a 'data' listener alone would not start it.
+    client.resume();
+  });
+}
+
+/** Whether a client's first bytes open a TLS session (what inspection terminates). */
+export function opensTls(first: Buffer): boolean {
+  return first.length > 0 && first[0] === TLS_HANDSHAKE;
 }
 
 /** Why an origin's certificate was refused, in words, by OpenSSL/Node error code. */
@@ -150,6 +200,22 @@ export class Inspector {
         plain(res, 500, 'internal error');
       });
     });
+    // A request asking to switch protocols (a WebSocket) goes through the same pipeline with a
+    // response made for its connection, which Node has taken off its HTTP parser: an answer
+    // other than 101 is passed on and the connection closed; a 101 joins client and origin.
+    this.inner.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+      const target = this.targets.get(socket);
+      if (!target) return socket.destroy();
+      if (head.length > 0) socket.unshift(head);
+      const res = new http.ServerResponse(req);
+      res.shouldKeepAlive = false;
+      res.assignSocket(socket);
+      res.once('finish', () => socket.end());
+      void this.serve(target, req, res, String(req.headers.upgrade)).catch((err) => {
+        ctx.log.warn({ err }, 'gateway inspected upgrade failed unexpectedly');
+        plain(res, 500, 'internal error');
+      });
+    });
     this.inner.on('clientError', (_err, socket) => socket.destroy());
   }
 
@@ -160,9 +226,20 @@ export class Inspector {
     return !this.exclude.some((g) => g.test(h));
   }
 
-  /** Answers the CONNECT and terminates the client's TLS; its requests are served from here on. */
+  /** Makes (or finds cached) the certificate for `host` ahead of its handshake; failures are take()'s to report. */
+  prepare(host: string): void {
+    try {
+      this.ca.contextFor(host);
+    } catch {
+      // take() meets the same error and says so.
+    }
+  }
+
+  /**
+   * Terminates the client's TLS in a CONNECT already answered (`clientOpening`), `head` being
+   * what the client sent first; its requests are served from here on.
+   */
   take(client: net.Socket, head: Buffer, target: InspectedTarget): void {
-    client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
     if (head.length > 0) client.unshift(head);
     let secure: tls.TLSSocket;
     try {
@@ -184,7 +261,12 @@ export class Inspector {
     this.inner.emit('connection', secure);
   }
 
-  private serve(target: InspectedTarget, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  private serve(
+    target: InspectedTarget,
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    upgrade?: string,
+  ): Promise<void> {
     const span = this.ctx.tracer.startSpan('gateway HTTPS', {
       attributes: { 'server.address': target.host, 'http.request.method': req.method ?? '' },
     });
@@ -205,7 +287,13 @@ export class Inspector {
         });
       },
     };
-    return exchange(this.ctx, req, res, { host: target.host, transport, routing: target.routing, span });
+    return exchange(this.ctx, req, res, {
+      host: target.host,
+      transport,
+      routing: target.routing,
+      span,
+      ...(upgrade === undefined ? {} : { upgrade }),
+    });
   }
 
   /** Ends every pooled origin connection. */

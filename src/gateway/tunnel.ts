@@ -2,8 +2,9 @@
  * gateway/tunnel — one CONNECT through the gateway: the egress policy first, then an upstream
  * from the chooser, a tunnel through it (gateway/dial), and both sockets piped together. An
  * upstream that fails is reported `failed` and the CONNECT is tried once more on another one
- * (docs/gateway.md, "Failures and retries"). With inspection on, the CONNECT is handed to
- * gateway/inspect instead once the egress policy allowed it.
+ * (docs/gateway.md, "Failures and retries"). With inspection on, the CONNECT is answered once
+ * the egress policy allowed it, and handed to gateway/inspect when the client opens TLS; any
+ * other protocol goes through a tunnel as here, its CONNECT already answered.
  */
 
 import type net from 'node:net';
@@ -12,7 +13,8 @@ import { EGRESS_POLICY_HEADER, EGRESS_REFUSAL } from '../provider/local/egress.t
 import { endRaw, parseAuthority } from '../provider/local/forward-proxy.ts';
 import { EGRESS_PROXY_HEADER, type GatewayContext } from './context.ts';
 import { dialTunnel, type UpstreamReader } from './dial.ts';
-import type { Inspector } from './inspect.ts';
+import { clientOpening, type Inspector, opensTls } from './inspect.ts';
+import { joinBothWays } from './join.ts';
 import type { GatewayResult } from './metrics.ts';
 import type { Acquired } from './upstreams.ts';
 import type { RoutingOptions } from './username.ts';
@@ -64,12 +66,33 @@ export async function handleConnect(
   const checked = decision.address.includes(':')
     ? `[${decision.address}]:${target.port}`
     : `${decision.address}:${target.port}`;
+  /** Whether the client already has its 200: a refusal can then only close the connection. */
+  let answered = false;
+  const refuse = (status: number, reason: string, headers: string[], body?: string) => {
+    if (answered) client.destroy();
+    else endRaw(client, status, reason, headers, body);
+  };
   if (inspector?.applies(target.host, routing)) {
-    // Each request inside is counted and traced on its own (gateway/exchange).
-    done('ok');
-    span.setAttribute('gateway.inspected', true);
-    span.end();
-    return inspector.take(client, head, { host: target.host, port: target.port, checked, routing });
+    const opening = clientOpening(client, head);
+    // The host's certificate is made while the client answers the 200, not after its first bytes.
+    inspector.prepare(target.host);
+    const first = await opening;
+    if (first === undefined) {
+      done('client_gone');
+      span.end();
+      return;
+    }
+    if (opensTls(first)) {
+      // Each request inside is counted and traced on its own (gateway/exchange).
+      done('ok');
+      span.setAttribute('gateway.inspected', true);
+      span.end();
+      return inspector.take(client, first, { host: target.host, port: target.port, checked, routing });
+    }
+    // Not TLS (`ws://`, a server that speaks first): a tunnel, untouched, like an excluded host.
+    span.setAttribute('gateway.inspected', false);
+    answered = true;
+    head = first;
   }
   for (let attempt = 1; attempt <= 2; attempt++) {
     if (client.destroyed) {
@@ -81,8 +104,7 @@ export async function handleConnect(
     if (!got.ok) {
       done('no_upstream');
       span.end();
-      return endRaw(
-        client,
+      return refuse(
         got.status,
         got.status === 503 ? 'Service Unavailable' : 'Bad Request',
         [],
@@ -95,13 +117,13 @@ export async function handleConnect(
     const named = [`${EGRESS_PROXY_HEADER}: ${up.key}`];
     if (dialed.ok) {
       span.setAttribute('gateway.upstream', up.key);
-      return splice(ctx, a, client, dialed, head, span, done);
+      return splice(ctx, a, client, dialed, head, answered, span, done);
     }
     if (dialed.kind === 'answered') {
       ctx.chooser.release(a);
       done('ok', up.key);
       span.end();
-      return endRaw(client, dialed.status, dialed.reason || 'Upstream Refused', named);
+      return refuse(dialed.status, dialed.reason || 'Upstream Refused', named);
     }
     ctx.log.info({ upstream: up.key, why: dialed.why, attempt }, 'upstream failed a tunnel; reported failed');
     ctx.chooser.report(a, 'failed');
@@ -110,18 +132,22 @@ export async function handleConnect(
     if (attempt === 2) {
       done('failed', up.key);
       span.end();
-      return endRaw(client, 502, 'Bad Gateway', named, 'upstream proxy failed twice\n');
+      return refuse(502, 'Bad Gateway', named, 'upstream proxy failed twice\n');
     }
   }
 }
 
-/** The tunnel is up: answer the client, then bytes flow both ways until either side ends. */
+/**
+ * The tunnel is up: answer the client (unless it was `answered` already), then bytes flow both
+ * ways until either side ends.
+ */
 function splice(
   ctx: GatewayContext,
   a: Acquired,
   client: net.Socket,
   dialed: { socket: net.Socket; rest: Buffer; reader: UpstreamReader },
   head: Buffer,
+  answered: boolean,
   span: Span,
   done: (result: GatewayResult, upstream?: string) => void,
 ): void {
@@ -136,39 +162,16 @@ function splice(
     span.end();
     return;
   }
-  ctx.metrics.open.inc({ kind: 'connect' });
-  let closed = false;
-  const close = () => {
-    if (closed) return;
-    closed = true;
-    client.destroy();
-    upstream.destroy();
-  };
-  ctx.hold(a, close);
-  client.write(`HTTP/1.1 200 Connection Established\r\n${EGRESS_PROXY_HEADER}: ${key}\r\n\r\n`);
+  if (!answered)
+    client.write(`HTTP/1.1 200 Connection Established\r\n${EGRESS_PROXY_HEADER}: ${key}\r\n\r\n`);
   if (rest.length > 0) client.write(rest);
   if (head.length > 0) upstream.write(head);
-  for (const s of [client, upstream]) s.setTimeout(ctx.limits.idleTimeoutMs, close);
-  upstream.on('error', close);
-  client.on('error', close);
-  // Each direction ends the other side when it ends, so a half-close travels through the tunnel.
-  client.pipe(upstream);
-  dialed.reader.pipeTo(client);
-  let finished = 0;
-  const onClose = () => {
-    if (++finished === 1) {
-      // One side is gone: unless both directions finished cleanly, cut the other one.
-      const clean = client.readableEnded && upstream.readableEnded;
-      if (!clean) close();
-      return;
-    }
-    ctx.metrics.open.dec({ kind: 'connect' });
-    ctx.metrics.bytes.inc({ upstream: key, direction: 'sent' }, upstream.bytesWritten);
-    ctx.metrics.bytes.inc({ upstream: key, direction: 'received' }, upstream.bytesRead);
-    ctx.letGo(a);
-    done('ok', key);
-    span.end();
-  };
-  client.once('close', onClose);
-  upstream.once('close', onClose);
+  joinBothWays(ctx, a, client, upstream, {
+    kind: 'connect',
+    farToClient: () => dialed.reader.pipeTo(client),
+    onClosed: () => {
+      done('ok', key);
+      span.end();
+    },
+  });
 }

@@ -8,7 +8,8 @@
  * the sites' logs show the refusals spread per site over several egress addresses; curl,
  * requests, Node and Chromium get every page too. A host in --gateway-inspect-exclude and the
  * user-name option `inspect-off` are tunnelled untouched (the client sees the origin's own
- * certificate). A rule in `mode: observe` lets the refusal through to the client and counts it;
+ * certificate). Chromium's WebSockets work through it, `wss://` switched inside the inspected
+ * connection and `ws://` (a CONNECT that does not open TLS) tunnelled. A rule in `mode: observe` lets the refusal through to the client and counts it;
  * without `gateway.rules` the defaults block and retry a 403 and rate-limit and retry a 429.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -24,7 +25,13 @@ import {
   type Workspace,
   waitForReady,
 } from '../../support/cli.ts';
-import { type Answer, CLIENTS, curlFetch, fetchWith } from '../../support/gateway/inspect-clients.ts';
+import {
+  type Answer,
+  CLIENTS,
+  chromiumWebSockets,
+  curlFetch,
+  fetchWith,
+} from '../../support/gateway/inspect-clients.ts';
 import {
   CAPTCHA_TEXT,
   PAGE_MARK,
@@ -216,6 +223,18 @@ describe('the inspecting gateway, enforcing rules', () => {
     expect(own[0]?.status, JSON.stringify(own)).toBe(200);
     const ours = await curlFetch(op.url(), op.caFile, [url as string]);
     expect(ours[0]?.status, JSON.stringify(ours)).toBeUndefined();
+  });
+
+  it('Chromium opens WebSockets through it: wss:// switched inside the inspected connection, ws:// tunnelled', async () => {
+    const plain = sites.byName('plain');
+    const urls = [plain.wsUrl, sites.plainWsUrl];
+    const page = sites.plainWsUrl.replace(/^ws:/, 'http:').replace(/\/ws$/, '/');
+    const answers = await chromiumWebSockets(op.url(), op.caFile, page, urls, 'ping through the gateway');
+    expect(answers).toEqual(urls.map((url) => ({ url, body: 'ping through the gateway' })));
+    // Both left through the fleet's egress addresses, not from the gateway itself.
+    const opened = sites.log.filter((e) => e.status === 101);
+    expect(opened.map((e) => e.site).sort()).toEqual(['plain', 'plain-ws']);
+    for (const e of opened) expect(EGRESS, e.site).toContain(e.source);
   });
 
   it('the user-name option inspect-off tunnels untouched', async () => {

@@ -3,15 +3,19 @@
  * real Squid upstreams (each leaving from its own 127.0.0.x address) to real loopback origins
  * that block by source address: a request blocked on one upstream is answered from the next,
  * the blocks are per site, observe mode only counts, excluded hosts and `inspect-off` keep the
- * origin's own certificate, and a refused origin certificate is a 502 that says why.
+ * origin's own certificate, a client that does not open TLS (`ws://`, a server that speaks
+ * first) is tunnelled untouched, a WebSocket-style upgrade inside is switched through (its
+ * handshake judged by the rules like any answer), and a refused origin certificate is a 502 that
+ * says why.
  */
 import { X509Certificate } from 'node:crypto';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo, Server } from 'node:net';
+import { type AddressInfo, createServer as createTcpServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import { gzipSync } from 'node:zlib';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
@@ -20,13 +24,15 @@ import type { GatewayRuleConfig } from '../../../src/config/schema.ts';
 import { FileCaStore, GatewayCa } from '../../../src/gateway/ca.ts';
 import { systemClock } from '../../../src/runtime/clock.ts';
 import { httpsViaGateway, TunnelRefused } from '../../support/gateway/https-client.ts';
+import { type RawClient, rawClient } from '../../support/gateway/local-world.ts';
 import { startWorld, TOKEN, type World } from '../../support/gateway/world.ts';
 import { captureLog } from '../../support/log.ts';
 import { makePki } from '../../support/pki.ts';
+import { until } from '../../support/wait.ts';
 
 /** Each test its own site (origins listen on every loopback address), so cooldowns stay apart. */
 const site = (n: number) => `127.0.0.${20 + n}`;
-const SITES = Array.from({ length: 13 }, (_, i) => site(i));
+const SITES = Array.from({ length: 17 }, (_, i) => site(i));
 
 const pki = makePki({ caName: 'inspect-origin-ca', dnsNames: ['localhost'], ipAddresses: SITES, days: 2 });
 const wrongName = makePki({
@@ -84,6 +90,25 @@ function origin(req: IncomingMessage, res: ServerResponse): void {
   res.writeHead(200).end(`page from ${source}`);
 }
 
+/**
+ * Upgrades on the HTTPS origin: `/echo` switches to a protocol that echoes what it gets (after a
+ * first `hello`); `/echo-blocked` refuses the first upstream that asks for a site with a 403.
+ */
+function upgradeAnswers(req: IncomingMessage, socket: Duplex): void {
+  socket.on('error', () => undefined);
+  const source = (req.socket.remoteAddress ?? '').replace(/^::ffff:/, '');
+  const host = (req.headers.host ?? '').replace(/:\d+$/, '');
+  if (req.url === '/echo-blocked' && !blockedFor.has(host)) blockedFor.set(host, source);
+  if (req.url === '/echo-blocked' && blockedFor.get(host) === source) {
+    socket.end('HTTP/1.1 403 Forbidden\r\nContent-Length: 7\r\nConnection: close\r\n\r\nblocked');
+    return;
+  }
+  socket.write(
+    `HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${req.headers.upgrade}\r\nConnection: Upgrade\r\nX-Peer: ${source}\r\n\r\nhello`,
+  );
+  socket.on('data', (d: Buffer) => socket.write(`echo ${d.toString('latin1')}`));
+}
+
 /** An HTTPS origin that breaks HTTP: a NUL in a header (`/bad-head`), a body cut short (`/cut`). */
 function brokenAnswers(s: TLSSocket): void {
   s.on('error', () => undefined);
@@ -95,6 +120,13 @@ function brokenAnswers(s: TLSSocket): void {
       s.end('HTTP/1.1 200 OK\r\nX-Bad: a\u0000b\r\nContent-Length: 2\r\n\r\nok');
     else s.end('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b');
   });
+}
+
+/** A server that speaks first (as SMTP or FTP do), then echoes each line. */
+function greeter(s: Socket): void {
+  s.on('error', () => undefined);
+  s.write('220 ready\r\n');
+  s.on('data', (d: Buffer) => s.write(`echo ${d.toString('latin1')}`));
 }
 
 async function listen(server: Server): Promise<number> {
@@ -110,29 +142,27 @@ let httpPort: number;
 let wrongPort: number;
 let expiredPort: number;
 let brokenPort: number;
+let greeterPort: number;
 const servers: Server[] = [];
 const log = captureLog('debug');
 const spans = new InMemorySpanExporter();
 
 beforeAll(async () => {
   const tlsOrigin = createHttpsServer({ cert: pki.cert, key: pki.key }, origin);
+  tlsOrigin.on('upgrade', upgradeAnswers);
   const httpOrigin = http.createServer(origin);
   const wrongOrigin = createHttpsServer({ cert: wrongName.cert, key: wrongName.key }, origin);
   const expiredOrigin = createHttpsServer({ cert: expired.cert, key: expired.key }, origin);
   const brokenOrigin = createTlsServer({ cert: pki.cert, key: pki.key }, brokenAnswers);
-  servers.push(tlsOrigin, httpOrigin, wrongOrigin, expiredOrigin, brokenOrigin);
-  [tlsPort, httpPort, wrongPort, expiredPort, brokenPort] = (await Promise.all(servers.map(listen))) as [
-    number,
-    number,
-    number,
-    number,
-    number,
-  ];
+  servers.push(tlsOrigin, httpOrigin, wrongOrigin, expiredOrigin, brokenOrigin, createTcpServer(greeter));
+  [tlsPort, httpPort, wrongPort, expiredPort, brokenPort, greeterPort] = (await Promise.all(
+    servers.map(listen),
+  )) as [number, number, number, number, number, number];
   caDir = mkdtempSync(join(tmpdir(), 'gw-inspect-'));
   ca = await GatewayCa.open(new FileCaStore(caDir), systemClock.now);
   w = await startWorld({
     upstreams: 3,
-    extraPorts: [tlsPort, httpPort, wrongPort, expiredPort, brokenPort],
+    extraPorts: [tlsPort, httpPort, wrongPort, expiredPort, brokenPort, greeterPort],
     gateway: {
       rules: RULES,
       log: log.log,
@@ -168,6 +198,14 @@ function cooling(target: string): string[] {
     .filter((p) => p.targetCooldowns.some((c) => c.target === target))
     .map((p) => `${p.namespace}/${p.name}`)
     .sort();
+}
+
+/** Tunnels and switched connections the gateway holds open, of `kind`. */
+function openGatewayConnections(kind = 'https'): Promise<number> {
+  return w.registry
+    .getSingleMetric('proxy_operator_gateway_open')!
+    .get()
+    .then((m) => m.values.filter((v) => v.labels.kind === kind).reduce((n, v) => n + v.value, 0));
 }
 
 function reports(result: string): Promise<number> {
@@ -341,6 +379,76 @@ describe('gateway HTTPS inspection', () => {
     await expect(
       httpsViaGateway(w.gateway.port, crawler, `https://${site(6)}:${tlsPort}/page`, pki.caCert),
     ).rejects.toBeInstanceOf(TunnelRefused);
+  });
+
+  it('tunnels a client that does not open TLS untouched: plain HTTP as ws:// sends it, a server that speaks first', async () => {
+    const connect = async (target: string): Promise<RawClient> => {
+      const c = await rawClient(w.gateway.port);
+      const auth = Buffer.from(`${crawler.user}:${crawler.token}`).toString('base64');
+      c.write(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\nProxy-Authorization: Basic ${auth}\r\n\r\n`);
+      await c.waitFor('\r\n\r\n');
+      expect(c.received()).toMatch(/^HTTP\/1\.1 200 /);
+      return c;
+    };
+    // Chromium opens `ws://` with a CONNECT too, then speaks HTTP inside: that reaches the
+    // origin as sent, through an upstream, and no rule looks at it (`/always403` stays a 403).
+    const web = await connect(`${site(13)}:${httpPort}`);
+    web.write(`GET /always403 HTTP/1.1\r\nHost: ${site(13)}:${httpPort}\r\nConnection: close\r\n\r\n`);
+    await web.closed;
+    expect(web.received()).toMatch(/\r\n\r\nHTTP\/1\.1 403 Forbidden\r\n/);
+    expect(web.received()).toMatch(/\r\nX-Peer: 127\.0\.0\.1[123]\r\n/);
+    expect(web.received()).toContain('\r\n\r\ne\r\nalways blocked\r\n0\r\n');
+    expect(cooling(site(13))).toEqual([]);
+    // A silent client is waited for a moment, then tunnelled: the server's greeting arrives.
+    const mail = await connect(`${site(14)}:${greeterPort}`);
+    await mail.waitFor('220 ready\r\n', 15_000);
+    mail.write('HELO crawler\r\n');
+    await mail.waitFor('echo HELO crawler\r\n');
+    mail.socket.destroy();
+  });
+
+  it('switches protocols inside an inspected connection: the upgrade is judged by the rules, then joined', async () => {
+    const echo = async (path: string) => {
+      const r = await httpsViaGateway(
+        w.gateway.port,
+        crawler,
+        `https://${site(15)}:${tlsPort}${path}`,
+        ca.certPem,
+        {
+          upgrade: 'echo',
+        },
+      );
+      const up = r.upgraded;
+      if (!up) throw new Error(`no switch: ${r.status} ${r.body}`);
+      let got = up.head.toString('latin1');
+      up.socket.on('data', (d: Buffer) => {
+        got += d.toString('latin1');
+      });
+      await until('the origin speaking first in the new protocol', () => got === 'hello');
+      up.socket.write('ping');
+      await until('the echo through the gateway', () => got === 'helloecho ping');
+      up.socket.destroy();
+      return r;
+    };
+    const switched = await echo('/echo');
+    expect(switched.status).toBe(101);
+    expect(switched.headers.upgrade).toBe('echo');
+    expect(switched.headers['x-egress-proxy']).toMatch(/^crawl\/sq[123]$/);
+    expect(switched.headers['x-peer']).toMatch(/^127\.0\.0\.1[123]$/);
+    // A handshake refused with 403 is an answer like any other: blocked for that site, retried.
+    const retried = await httpsViaGateway(
+      w.gateway.port,
+      crawler,
+      `https://${site(16)}:${tlsPort}/echo-blocked`,
+      ca.certPem,
+      { upgrade: 'echo' },
+    );
+    expect(retried.status).toBe(101);
+    retried.upgraded?.socket.destroy();
+    expect(retried.headers['x-egress-proxy']).not.toBe(blockedUpstream(site(16)));
+    expect(cooling(site(16))).toEqual([blockedUpstream(site(16))]);
+    // The connection's lease goes back once it closes.
+    await until('the switched connections released', async () => (await openGatewayConnections()) === 0);
   });
 
   it('answers 502 naming the reason when the origin certificate is refused', async () => {

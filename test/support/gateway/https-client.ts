@@ -7,6 +7,7 @@
 import { X509Certificate } from 'node:crypto';
 import http from 'node:http';
 import { isIP } from 'node:net';
+import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { gunzipSync } from 'node:zlib';
 
@@ -16,6 +17,8 @@ export interface HttpsAnswer {
   body: string;
   /** The certificate the client was shown (the gateway's leaf when inspected). */
   cert: X509Certificate;
+  /** With `upgrade`, when the answer was 101: the connection in the new protocol and its first bytes. */
+  upgraded?: { socket: Duplex; head: Buffer };
 }
 
 /** What the CONNECT got when it was not 200, or the TLS error when the handshake failed. */
@@ -32,7 +35,8 @@ export function httpsViaGateway(
   auth: { user: string; token: string },
   url: string,
   ca: string,
-  opts: { method?: string; body?: string } = {},
+  /** `upgrade`: asks to switch to this protocol (as a WebSocket client does). */
+  opts: { method?: string; body?: string; upgrade?: string } = {},
 ): Promise<HttpsAnswer> {
   const u = new URL(url);
   const host = u.hostname.replace(/^\[(.*)\]$/, '$1');
@@ -62,7 +66,11 @@ export function httpsViaGateway(
             createConnection: () => secure,
             method: opts.method ?? 'GET',
             path: `${u.pathname}${u.search}`,
-            headers: { Host: u.host, 'Accept-Encoding': 'gzip', Connection: 'close' },
+            headers: {
+              Host: u.host,
+              'Accept-Encoding': 'gzip',
+              ...(opts.upgrade ? { Connection: 'Upgrade', Upgrade: opts.upgrade } : { Connection: 'close' }),
+            },
           },
           (r) => {
             const chunks: Buffer[] = [];
@@ -74,6 +82,15 @@ export function httpsViaGateway(
               secure.destroy();
             });
           },
+        );
+        req.once('upgrade', (r, socket, head) =>
+          resolve({
+            status: r.statusCode ?? 0,
+            headers: r.headers,
+            body: '',
+            cert,
+            upgraded: { socket, head },
+          }),
         );
         req.once('error', reject);
         req.end(opts.body);

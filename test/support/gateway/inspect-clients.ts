@@ -12,6 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Page } from 'playwright-core';
 import { launchChromium } from '../browser.ts';
 import { NODE } from '../cli.ts';
 import { DEBIAN_PYTHON } from '../python.ts';
@@ -131,8 +132,15 @@ export function nssHomeTrusting(caFile: string): string {
   return home;
 }
 
-/** Headless Chromium through the proxy, trusting `caFile` through its NSS database; one page at a time. */
-export async function chromiumFetch(proxyUrl: string, caFile: string, urls: string[]): Promise<Answer[]> {
+/**
+ * Headless Chromium through the proxy, trusting `caFile` through its NSS database, given one page
+ * to use; closed (and its HOME removed) once `use` settles.
+ */
+async function withChromium<T>(
+  proxyUrl: string,
+  caFile: string,
+  use: (page: Page) => Promise<T>,
+): Promise<T> {
   const proxy = new URL(proxyUrl);
   const home = nssHomeTrusting(caFile);
   const browser = await launchChromium(undefined, {
@@ -144,7 +152,16 @@ export async function chromiumFetch(proxyUrl: string, caFile: string, urls: stri
     env: { HOME: home },
   });
   try {
-    const page = await browser.context.newPage();
+    return await use(await browser.context.newPage());
+  } finally {
+    await browser.close();
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+
+/** Headless Chromium through the proxy, trusting `caFile` through its NSS database; one page at a time. */
+export function chromiumFetch(proxyUrl: string, caFile: string, urls: string[]): Promise<Answer[]> {
+  return withChromium(proxyUrl, caFile, async (page) => {
     const answers: Answer[] = [];
     for (const url of urls) {
       try {
@@ -155,10 +172,54 @@ export async function chromiumFetch(proxyUrl: string, caFile: string, urls: stri
       }
     }
     return answers;
-  } finally {
-    await browser.close();
-    rmSync(home, { recursive: true, force: true });
-  }
+  });
+}
+
+/**
+ * Headless Chromium through the proxy loads `pageUrl`, and from that page opens a WebSocket to
+ * each of `urls` in turn (`ws://` or `wss://`, trusting `caFile`), sends `message` and gives back
+ * the first message it receives, or why the socket failed. The page comes first as on any site:
+ * Chromium answers the proxy's credential challenge for a page load and then sends the
+ * credentials it learned with its WebSockets too (it does not ask for them on a WebSocket).
+ */
+export function chromiumWebSockets(
+  proxyUrl: string,
+  caFile: string,
+  pageUrl: string,
+  urls: string[],
+  message: string,
+): Promise<Answer[]> {
+  return withChromium(proxyUrl, caFile, async (page) => {
+    await page.goto(pageUrl, { timeout: 30_000 });
+    const answers: Answer[] = [];
+    // Chromium says why a WebSocket failed on the console only.
+    const console: string[] = [];
+    page.on('console', (m) => console.push(m.text()));
+    for (const url of urls) {
+      console.length = 0;
+      const got = await page.evaluate(
+        ([u, m]) =>
+          new Promise<{ body?: string; error?: string }>((resolve) => {
+            const ws = new WebSocket(u as string);
+            const timer = setTimeout(() => resolve({ error: 'no answer within 30 s' }), 30_000);
+            ws.onopen = () => ws.send(m as string);
+            ws.onmessage = (e) => {
+              clearTimeout(timer);
+              resolve({ body: String(e.data) });
+              ws.close();
+            };
+            ws.onerror = () => {
+              clearTimeout(timer);
+              resolve({ error: 'the WebSocket failed' });
+            };
+          }),
+        [url, message],
+      );
+      const why = console.find((l) => l.includes(url));
+      answers.push({ url, ...got, ...(got.error && why ? { error: `${got.error}: ${why}` } : {}) });
+    }
+    return answers;
+  });
 }
 
 export function fetchWith(

@@ -8,14 +8,19 @@
  * `forbid` with 403, `rateLimit` with 429 and `Retry-After: 1`, `captcha` with a 200 whose body is
  * a captcha-like challenge — and answered 200 with `PAGE_MARK` in the body after that; `plain`
  * sites answer 200 always. Every request is logged (site, path, source address, status, whether
- * it was refused), so a test can see which egress address each refusal went to.
+ * it was refused), so a test can see which egress address each refusal went to. Every site also
+ * accepts a WebSocket at `/ws` (`wss://`) that echoes each message, and one plain-HTTP server on
+ * the `plain` site's address does the same over `ws://` (support/websocket-echo.ts).
  */
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
 import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { makePki } from '../pki.ts';
+import { acceptEcho } from '../websocket-echo.ts';
 
 export type SiteBehaviour = 'forbid' | 'rateLimit' | 'captcha' | 'plain';
 
@@ -41,6 +46,8 @@ export interface Site extends SiteSpec {
   authority: string;
   /** The URLs of pages 0 … count-1, under `prefix` (`/<prefix>/p/<n>`; each prefix refuses afresh). */
   pages(count: number, prefix?: string): string[];
+  /** `wss://<address>:<port>/ws`, an echoing WebSocket. */
+  wsUrl: string;
 }
 
 export interface SiteLogEntry {
@@ -63,7 +70,9 @@ export interface Sites {
   originCaFile: string;
   /** The CA's PEM. */
   originCa: string;
-  /** Every site's port (for egress policies). */
+  /** `ws://<plain site's address>:<port>/ws`: an echoing WebSocket without TLS (a page at `/`). */
+  plainWsUrl: string;
+  /** Every site's port and the plain WebSocket's (for egress policies). */
   ports: number[];
   close(): Promise<void>;
 }
@@ -79,7 +88,7 @@ export const DEFAULT_SITES: SiteSpec[] = [
 
 const refuses = (n: number) => n % REFUSE_EVERY === 1;
 
-function listen(server: Server, host: string): Promise<number> {
+function listen(server: NetServer, host: string): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(0, host, () => resolve((server.address() as AddressInfo).port));
@@ -97,7 +106,14 @@ export async function startSites(specs: SiteSpec[] = DEFAULT_SITES): Promise<Sit
   const originCaFile = join(dir, 'origin-ca.pem');
   writeFileSync(originCaFile, pki.caCert);
   const log: SiteLogEntry[] = [];
-  const servers: Server[] = [];
+  const servers: NetServer[] = [];
+  const upgraded = new Set<Duplex>();
+  /** A WebSocket opened on `site`: logged with status 101, then echoed. */
+  const webSocket = (site: string) => (req: IncomingMessage, socket: Duplex) => {
+    const source = (req.socket.remoteAddress ?? '').replace(/^::ffff:/, '');
+    log.push({ site, path: req.url ?? '/', source, status: 101, refused: false });
+    acceptEcho(req, socket);
+  };
   const sites: Site[] = [];
   for (const spec of specs) {
     const asked = new Set<string>();
@@ -124,6 +140,7 @@ export async function startSites(specs: SiteSpec[] = DEFAULT_SITES): Promise<Sit
       log.push({ site: spec.name, path, source, status, refused });
       res.writeHead(status, headers).end(body);
     });
+    server.on('upgrade', webSocket(spec.name));
     servers.push(server);
     const port = await listen(server, spec.address);
     const baseUrl = `https://${spec.address}:${port}`;
@@ -134,8 +151,16 @@ export async function startSites(specs: SiteSpec[] = DEFAULT_SITES): Promise<Sit
       authority: `${spec.address}:${port}`,
       pages: (count, prefix) =>
         Array.from({ length: count }, (_, n) => `${baseUrl}${prefix ? `/${prefix}` : ''}/p/${n}`),
+      wsUrl: `wss://${spec.address}:${port}/ws`,
     });
   }
+  const plainAddress = specs.find((s) => s.behaviour === 'plain')?.address ?? '127.0.0.1';
+  const plainWs = createHttpServer((_req, res) =>
+    res.writeHead(200, { 'Content-Type': 'text/html' }).end(`<html><body>${PAGE_MARK} echo</body></html>`),
+  );
+  plainWs.on('upgrade', webSocket('plain-ws'));
+  servers.push(plainWs);
+  const plainWsPort = await listen(plainWs, plainAddress);
   return {
     sites,
     byName: (name) => {
@@ -151,14 +176,16 @@ export async function startSites(specs: SiteSpec[] = DEFAULT_SITES): Promise<Sit
     },
     originCaFile,
     originCa: pki.caCert,
-    ports: sites.map((s) => s.port),
+    plainWsUrl: `ws://${plainAddress}:${plainWsPort}/ws`,
+    ports: [...sites.map((s) => s.port), plainWsPort],
     close: async () => {
+      for (const u of upgraded) u.destroy();
       await Promise.all(
         servers.map(
           (s) =>
             new Promise<void>((resolve) => {
               s.close(() => resolve());
-              s.closeAllConnections();
+              (s as Server).closeAllConnections();
             }),
         ),
       );

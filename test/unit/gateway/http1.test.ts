@@ -271,7 +271,41 @@ describe('the client', () => {
       error: expect.stringMatching(/^EPROTO: invalid character in header X/),
     });
     const upgrade = await world((s) => s.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: ws\r\n\r\n'));
-    expect(await outcome(upgrade.send('GET'))).toMatchObject({ error: expect.stringMatching(/upgrades/) });
+    expect(await outcome(upgrade.send('GET'))).toMatchObject({
+      error: expect.stringMatching(/^EPROTO: a protocol switch the request did not ask for/),
+    });
+  });
+
+  it('hands a request that asked to upgrade its connection with a 101, never to the pool', async () => {
+    const { far, pool, send } = await world((s) => {
+      s.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: ws\r\nConnection: Upgrade\r\n\r\nhello');
+      // From here on the connection speaks the new protocol: an echo.
+      s.removeAllListeners('data');
+      s.on('data', (c: Buffer) => s.write(`echo ${c.toString()}`));
+    });
+    const r = send('GET', [
+      ['Connection', 'Upgrade'],
+      ['Upgrade', 'ws'],
+    ]);
+    const answer = await new Promise<Answer>((resolve) => r.once('response', resolve));
+    expect(answer.statusCode).toBe(101);
+    expect(answer.headers.upgrade).toBe('ws');
+    const up = answer.upgraded;
+    if (!up) throw new Error('no upgraded connection');
+    let got = up.rest.toString();
+    up.socket.on('data', (c: Buffer) => {
+      got += c.toString();
+    });
+    up.socket.resume();
+    await until('what the far side sent after the head', () => got.includes('hello'));
+    up.socket.write('ping');
+    await until('the echo in the new protocol', () => got.endsWith('echo ping'));
+    expect(got).toBe('helloecho ping');
+    expect(far.heads[0]).toMatch(/\r\nUpgrade: ws/);
+    // The connection is the answer's: destroying the answer closes it, and nothing was pooled.
+    answer.destroy();
+    await until('the upgraded connection closed', () => up.socket.destroyed);
+    expect(pool.take('far')).toBeUndefined();
   });
 
   it('keeps a break that came while nobody listened for when the answer is resumed', async () => {
