@@ -87,6 +87,9 @@ const COUNT_KEYS = [
   'atCapacity',
 ] as const;
 
+/** Proxies per `GET /v1/proxies` page when the client lists the fleet. */
+export const LIST_PAGE_SIZE = 1000;
+
 export class DiscoveryClient {
   private readonly base: string;
   private readonly token: string | undefined;
@@ -100,17 +103,31 @@ export class DiscoveryClient {
     this.fetchFn = opts.fetch ?? globalThis.fetch;
   }
 
+  /**
+   * Every proxy the filter selects, read `pageSize` (default 1,000) at a time with the API's
+   * `limit`/`continue`, so a fleet of 10,000 is ten small answers, not one large one. An API
+   * without paging answers everything in the first page.
+   */
   async listProxies(
     filter: { selector?: string; namespace?: string; target?: string } = {},
-    opts: CallOptions = {},
+    opts: CallOptions & { pageSize?: number } = {},
   ): Promise<ProxySnapshot[]> {
-    const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(filter)) if (v !== undefined) q.set(k, v);
-    const qs = q.toString();
-    const body = (await this.call('GET', `/v1/proxies${qs ? `?${qs}` : ''}`, undefined, opts)) as {
-      proxies: ProxySnapshot[];
-    };
-    return body.proxies;
+    const { pageSize = LIST_PAGE_SIZE, ...call } = opts;
+    const found: ProxySnapshot[] = [];
+    let next: string | undefined;
+    do {
+      const q = new URLSearchParams();
+      for (const [k, v] of Object.entries(filter)) if (v !== undefined) q.set(k, v);
+      q.set('limit', String(pageSize));
+      if (next !== undefined) q.set('continue', next);
+      const page = (await this.call('GET', `/v1/proxies?${q}`, undefined, call)) as {
+        proxies: ProxySnapshot[];
+        continue?: string;
+      };
+      found.push(...page.proxies);
+      next = page.continue;
+    } while (next !== undefined);
+    return found;
   }
 
   /** Throws NoneLeasableError (409) when nothing is leasable. */

@@ -6,6 +6,7 @@ import {
   DiscoveryClient,
   DiscoveryError,
   LeaseNotFoundError,
+  LIST_PAGE_SIZE,
   NoneLeasableError,
 } from '../../../src/discovery/client.ts';
 import {
@@ -697,6 +698,33 @@ describe('typed client', () => {
       .listProxies()
       .catch((e: unknown) => e);
     expect((unauth as DiscoveryError).status).toBe(401);
+  });
+
+  it('lists the fleet a page at a time and returns all of it, in order', async () => {
+    const names = ['e', 'a', 'd', 'c', 'b', 'f', 'g'];
+    const s = await setup({
+      proxies: names.map((n, i) => info(n, { labels: { pool: i % 2 ? 'odd' : 'even' } })),
+    });
+    const asked: string[] = [];
+    const client = new DiscoveryClient({
+      baseUrl: s.server.url,
+      token: TOKEN,
+      fetch: (url, init) => {
+        asked.push(new URL(String(url)).search);
+        return fetch(url, init);
+      },
+    });
+    const all = await client.listProxies({}, { pageSize: 3 });
+    expect(all.map((p) => p.name)).toEqual([...names].sort());
+    expect(asked).toEqual(['?limit=3', '?limit=3&continue=crawl%2Fc', '?limit=3&continue=crawl%2Ff']);
+    asked.length = 0;
+    const odd = await client.listProxies({ selector: 'pool=odd' }, { pageSize: 2 });
+    expect(odd.map((p) => p.name)).toEqual(['a', 'c', 'f']);
+    expect(asked).toHaveLength(2);
+    // By default a page is LIST_PAGE_SIZE proxies: this fleet is one page.
+    asked.length = 0;
+    expect(await client.listProxies()).toHaveLength(names.length);
+    expect(asked).toEqual([`?limit=${LIST_PAGE_SIZE}`]);
   });
 });
 
