@@ -221,13 +221,25 @@ interface Prefix {
   failed: boolean;
 }
 
+/**
+ * Whether a `deflate` body starts with the zlib header it should have (RFC 9110); some servers
+ * send raw deflate under that name, which browsers read too.
+ */
+function hasZlibHeader(first: Buffer): boolean {
+  if (first.length < 2) return true;
+  const cmf = first[0] as number;
+  return (cmf & 0x0f) === 8 && ((cmf << 8) | (first[1] as number)) % 31 === 0;
+}
+
+/** The decoder of a body in `encoding` that starts with `first`; none for an identity body. */
 function decoderFor(
   encoding: string | undefined,
-): zlib.Gunzip | zlib.Inflate | zlib.BrotliDecompress | undefined {
+  first: Buffer,
+): zlib.Gunzip | zlib.Inflate | zlib.InflateRaw | zlib.BrotliDecompress | undefined {
   const e = (encoding ?? '').trim().toLowerCase();
   const flush = { finishFlush: zlib.constants.Z_SYNC_FLUSH };
   if (e === 'gzip' || e === 'x-gzip') return zlib.createGunzip(flush);
-  if (e === 'deflate') return zlib.createInflate(flush);
+  if (e === 'deflate') return hasZlibHeader(first) ? zlib.createInflate(flush) : zlib.createInflateRaw(flush);
   if (e === 'br') {
     return zlib.createBrotliDecompress({ finishFlush: zlib.constants.BROTLI_OPERATION_FLUSH });
   }
@@ -244,7 +256,8 @@ function readPrefix(res: Answer): Promise<Prefix> {
     let ended = false;
     let failed = false;
     let done = false;
-    const decoder = decoderFor(res.headers['content-encoding'] as string | undefined);
+    /** Chosen by the body's first bytes (null until they came). */
+    let decoder: ReturnType<typeof decoderFor> | null = null;
     const finish = () => {
       if (done) return;
       done = true;
@@ -261,10 +274,13 @@ function readPrefix(res: Answer): Promise<Prefix> {
       decodedSize += d.length;
       if (decodedSize >= RULE_BODY_BYTES) finish();
     };
-    decoder?.on('data', take);
-    decoder?.on('error', finish);
-    decoder?.on('end', finish);
     const onData = (chunk: Buffer) => {
+      if (decoder === null) {
+        decoder = decoderFor(res.headers['content-encoding'] as string | undefined, chunk);
+        decoder?.on('data', take);
+        decoder?.on('error', finish);
+        decoder?.on('end', finish);
+      }
       raw.push(chunk);
       rawSize += chunk.length;
       if (decoder) decoder.write(chunk);

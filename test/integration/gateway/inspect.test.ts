@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
-import { gzipSync } from 'node:zlib';
+import { brotliCompressSync, deflateRawSync, deflateSync, gzipSync } from 'node:zlib';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GatewayRuleConfig } from '../../../src/config/schema.ts';
@@ -32,7 +32,7 @@ import { until } from '../../support/wait.ts';
 
 /** Each test its own site (origins listen on every loopback address), so cooldowns stay apart. */
 const site = (n: number) => `127.0.0.${20 + n}`;
-const SITES = Array.from({ length: 17 }, (_, i) => site(i));
+const SITES = Array.from({ length: 20 }, (_, i) => site(i));
 
 const pki = makePki({ caName: 'inspect-origin-ca', dnsNames: ['localhost'], ipAddresses: SITES, days: 2 });
 const wrongName = makePki({
@@ -59,7 +59,8 @@ function origin(req: IncomingMessage, res: ServerResponse): void {
   const source = (req.socket.remoteAddress ?? '').replace(/^::ffff:/, '');
   res.setHeader('X-Peer', source);
   const host = (req.headers.host ?? '').replace(/:\d+$/, '');
-  const path = req.url ?? '/';
+  const url = new URL(req.url ?? '/', 'https://origin.test');
+  const path = url.pathname;
   if (!blockedFor.has(host) && ['/blocked', '/limited', '/captcha', '/slow', '/upload'].includes(path)) {
     blockedFor.set(host, source);
   }
@@ -78,7 +79,13 @@ function origin(req: IncomingMessage, res: ServerResponse): void {
     const text = good
       ? '<html>the real page</html>'
       : `<html>${'x'.repeat(5000)} Please solve this CAPTCHA</html>`;
-    return void res.writeHead(200, { 'Content-Encoding': 'gzip' }).end(gzipSync(text));
+    // `deflate-raw`: deflate without its zlib header, which some servers send as `deflate`.
+    const [encoding, body] = {
+      deflate: ['deflate', deflateSync(text)],
+      'deflate-raw': ['deflate', deflateRawSync(text)],
+      br: ['br', brotliCompressSync(text)],
+    }[url.searchParams.get('enc') ?? ''] ?? ['gzip', gzipSync(text)];
+    return void res.writeHead(200, { 'Content-Encoding': encoding as string }).end(body);
   }
   if (path === '/slow' && !good) {
     // Answers long after the `slow` rule gave up on it (or when the client is gone).
@@ -275,6 +282,22 @@ describe('gateway HTTPS inspection', () => {
     expect(r.status).toBe(200);
     expect(r.body).toBe('<html>the real page</html>');
     expect(cooling(site(2))).toEqual([blockedUpstream(site(2))]);
+  });
+
+  it('decodes deflate, with its zlib header or without, and br for a body rule', async () => {
+    for (const [i, enc] of ['deflate', 'deflate-raw', 'br'].entries()) {
+      const host = site(17 + i);
+      const r = await httpsViaGateway(
+        w.gateway.port,
+        crawler,
+        `https://${host}:${tlsPort}/captcha?enc=${enc}`,
+        ca.certPem,
+      );
+      expect(r.status, enc).toBe(200);
+      // The captcha was seen through its encoding: that upstream is blocked, the next one answered.
+      expect(cooling(host), enc).toEqual([blockedUpstream(host)]);
+      expect(r.headers['x-egress-proxy'], enc).not.toBe(blockedUpstream(host));
+    }
   });
 
   it('rate-limits for Retry-After, clamped to maxSeconds', async () => {
