@@ -97,8 +97,9 @@ ${'COMMON'}`,
                                           kept in the state file (standalone; must match it).
       --discovery-tls-cert <file>         Serve the discovery API over HTTPS with this PEM certificate
       --discovery-tls-key <file>          ...and this PEM key (both or neither).
-      --discovery-allowed-hosts <list>    Without DISCOVERY_TOKEN, Host names served besides loopback and
-                                          the bind address (comma-separated; .suffix admits subdomains).
+      --discovery-allowed-hosts <list>    Without DISCOVERY_TOKEN, Host names served besides loopback, the
+                                          bind address and the Pod's IPs (comma-separated; .suffix admits
+                                          subdomains).
       --http-header-timeout <dur>         Discovery and metrics: time to receive a request head (default 10s).
       --http-request-timeout <dur>        ...time to receive a whole request (default 30s).
       --http-idle-timeout <dur>           ...an idle connection is closed after this (default 30s).

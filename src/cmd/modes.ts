@@ -63,6 +63,11 @@ export interface ModeParts {
   damagedCheckpoint: 'stop' | 'wait';
   /** Tells the elector where this replica's discovery API answers, once listening. */
   advertiseDiscovery?: (url: string) => void;
+  /**
+   * Host names the discovery API serves without a token besides `--discovery-allowed-hosts`: in
+   * a cluster the Pod's own IPs, by which the other replicas reach the leader (gateway sync).
+   */
+  discoveryHosts?: string[];
   /** Where the gateway's inspection CA is kept: the state dir, or one Secret every replica reads. */
   gatewayCa: CaStore;
 }
@@ -164,6 +169,11 @@ export function operatorPorts(
   };
 }
 
+/** The Pod's IPs from the downward API (`POD_IP`, `POD_IPS`), none outside a cluster. */
+export function podIps(env: NodeJS.ProcessEnv): string[] {
+  return [env.POD_IP, ...(env.POD_IPS ?? '').split(',')].map((a) => a?.trim() ?? '').filter((a) => a !== '');
+}
+
 /**
  * The operator's own listeners as Squid proxies elsewhere must keep them closed (provider/squid
  * config): its ports (operatorPorts) on every address this process has, read when the providers
@@ -183,7 +193,7 @@ export function operatorEndpoints(
     ...Object.values(interfaces).flatMap((list) =>
       (list ?? []).filter((i) => !i.internal).map((i) => i.address),
     ),
-    ...[env.POD_IP, ...(env.POD_IPS ?? '').split(',')].map((a) => a?.trim() ?? ''),
+    ...podIps(env),
   ];
   for (const a of raw) {
     // A link-local address carries its interface (fe80::1%eth0); the address alone is what a peer dials.
@@ -415,6 +425,9 @@ export async function operatorParts(
     advertiseDiscovery: (url) => {
       advertised = advertisedUrl(url, process.env.POD_IP);
     },
+    // The address advertised to the other replicas is an IP literal, never a name a rebinding
+    // page could put in Host: admitted without a token like the bind address.
+    discoveryHosts: podIps(process.env),
     gatewayCa: new SecretCaStore(store.secrets, operatorNamespace, GATEWAY_CA_SECRET),
   };
 }

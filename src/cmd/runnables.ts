@@ -70,7 +70,7 @@ function addListeners(
         token: listeners.token,
         tls: listeners.discoveryTls,
         limits: flags.discoveryLimits,
-        allowedHosts: flags.discoveryAllowedHosts,
+        allowedHosts: [...flags.discoveryAllowedHosts, ...(mode.discoveryHosts ?? [])],
         log: log.child({ component: 'discovery' }),
         registry,
         tracer,

@@ -122,6 +122,8 @@ export async function startOperator(opts: {
    * by default): another replica's discovery API the tests probe through them.
    */
   openPorts?: number[];
+  /** Environment variables besides the test's own (e.g. the downward API's POD_IP). */
+  env?: Record<string, string>;
 }): Promise<Operator> {
   const range = await freePortRange(8);
   const providers = join(dir, `providers-${opts.name}.yaml`);
@@ -161,7 +163,9 @@ export async function startOperator(opts: {
     cwd: ROOT,
     // No DISCOVERY_TOKEN at all: an empty one is a start-up error.
     env: Object.fromEntries(
-      Object.entries({ ...process.env, POD_NAMESPACE: OPERATOR_NS }).filter(([k]) => k !== 'DISCOVERY_TOKEN'),
+      Object.entries({ ...process.env, POD_NAMESPACE: OPERATOR_NS, ...opts.env }).filter(
+        ([k]) => k !== 'DISCOVERY_TOKEN',
+      ),
     ),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
