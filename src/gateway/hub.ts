@@ -37,6 +37,12 @@ const HOUSEKEEPING_MS = 1000;
 const CONTENDED_MS = 10_000;
 /** How long a session report waits for the replica that knows the session. */
 const SESSION_ASK_MS = 3000;
+/**
+ * How long a slot lease on an instance its proxy replaced is kept after a new slot took its place
+ * in the share: connections the replica opened through the old instance finish meanwhile, and
+ * the old instance's drain waits no longer for the gateway (the gateway's idle timeout).
+ */
+export const REPLACED_SLOT_GRACE_MS = 120_000;
 
 export type SessionAskOutcome = { upstream: string; target: string } | undefined;
 
@@ -61,6 +67,8 @@ interface Published {
 
 interface Replica {
   slots: Map<string, Slot[]>;
+  /** Slot leases on replaced instances, out of the share: lease id → when they are released. */
+  retiring: Map<string, number>;
   /** Slot leases wanted per upstream, as the replica last said (a delta request changes some). */
   want: Map<string, number>;
   /** Per upstream, the slot ids the replica was last told it holds (answers send what differs). */
@@ -125,6 +133,7 @@ export class GatewayHub {
     if (!r) {
       r = {
         slots: new Map(),
+        retiring: new Map(),
         want: new Map(),
         told: new Map(),
         token: randomBytes(8).toString('hex'),
@@ -238,6 +247,7 @@ export class GatewayHub {
       for (const [id, r] of this.replicas) {
         if (now - r.lastSeen <= REPLICA_TIMEOUT_MS) continue;
         for (const slots of r.slots.values()) for (const s of slots) this.leases.release(s.id);
+        for (const lease of r.retiring.keys()) this.leases.release(lease);
         this.replicas.delete(id);
         this.log.info({ replica: id }, 'gateway replica went silent; its capacity share is released');
       }
@@ -313,10 +323,26 @@ export class GatewayHub {
     }
     if (stale) return;
     // Renew what is held: a slot lease the store will not renew (drain deadline, gone) leaves the share.
+    // So does one on an instance an unlimited proxy has replaced (its slot only carries the
+    // address): a new slot, granted below as the share is refilled, gives the replica the new
+    // instance's address, where it would otherwise dial the old one and keep it draining until
+    // the drain deadline. (A limited proxy's slots are capacity the old instance still holds:
+    // they move when the drain deadline ends them.)
+    const now = this.clock.now();
     for (const [key, slots] of r.slots) {
-      const kept = slots.filter((s) => this.leases.renew(s.id, SLOT_TTL_SECONDS) !== undefined);
+      const kept = slots.filter((s) => {
+        if (this.leases.renew(s.id, SLOT_TTL_SECONDS) === undefined) return false;
+        if (!this.gatewayLeases.onReplacedUnlimited(s.id)) return true;
+        r.retiring.set(s.id, now + REPLACED_SLOT_GRACE_MS);
+        return false;
+      });
       if (kept.length > 0) r.slots.set(key, kept);
       else r.slots.delete(key);
+    }
+    for (const [lease, until] of r.retiring) {
+      if (until > now && this.leases.renew(lease, SLOT_TTL_SECONDS) !== undefined) continue;
+      this.leases.release(lease);
+      r.retiring.delete(lease);
     }
     if (req.want) {
       // A full request's `want` replaces what was wanted, a delta request's changes it (0 = none).

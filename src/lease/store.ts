@@ -56,7 +56,7 @@ import {
 export interface LeaseStoreParts {
   fleet: Pick<Fleet, 'get' | 'all'>;
   cooldowns: Pick<Cooldowns, 'watch'>;
-  table: Pick<LeaseTable, 'checkRoom' | 'grant'>;
+  table: Pick<LeaseTable, 'checkRoom' | 'grant' | 'get'>;
 }
 
 export class LeaseStore {
