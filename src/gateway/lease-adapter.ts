@@ -70,13 +70,15 @@ export class GatewayLeaseAdapter {
   }
 
   /**
-   * Whether the live lease `id` was granted on an instance its proxy has replaced since (the
-   * old instance drains while leases granted on it live), and the proxy is unlimited (`maxLeases`
-   * 0), so a lease on the new instance can be granted beside it at once.
+   * Whether the live lease `id` was granted on an instance its proxy has replaced since by
+   * another one that serves now (the old instance drains while leases granted on it live), and
+   * the proxy is unlimited (`maxLeases` 0), so a lease on the new instance can be granted beside
+   * it at once.
    */
   onReplacedUnlimited(id: string): boolean {
     const l = this.store.parts.table.get(id);
-    return l !== undefined && l.entry.maxLeases === 0 && l.instance !== '' && l.instance !== l.entry.instance;
+    if (l === undefined || l.entry.maxLeases !== 0 || l.instance === '') return false;
+    return l.entry.instance !== '' && l.entry.instance !== l.instance;
   }
 
   /** Calls `w` for every per-target cooldown that begins or lengthens; returns the unsubscribe. */

@@ -3,8 +3,9 @@
  * a share of it: for an unlimited proxy the next share round moves the replica to the new
  * instance — its next connection dials the new address — and the slot lease on the old instance
  * is kept only REPLACED_SLOT_GRACE_MS for the connections still on it, so the old instance's
- * drain ends then instead of at the drain deadline. A limited proxy's slots are capacity the
- * old instance holds: they stay until the drain deadline, as before.
+ * drain ends then instead of at the drain deadline. While no new instance serves yet, and for a
+ * limited proxy (its slots are capacity the old instance holds), the slots stay on the old
+ * instance until the drain deadline, as before.
  */
 import { describe, expect, it } from 'vitest';
 import { REPLACED_SLOT_GRACE_MS } from '../../../src/gateway/hub.ts';
@@ -43,7 +44,7 @@ async function world(maxLeases: number) {
       }),
     );
   const leasesOn = (instance: string) => leader.store.leasesOn('crawl/p0', instance);
-  return { clock, replica, round, replace, leasesOn };
+  return { clock, leader, replica, round, replace, leasesOn };
 }
 
 describe('an instance replaced under a replica’s share', () => {
@@ -65,6 +66,23 @@ describe('an instance replaced under a replica’s share', () => {
     expect(leasesOn('i-2')).toBe(1);
     if (before.ok) replica.chooser.release(before.acquired);
     if (after.ok) replica.chooser.release(after.acquired);
+  });
+
+  it('unlimited proxy whose new instance is not there yet: the share stays on the old one', async () => {
+    const { clock, leader, replica, round, leasesOn } = await world(0);
+    expect(hostOf(await acquire(replica, clock, TARGET))).toBe('10.0.0.1');
+    // The old instance drains, and no new one serves yet (no instance, no address).
+    leader.store.upsertProxy(
+      proxyInfo('p0', {
+        host: '',
+        drainingInstances: [
+          { providerID: 'i-1', host: '10.0.0.1', port: 3128, since: new Date(clock.now()).toISOString() },
+        ],
+      }),
+    );
+    // Past the grace a replaced instance gets: the slot is still the replica's, on the old one.
+    for (let i = 0; i < REPLACED_SLOT_GRACE_MS / SYNC_INTERVAL_MS + 5; i++) await round();
+    expect(leasesOn('i-1')).toBe(1);
   });
 
   it('limited proxy: its slots stay on the old instance, as the capacity it holds', async () => {
