@@ -14,6 +14,7 @@ import type { ProxyObject } from '../../../src/api/proxy.ts';
 import { HealthEngine, type HealthVerdict } from '../../../src/health/engine.ts';
 import type { ProbeResult, ProbeTarget } from '../../../src/health/probe.ts';
 import { createMemoryStore, type MemoryStore } from '../../../src/runtime/memory.ts';
+import { ObjectEngine } from '../../../src/runtime/objects/engine.ts';
 import { FakeClock } from '../../support/clock.ts';
 
 const NS = 'crawl';
@@ -43,7 +44,17 @@ interface Rig {
 
 function rig(successThreshold = 3): Rig {
   const clock = new FakeClock();
-  const store = createMemoryStore({ clock });
+  // Seeded uids: a proxy's probe slot is a hash of its uid, and a random one put the slot on the
+  // very millisecond of the patch now and then (offset 0: a second pass inside the window
+  // counted as one; reproduced with uid …000000000644).
+  let uids = 0;
+  const store = createMemoryStore({
+    clock,
+    engine: new ObjectEngine({
+      clock,
+      uid: () => `00000000-0000-4000-8000-${String(++uids).padStart(12, '0')}`,
+    }),
+  });
   const verdicts: HealthVerdict[] = [];
   const calls: ProbeTarget[] = [];
   const results = new Map<number, ProbeResult>();
